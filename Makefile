@@ -1,0 +1,56 @@
+# lagpilot: `make demo` runs the product on a local broker; `make test` runs the suite.
+# Both install what they need (a .venv with the project, the broker's jars via Maven).
+SHELL := /bin/bash
+PYTHON_SYS ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BROKER := deploy/local/kafka.sh
+BROKERS ?= 1
+PYTEST_ARGS ?=
+export PYTHON := $(abspath $(PY))
+
+.PHONY: install broker-jars broker-up broker-down broker-status test test-unit lint run demo \
+        bench-decode bench-detection bench-ingest bench-scale bench-actuation bench-war-story clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(firstword $(PYTHON_SYS)) >/dev/null || { echo "error: python3 not found; lagpilot needs Python 3.11+" >&2; exit 1; }
+	@$(PYTHON_SYS) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { echo "error: lagpilot needs Python 3.11+, found $$($(PYTHON_SYS) --version 2>&1); set PYTHON_SYS=/path/to/python3.11" >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+broker-jars:
+	@ls deploy/local/.cache/libs/kafka_2.13-*.jar >/dev/null 2>&1 || mvn -q -B -f deploy/local/pom.xml dependency:copy-dependencies
+
+broker-up: install
+	@$(BROKER) up --brokers $(BROKERS)
+
+broker-down:
+	@$(BROKER) down
+
+broker-status:
+	@$(BROKER) status
+
+# Starts the local broker unless KAFKA_BOOTSTRAP names one (or one is already up), runs
+# pytest, stops only what it started, and returns pytest's status.
+test: install
+	@started=0; \
+	if [ -z "$$KAFKA_BOOTSTRAP" ] && ! $(BROKER) status >/dev/null 2>&1; then \
+	  $(BROKER) up --brokers 1 >/dev/null || exit 1; started=1; \
+	fi; \
+	trap '[ $$started = 1 ] && $(BROKER) down' EXIT; \
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+clean: broker-down
+	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# A real Apache Kafka 4.x (KRaft) on loopback, from jars that Maven resolves.
+#
+#   deploy/local/kafka.sh up   [--brokers 1|3]   start, wait until it serves, record address+PIDs
+#   deploy/local/kafka.sh down                   stop what `up` started (by recorded PID)
+#   deploy/local/kafka.sh status                 print the bootstrap address if running
+#
+# Environment: LAGPILOT_BROKER_PORT (first client port, default 39092; node i uses
+# port+2i for clients and port+2i+1 for its controller), LAGPILOT_BROKER_READY_TIMEOUT_S
+# (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+LIBS="$HERE/.cache/libs"
+RUN=${LAGPILOT_BROKER_RUN_DIR:-"$HERE/.run"}
+PORT0=${LAGPILOT_BROKER_PORT:-39092}
+READY_TIMEOUT_S=${LAGPILOT_BROKER_READY_TIMEOUT_S:-90}
+HEAP=${LAGPILOT_BROKER_HEAP:-768m}
+PYTHON=${PYTHON:-python3}
+
+die() { echo "kafka.sh: error: $*" >&2; exit 1; }
+say() { echo "kafka.sh: $*" >&2; }
+
+need_java() {
+  command -v java >/dev/null 2>&1 ||
+    die "java not found. Kafka 4 needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless), or point the tests at a running cluster with KAFKA_BOOTSTRAP=host:port."
+  local v
+  v=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+  [ "${v%%.*}" -ge 17 ] 2>/dev/null ||
+    die "java $v found, Kafka 4 needs Java 17+: install a newer JDK or set JAVA_HOME/PATH to one."
+}
+
+need_jars() {
+  if ls "$LIBS"/kafka_2.13-*.jar >/dev/null 2>&1; then return; fi
+  command -v mvn >/dev/null 2>&1 ||
+    die "the broker's jars are not in $LIBS and mvn is not installed. Install Maven (apt-get install maven) so it can fetch them from Maven Central, or set KAFKA_BOOTSTRAP to a running cluster."
+  say "fetching Kafka jars from Maven Central into $LIBS ..."
+  mvn -q -B -f "$HERE/pom.xml" dependency:copy-dependencies ||
+    die "Maven could not resolve the Kafka jars (see the output above); check access to Maven Central."
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+running_pids() {
+  local f pid
+  for f in "$RUN"/node-*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f")
+    # Only our broker: a recycled PID belonging to another process is left alone.
+    if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$RUN/node-"; then
+      echo "$pid"
+    fi
+  done
+}
+
+write_config() { # node_id brokers cluster_dir
+  local id=$1 n=$2 dir=$3 voters="" i
+  for ((i = 1; i <= n; i++)); do
+    voters+="${voters:+,}$i@127.0.0.1:$((PORT0 + 2 * (i - 1) + 1))"
+  done
+  local cport=$((PORT0 + 2 * (id - 1))) kport=$((PORT0 + 2 * (id - 1) + 1)) rf=$n
+  [ "$n" -ge 3 ] && rf=3
+  cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport
+advertised.listeners=PLAINTEXT://127.0.0.1:$cport
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=1
+# Like Redpanda's default: 16 partitions for the offsets topic.
+offsets.topic.num.partitions=16
+offsets.topic.replication.factor=$rf
+transaction.state.log.num.partitions=4
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.coordinator.rebalance.protocols=classic,consumer
+auto.create.topics.enable=true
+delete.topic.enable=true
+log.segment.bytes=67108864
+log.retention.check.interval.ms=60000
+# Redpanda-like: leadership stays where it is put unless asked.
+auto.leader.rebalance.enable=false
+PROPS
+}
+
+java_cmd() { # dir -> sets JAVA_CMD (an array: the classpath wildcard must reach java unexpanded)
+  JAVA_CMD=(java -Xms256m "-Xmx$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+    -Djava.awt.headless=true "-Dlog4j2.configurationFile=$HERE/log4j2.properties"
+    "-Dkafka.log.file=$1/broker.log" -cp "$LIBS/*")
+}
+
+wait_port() { # port pid log
+  local deadline=$((SECONDS + READY_TIMEOUT_S))
+  while ! port_busy "$1"; do
+    if ! kill -0 "$2" 2>/dev/null; then
+      say "broker (pid $2) exited before it listened; last lines of $3:"; tail -n 40 "$3" >&2; return 1
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      say "broker did not listen on 127.0.0.1:$1 within ${READY_TIMEOUT_S}s; last lines of $3:"; tail -n 40 "$3" >&2; return 1
+    fi
+    sleep 0.2
+  done
+}
+
+up() {
+  local n=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --brokers) n=$2; shift 2 ;;
+      --brokers=*) n=${1#*=}; shift ;;
+      *) die "unknown option $1 (use --brokers 1|3)" ;;
+    esac
+  done
+  [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
+  if [ -n "$(running_pids)" ]; then
+    say "already running at $(cat "$RUN/bootstrap")"; return 0
+  fi
+  need_java
+  need_jars
+  local i p
+  for ((i = 0; i < 2 * n; i++)); do
+    p=$((PORT0 + i))
+    port_busy "$p" && die "port 127.0.0.1:$p is already in use. Stop what holds it, or choose other ports: LAGPILOT_BROKER_PORT=<first port> make broker-up"
+  done
+  rm -rf "$RUN"; mkdir -p "$RUN"
+  local t0=$SECONDS cluster_id
+  cluster_id=$(java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+  [ -n "$cluster_id" ] || die "kafka.tools.StorageTool random-uuid printed nothing; are the jars in $LIBS complete? (rm -rf $LIBS and retry)"
+  for ((i = 1; i <= n; i++)); do
+    local dir="$RUN/node-$i"; mkdir -p "$dir/data"
+    write_config "$i" "$n" "$dir"
+    java_cmd "$dir"
+    "${JAVA_CMD[@]}" kafka.tools.StorageTool format --cluster-id "$cluster_id" \
+      --config "$dir/server.properties" --ignore-formatted >"$dir/format.log" 2>&1 ||
+      { cat "$dir/format.log" >&2; die "formatting the KRaft log dir of node $i failed (above)"; }
+  done
+  for ((i = 1; i <= n; i++)); do
+    local dir="$RUN/node-$i"
+    java_cmd "$dir"
+    nohup "${JAVA_CMD[@]}" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 &
+    echo $! >"$RUN/node-$i.pid"
+  done
+  local bootstrap=""
+  for ((i = 1; i <= n; i++)); do
+    bootstrap+="${bootstrap:+,}127.0.0.1:$((PORT0 + 2 * (i - 1)))"
+    wait_port "$((PORT0 + 2 * (i - 1)))" "$(cat "$RUN/node-$i.pid")" "$RUN/node-$i/broker.log" || { down; exit 1; }
+  done
+  if ! "$PYTHON" "$HERE/ready.py" --bootstrap "$bootstrap" --brokers "$n" --timeout "$READY_TIMEOUT_S"; then
+    say "broker never became ready; last lines of $RUN/node-1/broker.log:"
+    tail -n 40 "$RUN/node-1/broker.log" >&2
+    down; exit 1
+  fi
+  echo "$bootstrap" >"$RUN/bootstrap"
+  echo "$n" >"$RUN/brokers"
+  say "ready: $n broker(s) at $bootstrap in $((SECONDS - t0))s (pids $(running_pids | tr '\n' ' '))"
+  echo "$bootstrap"
+}
+
+down() {
+  local pids
+  pids=$(running_pids)
+  if [ -z "$pids" ]; then say "no local broker running"; rm -f "$RUN"/node-*.pid "$RUN/bootstrap"; return 0; fi
+  # shellcheck disable=SC2086
+  kill $pids 2>/dev/null || true
+  local deadline=$((SECONDS + 30)) pid
+  for pid in $pids; do
+    while kill -0 "$pid" 2>/dev/null; do
+      if [ $SECONDS -ge $deadline ]; then kill -9 "$pid" 2>/dev/null || true; fi
+      sleep 0.2
+    done
+  done
+  rm -f "$RUN"/node-*.pid "$RUN/bootstrap"
+  say "stopped pids $(echo $pids)"
+}
+
+status() {
+  if [ -n "$(running_pids)" ]; then cat "$RUN/bootstrap"; else say "no local broker running"; return 1; fi
+}
+
+cmd=${1:-}; shift || true
+case $cmd in
+  up) up "$@" ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,50 @@
+"""The ``lagpilot`` command: one subcommand per process lagpilot runs.
+
+Each subcommand names the module whose ``main(argv)`` runs it; modules are imported only
+when their subcommand is chosen, so ``pipeline`` never imports ``actuators`` (the two share
+only ``schemas``) and ``lagpilot --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("pipeline.__main__", "run the pipeline: __consumer_offsets + watermarks -> lag -> policy"),
+    "sample": ("pipeline.watermarks", "run only the high-watermark sampler"),
+    "status": ("pipeline.status", "print the current lag table from lagpilot.lag"),
+    "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: lagpilot <command> [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {'version':<{width}}  print the version", "", "lagpilot <command> --help for its options"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name in {"version", "--version"}:
+        try:
+            print(version("lagpilot"))
+        except PackageNotFoundError:
+            print("unknown (not installed)")
+        return 0
+    if name not in COMMANDS:
+        print(f"lagpilot: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""lagpilot's event contract: typed values, JSON Schemas, and their codec.
+
+``pipeline`` and ``actuators`` share only this package and the topics it names.
+"""
+
+from schemas.actions import WORKER_ACTIONS, Action, ActionType, Mode, Outcome, OutcomeResult
+from schemas.codec import (
+    ConfigError,
+    EventError,
+    canonical,
+    decode,
+    encode,
+    load_signing_key,
+    sign,
+    stable_id,
+    to_dict,
+    validate,
+    verify,
+)
+from schemas.lag import SEVERITY, GroupLag, LagStatus, PartitionLag, WorstPartition
+from schemas.offsets import (
+    CoordinatorRecord,
+    GroupMember,
+    GroupMetadata,
+    GroupRemoved,
+    OffsetCommit,
+    OffsetDeleted,
+    TopicAssignment,
+)
+from schemas.watermarks import Watermarks
+
+__all__ = [
+    "SEVERITY",
+    "WORKER_ACTIONS",
+    "Action",
+    "ActionType",
+    "ConfigError",
+    "CoordinatorRecord",
+    "EventError",
+    "GroupLag",
+    "GroupMember",
+    "GroupMetadata",
+    "GroupRemoved",
+    "LagStatus",
+    "Mode",
+    "OffsetCommit",
+    "OffsetDeleted",
+    "Outcome",
+    "OutcomeResult",
+    "PartitionLag",
+    "TopicAssignment",
+    "Watermarks",
+    "WorstPartition",
+    "canonical",
+    "decode",
+    "encode",
+    "load_signing_key",
+    "sign",
+    "stable_id",
+    "to_dict",
+    "validate",
+    "verify",
+]

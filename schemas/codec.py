@@ -1,0 +1,157 @@
+"""Encode, sign, verify and validate lagpilot events.
+
+Every event that crosses a lagpilot topic is a JSON object with two envelope fields:
+``event`` (its kind, e.g. ``"action"``) and ``v`` (its schema version). Its JSON Schema is
+``schemas/<event>.v<v>.json``. Payloads are encoded with orjson; signatures are
+HMAC-SHA256 over the canonical JSON (sorted keys, no whitespace) of the event without its
+``signature`` field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+SIGNATURE_FIELD = "signature"
+SIGNING_KEY_ENV = "LAGPILOT_SIGNING_KEY"
+SIGNING_KEY_FILE_ENV = "LAGPILOT_SIGNING_KEY_FILE"
+
+
+class EventError(ValueError):
+    """An event is malformed, fails its schema, or is not signed correctly.
+
+    Never retriable: the same bytes fail the same way. ``reason`` is a short machine
+    word for outcomes and metrics (``malformed``, ``schema``, ``unsigned``, ``bad_signature``).
+    """
+
+    retriable = False
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ConfigError(ValueError):
+    """A setting is missing or wrong; the message names the key and the fix."""
+
+    retriable = False
+
+
+def to_dict(event: Any) -> dict[str, Any]:
+    """A dataclass event (or a mapping) as a plain JSON-ready dict."""
+    if dataclasses.is_dataclass(event) and not isinstance(event, type):
+        return orjson.loads(orjson.dumps(event))
+    return dict(event)
+
+
+def encode(event: Any) -> bytes:
+    """orjson bytes of a dataclass event or a mapping (enums as their values)."""
+    return orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def decode(payload: bytes | str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise EventError("malformed", f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise EventError("malformed", f"an event is a JSON object, got {type(value).__name__}")
+    return value
+
+
+def canonical(event: Mapping[str, Any]) -> bytes:
+    """The bytes that are signed: sorted keys, no whitespace, without ``signature``."""
+    body = {k: v for k, v in event.items() if k != SIGNATURE_FIELD}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def sign(event: Mapping[str, Any], key: bytes) -> dict[str, Any]:
+    """A copy of ``event`` with ``signature`` = hex HMAC-SHA256 of its canonical JSON."""
+    if not key:
+        raise ConfigError(f"empty signing key: set {SIGNING_KEY_ENV} or {SIGNING_KEY_FILE_ENV}")
+    signed = {k: v for k, v in event.items() if k != SIGNATURE_FIELD}
+    signed[SIGNATURE_FIELD] = hmac.new(key, canonical(signed), hashlib.sha256).hexdigest()
+    return signed
+
+
+def verify(event: Mapping[str, Any], key: bytes) -> None:
+    """Raise ``EventError`` unless ``event`` carries a valid signature made with ``key``."""
+    got = event.get(SIGNATURE_FIELD)
+    if not got or not isinstance(got, str):
+        raise EventError("unsigned", "event has no signature")
+    want = hmac.new(key, canonical(event), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(got, want):
+        raise EventError("bad_signature", "signature does not match (forged, altered, or another key)")
+
+
+def load_signing_key(env: Mapping[str, str] | None = None) -> bytes:
+    """The HMAC key: ``LAGPILOT_SIGNING_KEY`` (the key itself) or ``LAGPILOT_SIGNING_KEY_FILE``.
+
+    The key is never logged or put in an error message.
+    """
+    env = os.environ if env is None else env
+    path = env.get(SIGNING_KEY_FILE_ENV)
+    if path:
+        try:
+            key = Path(path).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"{SIGNING_KEY_FILE_ENV}={path} cannot be read ({exc.strerror}); "
+                "point it at a readable file holding the signing key"
+            ) from None
+    else:
+        key = env.get(SIGNING_KEY_ENV, "").encode()
+    if len(key) < 16:
+        raise ConfigError(
+            f"signing key missing or shorter than 16 bytes: set {SIGNING_KEY_ENV} to a random "
+            f"secret (e.g. `openssl rand -hex 32`) or {SIGNING_KEY_FILE_ENV} to a file holding one"
+        )
+    return key
+
+
+@functools.cache
+def schema(event: str, version: int) -> dict[str, Any]:
+    """The JSON Schema of one event kind and version, from this package's files."""
+    name = f"{event}.v{version}.json"
+    try:
+        text = resources.files(__package__).joinpath(name).read_bytes()
+    except FileNotFoundError:
+        raise EventError("schema", f"unknown event kind/version: {event!r} v{version}") from None
+    return orjson.loads(text)
+
+
+@functools.cache
+def _validator(event: str, version: int) -> Any:
+    import jsonschema
+
+    s = schema(event, version)
+    cls = jsonschema.validators.validator_for(s)
+    cls.check_schema(s)
+    return cls(s, format_checker=cls.FORMAT_CHECKER)
+
+
+def validate(event: Mapping[str, Any]) -> None:
+    """Raise ``EventError('schema', ...)`` naming the first field that fails its schema."""
+    kind, version = event.get("event"), event.get("v")
+    if not isinstance(kind, str) or not isinstance(version, int):
+        raise EventError("schema", "event lacks its envelope: 'event' (str) and 'v' (int)")
+    errors = sorted(_validator(kind, version).iter_errors(dict(event)), key=lambda e: list(e.path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.path) or "(root)"
+        raise EventError("schema", f"{kind} v{version}: {where}: {err.message}")
+
+
+def stable_id(*parts: object) -> str:
+    """A stable 32-hex-digit id from its parts: the same decision always gets the same id."""
+    h = hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SERIALIZE_NUMPY))
+    return h.hexdigest()[:32]

@@ -1,0 +1,75 @@
+"""The lag model's outputs on ``lagpilot.lag`` and the policy's input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class LagStatus(StrEnum):
+    """Burrow's vocabulary, in rising severity (see pipeline/lag.py for the rules)."""
+
+    OK = "OK"
+    WARN = "WARN"
+    ERR = "ERR"
+    STALL = "STALL"
+    STOP = "STOP"
+    REWIND = "REWIND"
+
+
+SEVERITY = {s: i for i, s in enumerate(LagStatus)}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One consumer group's progress on one partition at ``observed_at_ms``.
+
+    Rates are least-squares slopes over the model window. ``time_lag_s`` is how long ago
+    the high watermark stood at the committed offset (0 when caught up). ``eta_drain_s`` is
+    None when the lag is not shrinking.
+    """
+
+    group: str
+    topic: str
+    partition: int
+    observed_at_ms: int
+    committed_offset: int
+    high_watermark: int
+    lag_offsets: int
+    lag_rate_per_s: float
+    lag_accel_per_s2: float
+    produce_rate_per_s: float
+    consume_rate_per_s: float
+    time_lag_s: float
+    eta_drain_s: float | None
+    status: LagStatus
+    last_commit_ms: int
+    leader: int = -1
+    event: str = field(default="partition_lag", init=False)
+    v: int = field(default=1, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class WorstPartition:
+    topic: str
+    partition: int
+    lag_offsets: int
+    time_lag_s: float
+    status: LagStatus
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    """Summary of one group over the partitions of one topic this replica models."""
+
+    group: str
+    topic: str
+    observed_at_ms: int
+    status: LagStatus
+    total_lag_offsets: int
+    max_time_lag_s: float
+    lag_rate_per_s: float
+    partitions: int
+    worst: tuple[WorstPartition, ...] = ()
+    event: str = field(default="group_lag", init=False)
+    v: int = field(default=1, init=False)

@@ -1,0 +1,13 @@
+"""Names of the topics lagpilot reads and writes: the one place that spells them."""
+
+from __future__ import annotations
+
+CONSUMER_OFFSETS = "__consumer_offsets"
+WATERMARKS = "lagpilot.watermarks"
+LAG = "lagpilot.lag"
+CONTROL = "lagpilot.control"
+OUTCOMES = "lagpilot.outcomes"
+
+#: lagpilot's own consumer groups start with this; the pipeline ignores their commits
+#: (reading our own commits to __consumer_offsets would be a feedback loop).
+OWN_GROUP_PREFIX = "lagpilot"

@@ -1,0 +1,111 @@
+"""Session fixtures: one real Kafka-protocol broker for every integration test.
+
+Where the broker comes from, in order:
+1. ``KAFKA_BOOTSTRAP`` (any running Kafka or Redpanda cluster);
+2. the local Apache Kafka that ``make broker-up`` started (``deploy/local/.run/bootstrap``);
+3. where a Docker engine answers, testcontainers' Redpanda container.
+If none is reachable the integration tests *fail* with the commands that start one: a
+missing broker must never turn into a green run of skipped tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL_RUN = ROOT / "deploy" / "local" / ".run"
+KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
+HOW_TO_START = (
+    "no Kafka-protocol broker is reachable for the integration tests. Start one with "
+    "`make broker-up` (local Apache Kafka; needs Java 17+ and Maven), or set "
+    "KAFKA_BOOTSTRAP=host:port to a running Kafka/Redpanda, or run `make test`, which "
+    "starts the local broker itself."
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/integration/" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+def _reachable(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    env = os.environ.get("KAFKA_BOOTSTRAP")
+    if env:
+        if not _reachable(env):
+            pytest.fail(f"KAFKA_BOOTSTRAP={env} does not answer. {HOW_TO_START}")
+        yield env
+        return
+    recorded = LOCAL_RUN / "bootstrap"
+    if recorded.exists():
+        bootstrap = recorded.read_text().strip()
+        if _reachable(bootstrap):
+            yield bootstrap
+            return
+    if _docker_answers():
+        from testcontainers.kafka import RedpandaContainer
+
+        with RedpandaContainer() as container:
+            yield container.get_bootstrap_server()
+        return
+    pytest.fail(HOW_TO_START)
+
+
+@pytest.fixture(scope="session")
+def cluster_bootstrap() -> Iterator[str]:
+    """A 3-broker cluster: LAGPILOT_CLUSTER_BOOTSTRAP, or the local one started here.
+
+    The local cluster uses its own ports and run folder, so it runs beside the session's
+    single broker, and it is stopped at the end of the session.
+    """
+    env = os.environ.get("LAGPILOT_CLUSTER_BOOTSTRAP")
+    if env:
+        yield env
+        return
+    run_dir = ROOT / "deploy" / "local" / ".run-cluster"
+    envs = {**os.environ, "LAGPILOT_BROKER_PORT": "39192", "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}
+    proc = subprocess.run(
+        [str(KAFKA_SH), "up", "--brokers", "3"], env=envs, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            "could not start the local 3-broker cluster (needs Java 17+ and Maven), or set "
+            f"LAGPILOT_CLUSTER_BOOTSTRAP to a 3-broker cluster:\n{proc.stderr}"
+        )
+    try:
+        yield (run_dir / "bootstrap").read_text().strip()
+    finally:
+        subprocess.run([str(KAFKA_SH), "down"], env=envs, capture_output=True)
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A fresh name for topics and groups, so tests never see each other's data."""
+    return f"t-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,92 @@
+"""The session broker is a real Kafka: topics, produce, group consume, commit, and the
+commit lands as a raw record in ``__consumer_offsets`` (decoding is tested elsewhere)."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def _offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    """OffsetCommitKey v1 as Kafka writes it: int16 type, then group, topic, partition."""
+
+    def s(x: str) -> bytes:
+        b = x.encode()
+        return struct.pack(">h", len(b)) + b
+
+    return struct.pack(">h", 1) + s(group) + s(topic) + struct.pack(">i", partition)
+
+
+def test_produce_consume_commit_lands_in_consumer_offsets(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    topic, group = unique_name, f"{unique_name}-g"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=30)
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(30):
+        producer.produce(topic, value=f"m{i}".encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 30 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            seen += 1
+    assert seen == 30
+    consumer.commit(asynchronous=False)
+    committed = consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+    consumer.close()
+    assert sorted(tp.offset for tp in committed) == [10, 10, 10]
+
+    md = admin.list_topics(timeout=10)
+    offsets_topic = md.topics["__consumer_offsets"]
+    assert len(offsets_topic.partitions) >= 1
+
+    # Read __consumer_offsets raw, as lagpilot's pipeline will: our group's commit
+    # records must be there, keyed by (type, group, topic, partition).
+    wanted = {_offset_commit_key(group, topic, p) for p in range(3)}
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"{unique_name}-reader",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    parts = [TopicPartition("__consumer_offsets", p, 0) for p in offsets_topic.partitions]
+    reader.assign(parts)
+    found: dict[bytes, bytes] = {}
+    eof: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(eof) < len(parts) and time.monotonic() < deadline:
+        msg = reader.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            eof.add(msg.partition())
+            continue
+        if msg.key() in wanted and msg.value() is not None:
+            found[msg.key()] = msg.value()
+    reader.close()
+    assert set(found) == wanted
+    for value in found.values():
+        version = struct.unpack_from(">h", value)[0]
+        assert 0 <= version <= 4
+        # The committed offset (10) follows the version in every value version.
+        assert struct.unpack_from(">q", value, 2)[0] == 10
