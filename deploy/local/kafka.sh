@@ -16,7 +16,10 @@ RUN=${LAGPILOT_BROKER_RUN_DIR:-"$HERE/.run"}
 PORT0=${LAGPILOT_BROKER_PORT:-39092}
 READY_TIMEOUT_S=${LAGPILOT_BROKER_READY_TIMEOUT_S:-90}
 HEAP=${LAGPILOT_BROKER_HEAP:-768m}
-PYTHON=${PYTHON:-python3}
+REPO=$(cd "$HERE/../.." && pwd)
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$REPO/.venv/bin/python" ]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 say() { echo "kafka.sh: $*" >&2; }
@@ -124,6 +127,8 @@ up() {
   fi
   need_java
   need_jars
+  "$PYTHON" -c "import confluent_kafka" 2>/dev/null ||
+    die "the readiness probe needs confluent-kafka in $PYTHON: run 'make install' first (or set PYTHON to an interpreter that has it)"
   local i p
   for ((i = 0; i < 2 * n; i++)); do
     p=$((PORT0 + i))
