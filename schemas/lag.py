@@ -51,16 +51,27 @@ class PartitionLag:
 
 @dataclass(frozen=True, slots=True)
 class WorstPartition:
-    topic: str
+    """One of a group's worst partitions (by time lag), with what the policy needs."""
+
     partition: int
     lag_offsets: int
     time_lag_s: float
+    lag_rate_per_s: float
+    lag_accel_per_s2: float
+    produce_rate_per_s: float
+    consume_rate_per_s: float
     status: LagStatus
+    leader: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class GroupLag:
-    """Summary of one group over the partitions of one topic this replica models."""
+    """One group's progress on one topic: the policy's input, one per group+topic per tick.
+
+    ``partitions`` is how many of the topic's partitions the group has committed on;
+    ``topic_partitions`` the topic's partition count. ``worst`` holds up to N partitions,
+    worst first (by status severity, then time lag).
+    """
 
     group: str
     topic: str
@@ -70,6 +81,7 @@ class GroupLag:
     max_time_lag_s: float
     lag_rate_per_s: float
     partitions: int
+    topic_partitions: int
     worst: tuple[WorstPartition, ...] = ()
     event: str = field(default="group_lag", init=False)
     v: int = field(default=1, init=False)
