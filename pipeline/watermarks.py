@@ -1,0 +1,578 @@
+"""HighWatermarkSource: every partition's high watermark, sampled on a fixed beat.
+
+The lag model needs the log end of every watched partition every ``sample_interval_ms``
+(250 ms by default), not only when a consumer commits. One tick is ONE batched ListOffsets
+call (``AdminClient.list_offsets`` with ``OffsetSpec.latest()`` for every watched
+partition) and ONE message per topic carrying all its partitions: per-message cost
+dominates in Python, so the cost must grow with topics, not partitions (one message per
+partition would be 40,000 messages/s for 10,000 partitions at 250 ms).
+
+The module is split the house way: the pure core (topic selection, building
+``Watermarks`` from a ListOffsets result, the tick schedule, backoff, error kinds) takes
+plain data and ``now``, and is unit-tested without a broker; ``HighWatermarkSource`` is
+the thin edge that talks to the cluster and produces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, IsolationLevel, OffsetSpec
+from quixstreams.sources import Source
+
+from schemas import ConfigError, Watermarks, encode, topics
+
+logger = logging.getLogger(__name__)
+
+#: Topics never worth watching unless asked for: Kafka's internal topics (``__*``),
+#: lagpilot's own output (watching it would sample our own firehose), and Quix Streams'
+#: internal ``repartition__*`` / ``changelog__*`` topics. Matched against the full name.
+INTERNAL_TOPICS = r"__.*|lagpilot\..*|repartition__.*|changelog__.*"
+
+#: The header every produced message carries: this tick's number, the sampler's total
+#: error count and the ListOffsets round trip, so a consumer can see the sampler's health.
+STATS_HEADER = "lagpilot-sampler"
+
+#: Errors meaning the cluster's topology moved under us (a topic was deleted or shrank):
+#: the metadata is refreshed at the next tick instead of waiting for the refresh period.
+TOPOLOGY_ERRORS = frozenset({"unknown_topic_or_part", "_unknown_partition", "_unknown_topic"})
+
+_NS_PER_MS = 1_000_000
+
+
+# --------------------------------------------------------------------------- pure core
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicSelector:
+    """Which topics are watched: ``include`` and not ``exclude`` and not internal.
+
+    Patterns are matched against the whole topic name (``re.fullmatch``), so
+    ``orders`` means the topic ``orders`` and ``orders.*`` means its prefix.
+    """
+
+    include: re.Pattern[str]
+    exclude: re.Pattern[str] | None = None
+    internal: re.Pattern[str] | None = None
+
+    def watches(self, topic: str) -> bool:
+        if self.internal is not None and self.internal.fullmatch(topic):
+            return False
+        if self.exclude is not None and self.exclude.fullmatch(topic):
+            return False
+        return self.include.fullmatch(topic) is not None
+
+
+def _compile(key: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(
+            f"{key}={pattern!r} is not a valid regular expression ({exc}); "
+            f"fix the pattern (it is matched against whole topic names)"
+        ) from None
+
+
+def make_selector(
+    include: str = ".*", exclude: str | None = None, exclude_internal: bool = True
+) -> TopicSelector:
+    """A ``TopicSelector`` from pattern strings; a bad pattern is a ``ConfigError``."""
+    return TopicSelector(
+        include=_compile("include", include),
+        exclude=_compile("exclude", exclude) if exclude else None,
+        internal=re.compile(INTERNAL_TOPICS) if exclude_internal else None,
+    )
+
+
+def select_watched(
+    cluster: Mapping[str, Mapping[int, int]], selector: TopicSelector
+) -> dict[str, tuple[int, ...]]:
+    """The watched topics of one metadata snapshot: topic -> leader of each partition.
+
+    ``cluster`` maps topic -> {partition: leader broker id}. A topic with no partitions
+    (still being created, or failing its metadata) is left out until it has some; a
+    partition id missing from a snapshot gets leader -1, so the tuple is always indexed
+    by partition.
+    """
+    watched: dict[str, tuple[int, ...]] = {}
+    for topic, partitions in cluster.items():
+        if not partitions or not selector.watches(topic):
+            continue
+        count = max(partitions) + 1
+        watched[topic] = tuple(partitions.get(p, -1) for p in range(count))
+    return watched
+
+
+def build_watermarks(
+    watched: Mapping[str, tuple[int, ...]],
+    offsets: Mapping[tuple[str, int], int],
+    sampled_at_ms: int,
+) -> list[Watermarks]:
+    """One ``Watermarks`` per topic from one ListOffsets result.
+
+    ``offsets`` holds the partitions that answered; a partition that failed this tick is
+    -1. A topic none of whose partitions answered is left out: a message of nothing but
+    -1 tells the model nothing, and the gap in samples is the signal.
+    """
+    samples = []
+    for topic, leaders in watched.items():
+        hwms = tuple(offsets.get((topic, p), -1) for p in range(len(leaders)))
+        if any(h >= 0 for h in hwms):
+            samples.append(Watermarks(topic, sampled_at_ms, hwms, leaders))
+    return samples
+
+
+def next_deadline_ns(
+    anchor_ns: int, interval_ns: int, last_deadline_ns: int, now_ns: int, delay_ns: int = 0
+) -> tuple[int, int]:
+    """The next tick on the grid ``anchor + k * interval``, and how many ticks were skipped.
+
+    Ticks stay on the grid laid from ``anchor`` (a monotonic clock reading) so the beat
+    never drifts by the time each sample takes. The next tick is after
+    ``last_deadline_ns`` and not before ``now_ns + delay_ns`` (``delay_ns`` is the
+    backoff after a failure); ticks that slipped past while a slow sample ran are skipped,
+    not fired in a burst, and counted.
+    """
+    earliest = max(last_deadline_ns + 1, now_ns + delay_ns)
+    k = -((anchor_ns - earliest) // interval_ns)  # ceil((earliest - anchor) / interval)
+    deadline = anchor_ns + k * interval_ns
+    skipped = (deadline - last_deadline_ns) // interval_ns - 1
+    return deadline, max(skipped, 0)
+
+
+def backoff_ms(failures: int, initial_ms: int, max_ms: int) -> int:
+    """Exponential backoff after ``failures`` consecutive failures: 0, initial, 2x, ... cap."""
+    if failures <= 0:
+        return 0
+    return min(max_ms, initial_ms * 2 ** min(failures - 1, 30))
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short, stable word for an exception, for counters and logs (``timed_out``...)."""
+    err: Any = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    err = getattr(exc, "error", err)  # quixstreams' Kafka exceptions carry .error
+    if isinstance(err, KafkaError):
+        return str(err.name()).lower()
+    if isinstance(exc, BufferError):
+        return "queue_full"
+    if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
+        return "timed_out"
+    return type(exc).__name__.lower()
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether waiting may fix it: authorization, authentication and fatal errors need a person."""
+    err: Any = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    err = getattr(exc, "error", err)
+    if not isinstance(err, KafkaError):
+        return True
+    if err.retriable():
+        return True
+    name = str(err.name()).lower()
+    return not (err.fatal() or "authoriz" in name or "authentic" in name)
+
+
+@dataclasses.dataclass(slots=True)
+class SamplerStats:
+    """The sampler's counters, kept in the process that samples.
+
+    Quix runs a Source in a spawned process, so prometheus_client metrics registered there
+    are invisible to the parent's /metrics. The counts travel instead on every produced
+    message (header ``lagpilot-sampler``) and in the stats line logged every
+    ``stats_log_interval_ms``; ``as_dict()`` is what both show.
+    """
+
+    ticks: int = 0
+    samples: int = 0
+    messages: int = 0
+    missed_ticks: int = 0
+    metadata_refreshes: int = 0
+    topics: int = 0
+    partitions: int = 0
+    consecutive_failures: int = 0
+    last_sample_ms: float = 0.0
+    last_tick_ms: float = 0.0
+    errors: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def count_error(self, where: str, kind: str, n: int = 1) -> None:
+        key = f"{where}:{kind}"
+        self.errors[key] = self.errors.get(key, 0) + n
+
+    @property
+    def errors_total(self) -> int:
+        return sum(self.errors.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["errors_total"] = self.errors_total
+        return d
+
+    def header(self) -> bytes:
+        """The compact per-message health header (same bytes for every message of a tick)."""
+        return orjson.dumps(
+            {"tick": self.ticks, "errors": self.errors_total, "sample_ms": self.last_sample_ms}
+        )
+
+
+def cluster_from_metadata(metadata: Any) -> dict[str, dict[int, int]]:
+    """confluent-kafka ``ClusterMetadata`` as plain data: topic -> {partition: leader}."""
+    return {
+        name: {p: pm.leader for p, pm in tm.partitions.items()}
+        for name, tm in metadata.topics.items()
+    }
+
+
+# --------------------------------------------------------------------------- the edge
+
+
+class HighWatermarkSource(Source):
+    """A Quix Streams Source producing one ``Watermarks`` message per topic per tick.
+
+    Message key = topic name, value = ``schemas.encode(Watermarks)``, timestamp = the
+    sample time (the event time of a high watermark is when it was read, not when it was
+    produced). The constructor holds plain data only: Quix pickles the source into a
+    spawned process and the clients are built there, in ``setup()``.
+
+    Broker trouble never kills the source: a failed ListOffsets or metadata call is
+    logged, counted in ``stats()``, and retried with capped exponential backoff; a
+    partition that fails alone is -1 in that tick's message. Only a configuration error
+    (a bad regex, an unknown client property) stops it, because waiting cannot fix it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        broker_config: Mapping[str, Any],
+        include: str = ".*",
+        exclude: str | None = None,
+        *,
+        exclude_internal: bool = True,
+        sample_interval_ms: int = 250,
+        metadata_refresh_ms: int = 5000,
+        request_timeout_ms: int = 2000,
+        backoff_initial_ms: int = 250,
+        backoff_max_ms: int = 5000,
+        stats_log_interval_ms: int = 60_000,
+        shutdown_timeout: float = 10,
+    ) -> None:
+        super().__init__(name=name, shutdown_timeout=shutdown_timeout)
+        if not str(broker_config.get("bootstrap.servers") or "").strip():
+            raise ConfigError(
+                "broker_config['bootstrap.servers'] is missing: pass the cluster address, "
+                "e.g. {'bootstrap.servers': 'host:9092'} (plus any security.protocol/sasl.*)"
+            )
+        for key, value in (
+            ("sample_interval_ms", sample_interval_ms),
+            ("metadata_refresh_ms", metadata_refresh_ms),
+            ("request_timeout_ms", request_timeout_ms),
+            ("backoff_initial_ms", backoff_initial_ms),
+            ("backoff_max_ms", backoff_max_ms),
+            ("stats_log_interval_ms", stats_log_interval_ms),
+        ):
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{key}={value!r}: set it to a positive integer (milliseconds)")
+        make_selector(include, exclude, exclude_internal)  # fail here, not in the child
+        self.broker_config = dict(broker_config)
+        self.include, self.exclude, self.exclude_internal = include, exclude, exclude_internal
+        self.sample_interval_ms = sample_interval_ms
+        self.metadata_refresh_ms = metadata_refresh_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.backoff_initial_ms = backoff_initial_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.stats_log_interval_ms = stats_log_interval_ms
+        self._log_level = logging.getLogger().getEffectiveLevel()
+        self._stats = SamplerStats()
+        # Built in setup(), in the process that samples (unpicklable or process-bound).
+        self._admin: AdminClient | None = None
+        self._selector: TopicSelector | None = None
+        self._watched: dict[str, tuple[int, ...]] = {}
+        self._request: dict[TopicPartition, OffsetSpec] = {}
+        self._refresh_now = True
+        self._last_logged_ns: dict[str, int] = {}
+
+    # -- lifecycle
+
+    def setup(self) -> None:
+        """Build the AdminClient; no network I/O, so an unreachable broker is not fatal."""
+        if not logging.getLogger().handlers:  # a spawned child starts with bare logging
+            logging.basicConfig(
+                level=self._log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+            )
+        self._selector = make_selector(self.include, self.exclude, self.exclude_internal)
+        try:
+            self._admin = AdminClient(self.broker_config)
+        except KafkaException as exc:
+            raise ConfigError(
+                f"broker_config is rejected by the Kafka client: {exc.args[0].str()}; "
+                "fix or remove that key (librdkafka property names, e.g. 'sasl.mechanism')"
+            ) from None
+
+    def stats(self) -> dict[str, Any]:
+        """The counters (see ``SamplerStats``): samples, errors by kind, durations."""
+        return self._stats.as_dict()
+
+    def run(self) -> None:
+        interval_ns = self.sample_interval_ms * _NS_PER_MS
+        anchor = deadline = time.monotonic_ns()
+        next_refresh = anchor
+        refresh_failures = 0
+        next_stats_log = anchor + self.stats_log_interval_ms * _NS_PER_MS
+        while self.running:
+            now = time.monotonic_ns()
+            if now < deadline:
+                # Short naps so stop() (a signal in the child, a call in a thread) is seen.
+                time.sleep(min(deadline - now, 50 * _NS_PER_MS) / 1e9)
+                continue
+            if self._refresh_now or now >= next_refresh:
+                if self._refresh_metadata():
+                    refresh_failures = 0
+                    next_refresh = now + self.metadata_refresh_ms * _NS_PER_MS
+                else:
+                    refresh_failures += 1
+                    delay = backoff_ms(
+                        refresh_failures, self.backoff_initial_ms, self.backoff_max_ms
+                    )
+                    next_refresh = now + delay * _NS_PER_MS
+            ok = self._sample()
+            stats = self._stats
+            stats.consecutive_failures = 0 if ok else stats.consecutive_failures + 1
+            delay_ms = backoff_ms(
+                stats.consecutive_failures, self.backoff_initial_ms, self.backoff_max_ms
+            )
+            after = time.monotonic_ns()
+            deadline, skipped = next_deadline_ns(
+                anchor, interval_ns, deadline, after, delay_ms * _NS_PER_MS
+            )
+            stats.missed_ticks += skipped if ok else 0
+            if after >= next_stats_log:
+                logger.info("watermark sampler stats %s", orjson.dumps(self.stats()).decode())
+                next_stats_log = after + self.stats_log_interval_ms * _NS_PER_MS
+
+    # -- one metadata refresh, one tick
+
+    def _refresh_metadata(self) -> bool:
+        """Re-read the cluster's topics; keep the old watch set if the broker fails us."""
+        assert self._admin is not None and self._selector is not None
+        try:
+            metadata = self._admin.list_topics(timeout=self.request_timeout_ms / 1000)
+        except KafkaException as exc:
+            self._fail("metadata", exc, "keeping the previous topic list")
+            return False
+        watched = select_watched(cluster_from_metadata(metadata), self._selector)
+        if watched.keys() != self._watched.keys():
+            added = sorted(watched.keys() - self._watched.keys())
+            dropped = sorted(self._watched.keys() - watched.keys())
+            logger.info("watching %d topics (+%s -%s)", len(watched), added[:20], dropped[:20])
+        if {t: len(v) for t, v in watched.items()} != {t: len(v) for t, v in self._watched.items()}:
+            spec = OffsetSpec.latest()
+            self._request = {
+                TopicPartition(t, p): spec
+                for t, leaders in watched.items()
+                for p in range(len(leaders))
+            }
+        self._watched = watched
+        self._refresh_now = False
+        self._stats.metadata_refreshes += 1
+        self._stats.topics = len(watched)
+        self._stats.partitions = len(self._request)
+        return True
+
+    def _sample(self) -> bool:
+        """One tick: one ListOffsets for every watched partition, one message per topic.
+
+        Returns False when no partition answered (the caller backs off); partitions that
+        failed alone are -1 in their topic's message and counted.
+        """
+        assert self._admin is not None
+        stats = self._stats
+        stats.ticks += 1
+        if not self._request:
+            return True
+        started_wall, started = time.time_ns(), time.perf_counter_ns()
+        timeout_s = self.request_timeout_ms / 1000
+        try:
+            futures = self._admin.list_offsets(
+                self._request,
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,  # the high watermark, not LSO
+                request_timeout=timeout_s,
+            )
+        except (KafkaException, ValueError, TypeError) as exc:
+            self._fail("list_offsets", exc, "retrying with backoff")
+            return False
+        concurrent.futures.wait(futures.values(), timeout=timeout_s + 1.0)
+        offsets: dict[tuple[str, int], int] = {}
+        failed: dict[str, int] = {}
+        first_exc: BaseException | None = None
+        for tp, fut in futures.items():
+            err = fut.exception(timeout=0) if fut.done() else TimeoutError()
+            if err is None:
+                offsets[(tp.topic, tp.partition)] = fut.result().offset
+            else:
+                kind = error_kind(err)
+                failed[kind] = failed.get(kind, 0) + 1
+                first_exc = first_exc or err
+        # The sample time is the midpoint of the round trip: the broker read the offsets
+        # somewhere inside it, and the midpoint halves the worst-case error.
+        sampled_at_ms = (started_wall + time.time_ns()) // 2 // _NS_PER_MS
+        stats.last_sample_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
+        if failed:
+            self._refresh_now |= not failed.keys().isdisjoint(TOPOLOGY_ERRORS)
+            if not offsets:
+                assert first_exc is not None
+                self._fail("list_offsets", first_exc, "retrying with backoff")
+                return False
+            for kind, n in failed.items():
+                stats.count_error("partition", kind, n)
+            self._log_limited(
+                "partition",
+                logging.WARNING,
+                "ListOffsets failed for %d partitions %s; they are -1 this tick",
+                sum(failed.values()),
+                failed,
+            )
+        stats.samples += 1
+        header = [(STATS_HEADER, stats.header())]
+        for wm in build_watermarks(self._watched, offsets, sampled_at_ms):
+            try:
+                self.produce(
+                    value=encode(wm), key=wm.topic, headers=header, timestamp=sampled_at_ms
+                )
+            except Exception as exc:  # librdkafka/Quix raise several types; all mean "not sent"
+                stats.count_error("produce", error_kind(exc))
+                self._log_limited("produce", logging.WARNING, "produce failed: %r", exc)
+            else:
+                stats.messages += 1
+        stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
+        return True
+
+    def _fail(self, where: str, exc: BaseException, then: str) -> None:
+        kind = error_kind(exc)
+        self._stats.count_error(where, kind)
+        if is_retriable(exc):
+            self._log_limited(
+                where, logging.WARNING, "%s failed (%s): %s; %s", where, kind, exc, then
+            )
+        else:
+            self._log_limited(
+                where,
+                logging.ERROR,
+                "%s failed (%s, not retriable): %s; grant the sampler's "
+                "principal Describe on the watched topics and check the security settings in "
+                "broker_config; %s",
+                where,
+                kind,
+                exc,
+                then,
+            )
+
+    def _log_limited(self, key: str, level: int, msg: str, *args: object) -> None:
+        """Log at most once per stats interval per key: an outage must not flood the log."""
+        now = time.monotonic_ns()
+        last = self._last_logged_ns.get(key)
+        if last is None or now - last >= self.stats_log_interval_ms * _NS_PER_MS:
+            self._last_logged_ns[key] = now
+            logger.log(level, msg, *args)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _key_values(pairs: Iterable[str]) -> dict[str, str]:
+    config = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"-X {pair!r}: write client settings as key=value, e.g. -X security.protocol=SSL"
+            )
+        config[key] = value
+    return config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lagpilot sample",
+        description="Sample the high watermarks of the watched topics and produce one "
+        f"message per topic per tick to {topics.WATERMARKS}.",
+    )
+    p.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,host:port]")
+    p.add_argument(
+        "--include", default=".*", help="regex of topics to watch (whole name); default all"
+    )
+    p.add_argument("--exclude", default=None, help="regex of topics not to watch (whole name)")
+    p.add_argument(
+        "--include-internal",
+        action="store_true",
+        help=f"also watch internal topics ({INTERNAL_TOPICS})",
+    )
+    p.add_argument("--sample-interval-ms", type=int, default=250)
+    p.add_argument("--metadata-refresh-ms", type=int, default=5000)
+    p.add_argument("--topic", default=topics.WATERMARKS, help="topic to produce to")
+    p.add_argument(
+        "-X",
+        dest="config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Kafka client setting (security.protocol, sasl.*, ssl.*), repeatable",
+    )
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``lagpilot sample``: run only the sampler in a Quix Application; Ctrl-C stops it."""
+    from quixstreams import Application
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        extra = _key_values(args.config)
+        source = HighWatermarkSource(
+            "lagpilot-watermarks",
+            {"bootstrap.servers": args.bootstrap, **extra},
+            include=args.include,
+            exclude=args.exclude,
+            exclude_internal=not args.include_internal,
+            sample_interval_ms=args.sample_interval_ms,
+            metadata_refresh_ms=args.metadata_refresh_ms,
+        )
+    except ConfigError as exc:
+        print(f"lagpilot sample: {exc}", file=sys.stderr)
+        return 2
+    app = Application(
+        broker_address=args.bootstrap,
+        consumer_group="lagpilot-sampler",
+        producer_extra_config=extra,
+        consumer_extra_config=extra,
+        loglevel=args.log_level.upper(),
+    )
+    topic = app.topic(
+        args.topic,
+        key_serializer="str",
+        value_serializer="bytes",
+        key_deserializer="str",
+        value_deserializer="json",
+    )
+    app.add_source(source, topic=topic)
+    try:
+        app.run()
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
