@@ -1,0 +1,565 @@
+"""Decode ``__consumer_offsets`` records into lagpilot's typed coordinator records.
+
+A record's key is an int16 record type followed by a struct; its value is an int16 value
+version followed by a struct; a null value is a tombstone. :func:`decode_record` is pure:
+it returns an :class:`~schemas.offsets.OffsetCommit`, :class:`~schemas.offsets.OffsetDeleted`,
+:class:`~schemas.offsets.GroupMetadata` or :class:`~schemas.offsets.GroupRemoved`, or a
+:class:`Skipped` naming why and which field it could not read. It never raises: the topic
+is written by brokers of many versions and vendors, and one record we do not understand
+must not stop lag detection for every other group.
+
+Offset commits are nearly all of the topic's traffic, so type 0/1 keys with v1/v3 values
+take a hot path (precompiled structs, no reader object); everything else, and any record
+the hot path rejects, goes through a field-by-field reader that names the field that failed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from quixstreams.models.serializers import Deserializer, SerializationContext
+
+from schemas.codec import to_dict
+from schemas.offsets import (
+    CoordinatorRecord,
+    GroupMember,
+    GroupMetadata,
+    GroupRemoved,
+    OffsetCommit,
+    OffsetDeleted,
+    TopicAssignment,
+)
+from schemas.topics import OWN_GROUP_PREFIX
+
+__all__ = [
+    "CoordinatorKeyDeserializer",
+    "DecodeCounters",
+    "SkipReason",
+    "Skipped",
+    "decode_assignment",
+    "decode_message",
+    "decode_record",
+    "is_own_group",
+    "make_message_decoder",
+]
+
+SkipReason = Literal["unknown_type", "unknown_version", "malformed_key", "malformed_value"]
+
+OFFSET_COMMIT_VALUE_VERSIONS = range(5)  # v0..v4, v4 flexible
+GROUP_METADATA_VALUE_VERSIONS = range(5)  # v0..v4, v4 flexible
+FLEXIBLE_FROM = 4
+
+_KIND_BY_TYPE = {
+    **dict.fromkeys(range(3, 9), "a KIP-848 consumer group record (types 3..8)"),
+    **dict.fromkeys(range(9, 16), "a share group record (types 9..15)"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A record the decoder did not turn into an event, and why.
+
+    Counted by ``(reason, record_type, version)`` so an operator sees, e.g., that a broker
+    upgrade started writing OffsetCommitValue v5 before lag silently stops for everyone.
+    """
+
+    reason: SkipReason
+    record_type: int | None
+    version: int | None
+    detail: str
+
+
+class _Malformed(Exception):
+    """Raised inside the slow reader only; :func:`decode_record` turns it into Skipped."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+# --------------------------------------------------------------------------- hot path
+
+_KEY_HEAD = struct.Struct(">hh")  # record type, group length
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_INT64X2 = struct.Struct(">qq")
+_V1_HEAD = struct.Struct(">hqh")  # version, offset, metadata length
+_V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
+
+_new = object.__new__
+#: Every OffsetCommit slot, in order; the unit tests check it against the dataclass.
+_FAST_FIELDS = (
+    "group",
+    "topic",
+    "partition",
+    "offset",
+    "commit_ts_ms",
+    "leader_epoch",
+    "metadata",
+    "expire_ts_ms",
+    "event",
+    "v",
+)
+(
+    _set_group,
+    _set_topic,
+    _set_partition,
+    _set_offset,
+    _set_commit_ts,
+    _set_epoch,
+    _set_metadata,
+    _set_expire_ts,
+    _set_event,
+    _set_v,
+) = (vars(OffsetCommit)[name].__set__ for name in _FAST_FIELDS)
+
+
+def _new_commit(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    commit_ts_ms: int,
+    leader_epoch: int,
+    metadata: str,
+    expire_ts_ms: int | None,
+) -> OffsetCommit:
+    """``OffsetCommit(...)`` at half the cost: the frozen dataclass's ``__init__`` goes
+    through ``object.__setattr__`` per field, which is a third of the hot path's budget.
+    ``tests/unit/pipeline/test_offsets.py`` checks this stays equal to the constructor."""
+    c = _new(OffsetCommit)
+    _set_group(c, group)
+    _set_topic(c, topic)
+    _set_partition(c, partition)
+    _set_offset(c, offset)
+    _set_commit_ts(c, commit_ts_ms)
+    _set_epoch(c, leader_epoch)
+    _set_metadata(c, metadata)
+    _set_expire_ts(c, expire_ts_ms)
+    _set_event(c, "commit")
+    _set_v(c, 1)
+    return c
+
+
+#: Decoded offset-commit keys by their bytes. A group commits the same partitions over and
+#: over, so most keys repeat; reusing their decoding halves the hot path. Bounded by
+#: clearing when full (cheaper than LRU bookkeeping on every hit); it only memoises
+#: immutable results, so ``decode_record`` stays a pure function.
+COMMIT_KEY_CACHE_SIZE = 16_384
+_commit_keys: dict[bytes, tuple[str, str, int]] = {}
+_commit_keys_get = _commit_keys.get
+
+
+def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord | Skipped:
+    """Decode one ``__consumer_offsets`` record; never raises.
+
+    >>> key = bytes.fromhex("0001" "0001") + b"g" + bytes.fromhex("0001") + b"t" + bytes(4)
+    >>> value = bytes.fromhex("0003") + (42).to_bytes(8, "big") + (7).to_bytes(4, "big")
+    >>> value += bytes(2) + (1700000000000).to_bytes(8, "big")
+    >>> decode_record(key, value)  # doctest: +NORMALIZE_WHITESPACE
+    OffsetCommit(group='g', topic='t', partition=0, offset=42, commit_ts_ms=1700000000000,
+                 leader_epoch=7, metadata='', expire_ts_ms=None, event='commit', v=1)
+    >>> decode_record(key, None)
+    OffsetDeleted(group='g', topic='t', partition=0, event='offset_deleted', v=1)
+    """
+    if type(key) is not bytes or value is None:  # tombstones, odd buffers: the careful way
+        return _decode_slow(key, value)
+    try:
+        commit_key = _commit_keys_get(key)
+        if commit_key is None:
+            ktype, glen = _KEY_HEAD.unpack_from(key)
+            if (ktype == 1 or ktype == 0) and glen >= 0:
+                p = 4 + glen
+                (tlen,) = _INT16.unpack_from(key, p)
+                if tlen >= 0:
+                    p2 = p + 2 + tlen
+                    (partition,) = _INT32.unpack_from(key, p2)
+                    if p2 + 4 == len(key):
+                        commit_key = (
+                            key[4:p].decode(),
+                            key[p + 2 : p2].decode(),
+                            partition,
+                        )
+                        if len(_commit_keys) >= COMMIT_KEY_CACHE_SIZE:
+                            _commit_keys.clear()
+                        _commit_keys[key] = commit_key
+        if commit_key is not None and value[0] == 0:
+            ver = value[1]
+            if ver == 3:
+                _, offset, epoch, mlen = _V3_HEAD.unpack_from(value)
+                if mlen >= 0:
+                    q = 16 + mlen
+                    (commit_ts,) = _INT64.unpack_from(value, q)
+                    if q + 8 == len(value):
+                        group, topic, partition = commit_key
+                        return _new_commit(
+                            group,
+                            topic,
+                            partition,
+                            offset,
+                            commit_ts,
+                            epoch,
+                            value[16:q].decode(),
+                            None,
+                        )
+            elif ver == 1:
+                _, offset, mlen = _V1_HEAD.unpack_from(value)
+                if mlen >= 0:
+                    q = 12 + mlen
+                    commit_ts, expire_ts = _INT64X2.unpack_from(value, q)
+                    if q + 16 == len(value):
+                        group, topic, partition = commit_key
+                        return _new_commit(
+                            group,
+                            topic,
+                            partition,
+                            offset,
+                            commit_ts,
+                            -1,
+                            value[12:q].decode(),
+                            None if expire_ts < 0 else expire_ts,
+                        )
+    except Exception:  # any surprise falls through to the careful reader below
+        pass
+    return _decode_slow(key, value)
+
+
+# --------------------------------------------------------------------------- slow path
+
+
+class _Reader:
+    """Reads Kafka's wire types from a buffer, naming the field when it cannot."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def _take(self, n: int, field: str) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise _Malformed(field, f"needs {n} bytes at byte {self.pos}, {self.remaining} left")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    @property
+    def remaining(self) -> int:
+        return len(self.buf) - self.pos
+
+    def int16(self, field: str) -> int:
+        return int(_INT16.unpack(self._take(2, field))[0])
+
+    def int32(self, field: str) -> int:
+        return int(_INT32.unpack(self._take(4, field))[0])
+
+    def int64(self, field: str) -> int:
+        return int(_INT64.unpack(self._take(8, field))[0])
+
+    def uvarint(self, field: str) -> int:
+        result = shift = 0
+        while True:
+            if self.pos >= len(self.buf):
+                raise _Malformed(field, "truncated varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise _Malformed(field, "varint longer than 5 bytes")
+
+    def _length(self, field: str, compact: bool, wide: bool = False) -> int:
+        """-1 for null; compact lengths are stored +1, 0 meaning null."""
+        if compact:
+            return self.uvarint(field) - 1
+        return self.int32(field) if wide else self.int16(field)
+
+    def string(self, field: str, compact: bool) -> str:
+        s = self.nullable_string(field, compact)
+        if s is None:
+            raise _Malformed(field, "null where a string is required")
+        return s
+
+    def nullable_string(self, field: str, compact: bool) -> str | None:
+        n = self._length(field, compact)
+        if n < -1:
+            raise _Malformed(field, f"negative length {n}")
+        if n == -1:
+            return None
+        raw = self._take(n, field)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError as exc:
+            raise _Malformed(field, f"not UTF-8 ({exc.reason} at {exc.start})") from None
+
+    def nullable_bytes(self, field: str, compact: bool) -> bytes | None:
+        n = self._length(field, compact, wide=True)
+        if n < -1:
+            raise _Malformed(field, f"negative length {n}")
+        return None if n == -1 else self._take(n, field)
+
+    def array_len(self, field: str, compact: bool) -> int:
+        n = self._length(field, compact, wide=True)
+        if n < -1:
+            raise _Malformed(field, f"negative array length {n}")
+        if n > self.remaining:  # every element takes at least one byte
+            raise _Malformed(field, f"array length {n} exceeds the {self.remaining} bytes left")
+        return max(n, 0)
+
+    def skip_tagged_fields(self, field: str) -> None:
+        for _ in range(self.uvarint(field)):
+            self.uvarint(field)  # tag
+            self._take(self.uvarint(field), field)
+
+    def end(self, last_field: str) -> None:
+        if self.remaining:
+            raise _Malformed(last_field, f"{self.remaining} trailing bytes after it")
+
+
+def _decode_slow(key: bytes | None, value: bytes | None) -> CoordinatorRecord | Skipped:
+    if not isinstance(key, bytes | bytearray | memoryview):
+        return Skipped("malformed_key", None, None, "key: null or not bytes")
+    kr = _Reader(bytes(key))
+    try:
+        ktype = kr.int16("key.record_type")
+    except _Malformed as exc:
+        return Skipped("malformed_key", None, None, str(exc))
+    version: int | None = None
+    if value is not None:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            return Skipped("malformed_value", ktype, None, "value: not bytes")
+        value = bytes(value)
+        version = _INT16.unpack_from(value)[0] if len(value) >= 2 else None
+    if ktype not in (0, 1, 2):
+        kind = _KIND_BY_TYPE.get(ktype, "a record type this decoder does not know")
+        return Skipped("unknown_type", ktype, version, f"key.record_type: {ktype} is {kind}")
+    try:
+        if ktype == 2:
+            group = kr.string("key.group", compact=False)
+            kr.end("key.group")
+        else:
+            group = kr.string("key.group", compact=False)
+            topic = kr.string("key.topic", compact=False)
+            partition = kr.int32("key.partition")
+            kr.end("key.partition")
+    except _Malformed as exc:
+        return Skipped("malformed_key", ktype, version, str(exc))
+    if value is None:
+        return GroupRemoved(group) if ktype == 2 else OffsetDeleted(group, topic, partition)
+    if version is None:
+        return Skipped("malformed_value", ktype, None, "value.version: needs 2 bytes")
+    if ktype == 2:
+        if version not in GROUP_METADATA_VALUE_VERSIONS:
+            return Skipped("unknown_version", ktype, version, _unknown_version("Group", version))
+        return _group_metadata(group, value, version)
+    if version not in OFFSET_COMMIT_VALUE_VERSIONS:
+        return Skipped("unknown_version", ktype, version, _unknown_version("OffsetCommit", version))
+    try:
+        return _offset_commit(group, topic, partition, _Reader(value, 2), version)
+    except _Malformed as exc:
+        return Skipped("malformed_value", ktype, version, str(exc))
+
+
+def _unknown_version(kind: str, version: int) -> str:
+    return f"value.version: {kind}Value v{version} is newer than this decoder (v0..v4)"
+
+
+def _offset_commit(
+    group: str, topic: str, partition: int, r: _Reader, version: int
+) -> OffsetCommit:
+    flexible = version >= FLEXIBLE_FROM
+    offset = r.int64("value.offset")
+    epoch = r.int32("value.leader_epoch") if version >= 3 else -1
+    # Kafka stores a null commit metadata as ""; be as lenient as the broker.
+    metadata = r.nullable_string("value.metadata", flexible) or ""
+    commit_ts = r.int64("value.commit_timestamp")
+    expire_ts = r.int64("value.expire_timestamp") if version == 1 else -1
+    last = "value.expire_timestamp" if version == 1 else "value.commit_timestamp"
+    if flexible:
+        r.skip_tagged_fields("value.tagged_fields")
+        last = "value.tagged_fields"
+    r.end(last)
+    return _new_commit(
+        group,
+        topic,
+        partition,
+        offset,
+        commit_ts,
+        epoch,
+        metadata,
+        None if expire_ts < 0 else expire_ts,
+    )
+
+
+def _group_metadata(group: str, value: bytes, version: int) -> GroupMetadata | Skipped:
+    """Kafka's layout first; if it does not fit exactly, Redpanda's (a version per member).
+
+    With no members the two layouts are the same bytes, and a Kafka member id is never two
+    bytes long, so the Redpanda reading is only tried when Kafka's has failed.
+    """
+    try:
+        return _group_metadata_layout(group, _Reader(value, 2), version, per_member_version=False)
+    except _Malformed as kafka_exc:
+        if version >= FLEXIBLE_FROM:
+            return Skipped("malformed_value", 2, version, str(kafka_exc))
+        try:
+            return _group_metadata_layout(
+                group, _Reader(value, 2), version, per_member_version=True
+            )
+        except _Malformed:
+            return Skipped("malformed_value", 2, version, str(kafka_exc))
+
+
+def _group_metadata_layout(
+    group: str, r: _Reader, version: int, *, per_member_version: bool
+) -> GroupMetadata:
+    flexible = version >= FLEXIBLE_FROM
+    protocol_type = r.string("value.protocol_type", flexible)
+    generation = r.int32("value.generation")
+    protocol = r.nullable_string("value.protocol", flexible)
+    leader = r.nullable_string("value.leader", flexible)
+    state_ts = r.int64("value.current_state_timestamp") if version >= 2 else -1
+    members: list[GroupMember] = []
+    for i in range(r.array_len("value.members", flexible)):
+        f = f"value.members[{i}]"
+        mv = version
+        if per_member_version:
+            mv = r.int16(f"{f}.version")
+            if mv not in range(FLEXIBLE_FROM):
+                raise _Malformed(f"{f}.version", f"member version {mv} is not 0..3")
+        member_id = r.string(f"{f}.member_id", flexible)
+        instance = r.nullable_string(f"{f}.group_instance_id", flexible) if mv >= 3 else None
+        client_id = r.string(f"{f}.client_id", flexible)
+        client_host = r.string(f"{f}.client_host", flexible)
+        rebalance_ms = r.int32(f"{f}.rebalance_timeout") if mv >= 1 else -1
+        session_ms = r.int32(f"{f}.session_timeout")
+        r.nullable_bytes(f"{f}.subscription", flexible)
+        raw_assignment = r.nullable_bytes(f"{f}.assignment", flexible)
+        if flexible:
+            r.skip_tagged_fields(f"{f}.tagged_fields")
+        assignment = decode_assignment(raw_assignment) if protocol_type == "consumer" else ()
+        members.append(
+            GroupMember(
+                member_id=member_id,
+                client_id=client_id,
+                client_host=client_host,
+                group_instance_id=instance,
+                rebalance_timeout_ms=rebalance_ms,
+                session_timeout_ms=session_ms,
+                assignment=assignment,
+            )
+        )
+    last = "value.members"
+    if flexible:
+        r.skip_tagged_fields("value.tagged_fields")
+        last = "value.tagged_fields"
+    r.end(last)
+    return GroupMetadata(
+        group=group,
+        protocol_type=protocol_type,
+        generation=generation,
+        protocol=protocol,
+        leader=leader,
+        current_state_ts_ms=state_ts,
+        members=tuple(members),
+    )
+
+
+def decode_assignment(raw: bytes | None) -> tuple[TopicAssignment, ...]:
+    """The partitions in a ConsumerProtocolAssignment (any version); ``()`` if unreadable.
+
+    Best effort by design: the assignment is client-written bytes (a custom assignor may
+    put anything there), and a member we cannot read is still a member. Versions 1..3 only
+    append fields after ``assigned_partitions``, so every version is read as v0's prefix.
+    """
+    if not raw or len(raw) < 2:
+        return ()
+    r = _Reader(bytes(raw), 2)  # skip the assignment's int16 version
+    try:
+        out = []
+        for _ in range(r.array_len("assigned_partitions", compact=False)):
+            topic = r.string("topic", compact=False)
+            n = r.array_len("partitions", compact=False)
+            parts = struct.unpack_from(f">{n}i", r._take(4 * n, "partitions"))
+            out.append(TopicAssignment(topic, tuple(parts)))
+        return tuple(out)
+    except (_Malformed, struct.error):
+        return ()
+
+
+# --------------------------------------------------------------------------- pipeline edges
+
+
+def is_own_group(group: str, own_prefix: str = OWN_GROUP_PREFIX) -> bool:
+    """True for lagpilot's own consumer groups, whose commits the pipeline must ignore:
+    reading our own commits would feed our consumption back into our lag model.
+    An empty prefix matches nothing (rather than every group)."""
+    return bool(own_prefix) and group.startswith(own_prefix)
+
+
+class DecodeCounters(Counter[tuple[str, int | None, int | None]]):
+    """Skipped records counted by ``(reason, record_type, version)``, plus own-group drops.
+
+    A plain counter so the pipeline's metrics module can export it as a labelled Prometheus
+    counter without this module importing prometheus-client.
+    """
+
+    own_group_filtered: int = 0
+
+    def record(self, skipped: Skipped) -> None:
+        self[(skipped.reason, skipped.record_type, skipped.version)] += 1
+
+
+class CoordinatorKeyDeserializer(Deserializer):
+    """Passes ``__consumer_offsets`` key bytes through untouched.
+
+    The key alone cannot be decoded into an event (a key with a null value is a deletion),
+    so decoding happens in :func:`decode_message` with key and value together.
+    Quix never calls a key deserializer for a null key; it passes ``None`` on itself.
+    """
+
+    def __call__(self, value: bytes, ctx: SerializationContext) -> bytes:
+        return bytes(value)
+
+
+MessageDecoder = Callable[[bytes | None, bytes | None, int, Any], dict[str, Any] | None]
+
+
+def make_message_decoder(
+    own_prefix: str = OWN_GROUP_PREFIX, counters: DecodeCounters | None = None
+) -> MessageDecoder:
+    """A function for ``sdf.apply(fn, metadata=True)`` over ``__consumer_offsets``.
+
+    Quix delivers a tombstone as ``value=None`` (the value deserializer is not called), so
+    deletions flow through as ``offset_deleted``/``group_removed`` dicts. Returns ``None``
+    for skipped records (counted in ``counters``) and for lagpilot's own groups; follow it
+    with ``.filter(lambda v: v is not None)``.
+    """
+
+    def decode(
+        value: bytes | None, key: bytes | None, timestamp: int, headers: Any
+    ) -> dict[str, Any] | None:
+        record = decode_record(key, value)
+        if isinstance(record, Skipped):
+            if counters is not None:
+                counters.record(record)
+            return None
+        if is_own_group(record.group, own_prefix):
+            if counters is not None:
+                counters.own_group_filtered += 1
+            return None
+        return to_dict(record)
+
+    return decode
+
+
+decode_message: MessageDecoder = make_message_decoder()
+"""The default :func:`make_message_decoder`: lagpilot's own prefix, nothing counted."""
