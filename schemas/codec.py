@@ -90,7 +90,9 @@ def verify(event: Mapping[str, Any], key: bytes) -> None:
         raise EventError("unsigned", "event has no signature")
     want = hmac.new(key, canonical(event), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(got, want):
-        raise EventError("bad_signature", "signature does not match (forged, altered, or another key)")
+        raise EventError(
+            "bad_signature", "signature does not match (forged, altered, or another key)"
+        )
 
 
 def load_signing_key(env: Mapping[str, str] | None = None) -> bytes:

@@ -1,0 +1,191 @@
+"""The lag model against scripted producers and consumers, with exact known truths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.lag import GroupModel, LagConfig, TopicModel, time_lag_s
+from schemas import LagStatus, to_dict, validate
+
+CFG = LagConfig()
+TICK_MS = 250
+
+
+class Script:
+    """A producer at ``produce_per_s`` and a consumer committing every ``commit_every_ms``
+    at ``consume_per_s`` (capped by what exists), sampled every 250 ms."""
+
+    def __init__(self, produce_per_s: float, consume_per_s: float, commit_every_ms: int = 100):
+        self.produce_per_s = produce_per_s
+        self.consume_per_s = consume_per_s
+        self.commit_every_ms = commit_every_ms
+        self.model = TopicModel("t", CFG)
+        self.t0 = 1_000_000
+        self.consumed = 0.0
+        self.last_ms = self.t0
+
+    def hwm(self, t_ms: int) -> int:
+        return int(self.produce_per_s * (t_ms - self.t0) / 1000)
+
+    def run(self, until_ms: int, consuming: bool = True) -> list:
+        obs = []
+        t = self.last_ms
+        while t < until_ms:
+            t += 50
+            if consuming:
+                self.consumed = min(self.consumed + self.consume_per_s * 0.05, self.hwm(t))
+            if consuming and (t - self.t0) % self.commit_every_ms == 0:
+                self.model.commit("g", 0, int(self.consumed), t)
+            if (t - self.t0) % TICK_MS == 0:
+                self.model.add_sample(t, [self.hwm(t)])
+                obs.append(self.model.observe(t))
+        self.last_ms = t
+        return obs
+
+
+def test_caught_up_consumer_is_ok_with_zero_time_lag():
+    s = Script(produce_per_s=1000, consume_per_s=5000)
+    obs = s.run(s.t0 + 20_000)
+    last = obs[-1][0]
+    assert last.lag[0] <= 100  # at most one commit interval of messages
+    assert last.time_lag_s[0] < 0.35
+    assert LagStatus(list(LagStatus)[last.status[0]]) is LagStatus.OK
+
+
+def test_lag_rate_matches_the_scripted_deficit_within_10_percent():
+    s = Script(produce_per_s=1000, consume_per_s=600)
+    obs = s.run(s.t0 + 20_000)
+    rate = obs[-1][0].lag_rate_per_s[0]
+    assert rate == pytest.approx(400, rel=0.10)
+    assert obs[-1][0].produce_rate_per_s[0] == pytest.approx(1000, rel=0.05)
+    assert obs[-1][0].consume_rate_per_s[0] == pytest.approx(600, rel=0.10)
+
+
+def test_time_lag_within_250_ms_of_the_truth():
+    s = Script(produce_per_s=1000, consume_per_s=600)
+    obs = s.run(s.t0 + 20_000)
+    o = obs[-1][0]
+    c = int(o.committed[0])
+    # truth: the message at offset c was produced at t0 + (c + 1) / rate
+    truth_s = (o.now_ms - (s.t0 + (c + 1) * 1000 / s.produce_per_s)) / 1000
+    assert abs(o.time_lag_s[0] - truth_s) < 0.25
+    assert o.time_lag_s[0] > 5  # really behind
+
+
+def test_acceleration_seen_when_the_deficit_grows():
+    s = Script(produce_per_s=1000, consume_per_s=1000)
+    s.run(s.t0 + 10_000)
+    s.consume_per_s = 0.0
+    s.produce_per_s = 1000.0
+    obs = s.run(s.t0 + 13_000, consuming=True)
+    assert obs[-1][0].lag_accel_per_s2[0] > 0
+
+
+def test_stopped_consumer_is_stop_within_one_second_without_more_commits():
+    s = Script(produce_per_s=1000, consume_per_s=2000, commit_every_ms=100)
+    s.run(s.t0 + 10_000)
+    stopped_at = s.last_ms
+    obs = s.run(stopped_at + 3_000, consuming=False)
+    first_stop = next(
+        o[0].now_ms for o in obs if list(LagStatus)[o[0].status[0]] is LagStatus.STOP
+    )
+    assert first_stop - stopped_at <= 1000
+    first_non_ok = next(o[0].now_ms for o in obs if o[0].status[0] != 0)
+    assert first_non_ok - stopped_at <= 500
+
+
+def test_idle_topic_with_caught_up_group_stays_ok_for_minutes():
+    m = TopicModel("t", CFG)
+    m.commit("g", 0, 500, 1_000)
+    for i in range(1, 4 * 60 * 5):  # five minutes at 4 Hz, no new data, no commits
+        m.add_sample(1_000 + i * 250, [500])
+        (o,) = m.observe(1_000 + i * 250)
+        assert o.status[0] == 0 and o.time_lag_s[0] == 0.0 and o.lag[0] == 0
+
+
+def test_rewind_on_offset_reset_then_back_to_normal():
+    m = TopicModel("t", CFG)
+    m.commit("g", 0, 900, 1_000)
+    m.add_sample(1_100, [900])
+    m.commit("g", 0, 100, 1_200)  # offsets reset to an earlier position
+    m.add_sample(1_350, [900])
+    (o,) = m.observe(1_350)
+    assert list(LagStatus)[o.status[0]] is LagStatus.REWIND
+
+
+def test_stall_when_commits_continue_but_offset_is_stuck():
+    m = TopicModel("t", CFG)
+    for i in range(40):
+        t = 1_000 + i * 250
+        m.commit("g", 0, 10, t)  # commits every tick, always the same offset
+        m.add_sample(t, [10 + i * 10])
+        (o,) = m.observe(t)
+    assert list(LagStatus)[o.status[0]] is LagStatus.STALL
+
+
+def test_replayed_commit_and_sample_change_nothing():
+    m = TopicModel("t", CFG)
+    m.commit("g", 0, 100, 2_000)
+    m.commit("g", 0, 50, 1_000)  # an older record replayed after a restart
+    assert m.groups["g"].committed[0] == 100
+    assert m.add_sample(3_000, [200])
+    assert not m.add_sample(3_000, [200])
+    assert not m.add_sample(2_500, [150])
+
+
+def test_history_is_bounded_and_keeps_the_window_and_the_oldest_row():
+    cfg = LagConfig(history_rows=64, window_s=2.0)
+    m = TopicModel("t", cfg)
+    for i in range(2_000):
+        m.add_sample(1_000 + i * 250, [i * 10])
+    assert len(m.t_ms) <= 64
+    assert m.t_ms[0] == 1_000  # still reaches back to the start, thinned
+    window_rows = (m.t_ms >= m.t_ms[-1] - 2_000).sum()
+    assert window_rows == 9  # every sample of the last 2 s is kept
+
+
+def test_time_lag_beyond_the_table_is_extrapolated_not_nan():
+    t = np.array([10_000, 11_000], np.int64)
+    hw = np.array([[1_000], [2_000]], np.int64)
+    tl = time_lag_s(t, hw, np.array([0], np.int64), now_ms=11_000)
+    # 1000 msgs/s: offset 0 was written ~1 s before the first row
+    assert tl[0] == pytest.approx(2.0, abs=0.01)
+    assert not np.isnan(time_lag_s(t, hw, np.array([5_000], np.int64), 11_000)).any()
+
+
+def test_new_partitions_widen_the_model():
+    m = TopicModel("t", CFG)
+    m.commit("g", 0, 5, 1_000)
+    m.add_sample(1_000, [5])
+    m.commit("g", 2, 1, 1_100)
+    m.add_sample(1_250, [5, 0, 3])
+    (o,) = m.observe(1_250)
+    assert list(o.partitions) == [0, 2]
+    assert list(o.lag) == [0, 2]
+
+
+def test_forgotten_offsets_prune_the_group():
+    m = TopicModel("t", CFG)
+    m.commit("g", 0, 5, 1_000)
+    m.forget("g", 0)
+    assert "g" not in m.groups
+
+
+def test_group_state_round_trips():
+    s = Script(produce_per_s=1000, consume_per_s=600)
+    s.run(s.t0 + 5_000)
+    g = s.model.groups["g"]
+    g2 = GroupModel.from_state(g.to_state())
+    for k in ("committed", "commit_ms", "progress_ms", "w_t", "w_hw", "w_c"):
+        assert np.array_equal(getattr(g, k), getattr(g2, k))
+    m2 = TopicModel("t", CFG)
+    m2.load_hw_state(s.model.hw_state())
+    assert np.array_equal(m2.hw, s.model.hw)
+
+
+def test_outputs_validate_against_their_schemas():
+    s = Script(produce_per_s=1000, consume_per_s=600)
+    (o,) = s.run(s.t0 + 5_000)[-1]
+    validate(to_dict(o.partition_lag(0)))
+    validate(to_dict(o.summary(5)))
