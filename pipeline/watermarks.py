@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, IsolationLevel, OffsetSpec
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from quixstreams.sources import Source
 
 from schemas import ConfigError, Watermarks, encode, topics
