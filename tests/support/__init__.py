@@ -1,0 +1,1 @@
+"""Test helpers shipped with the code (stubs of systems that cannot run in CI)."""
