@@ -1,0 +1,204 @@
+"""Backends: the one small interface through which the actuator changes a cluster.
+
+Every operation sets a state (a quota to a rate, a partition count to a total, a leader to a
+broker) rather than applying a delta, so applying the same action twice changes nothing the
+second time: that is what makes a replay after a crash or a rebalance harmless even in the
+window before its outcome is committed. Each returns a short sentence for the outcome's
+``reason`` and raises ``ActuatorError`` (with ``retriable``) when it cannot.
+
+- ``KafkaBackend``: Apache Kafka, and Redpanda >= 24.2, through the Kafka protocol only.
+- ``RedpandaBackend``: leadership through Redpanda's Admin API (``RedpandaAdmin``); quotas
+  and partitions through the Kafka protocol (the Admin API has no quota endpoint).
+- ``DryRunBackend``: records what it would do, optionally appending each call to a file
+  (the durable record the crash tests count); the test double and the safe default demo.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from actuators.errors import ActuatorError
+from actuators.settings import Settings
+
+BACKENDS_HELP = (
+    "kafka (Kafka protocol: Apache Kafka, Redpanda >= 24.2), redpanda (plus the Admin API "
+    "for leadership), dry-run (apply nothing); env LAGPILOT_ACTUATOR_BACKEND"
+)
+
+
+class Backend(Protocol):
+    name: str
+
+    def throttle(self, entity: str, name: str, bytes_per_s: int) -> str: ...
+
+    def release(self, entity: str, name: str) -> str: ...
+
+    def add_partitions(self, topic: str, total: int) -> str: ...
+
+    def transfer_leadership(self, topic: str, partition: int, target: int) -> str: ...
+
+    def ping(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class DryRunBackend:
+    """Applies nothing; remembers every call (and appends it to ``record_path`` if given)."""
+
+    name = "dry-run"
+
+    def __init__(self, record_path: str | None = None) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.quotas: dict[tuple[str, str], int] = {}
+        self._file = open(record_path, "ab") if record_path else None  # noqa: SIM115
+
+    def _record(self, *call: Any) -> None:
+        self.calls.append(call)
+        if self._file is not None:
+            # One write + fsync per call: the record survives SIGKILL of the process.
+            self._file.write(orjson.dumps(list(call)) + b"\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def throttle(self, entity: str, name: str, bytes_per_s: int) -> str:
+        self._record("throttle", entity, name, bytes_per_s)
+        self.quotas[(entity, name)] = bytes_per_s
+        return f"dry-run: would set producer_byte_rate={bytes_per_s} on {entity}={name}"
+
+    def release(self, entity: str, name: str) -> str:
+        self._record("release", entity, name)
+        self.quotas.pop((entity, name), None)
+        return f"dry-run: would remove producer_byte_rate on {entity}={name}"
+
+    def add_partitions(self, topic: str, total: int) -> str:
+        self._record("add_partitions", topic, total)
+        return f"dry-run: would grow {topic} to {total} partitions"
+
+    def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
+        self._record("transfer_leadership", topic, partition, target)
+        return f"dry-run: would move leadership of {topic}/{partition} to broker {target}"
+
+    def ping(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    @staticmethod
+    def read_record(path: str | Path) -> list[list[Any]]:
+        """The calls a DryRunBackend appended to ``path`` (a torn last line is skipped)."""
+        calls = []
+        for line in Path(path).read_bytes().splitlines():
+            try:
+                calls.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+        return calls
+
+
+class KafkaBackend:
+    name = "kafka"
+
+    def __init__(self, bootstrap: str, *, client_id: str) -> None:
+        from actuators.partitions import PartitionAdmin
+        from actuators.quotas import QuotaClient
+
+        self.quotas = QuotaClient(bootstrap, client_id=client_id)
+        self.partitions = PartitionAdmin(bootstrap, client_id=client_id)
+
+    def throttle(self, entity: str, name: str, bytes_per_s: int) -> str:
+        self.quotas.set_producer_rate(entity, name, bytes_per_s)
+        return f"producer_byte_rate={bytes_per_s} on {entity}={name}"
+
+    def release(self, entity: str, name: str) -> str:
+        self.quotas.remove_producer_rate(entity, name)
+        return f"producer_byte_rate removed from {entity}={name}"
+
+    def add_partitions(self, topic: str, total: int) -> str:
+        return self.partitions.add_partitions(topic, total)
+
+    def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
+        return self.partitions.transfer_leadership(topic, partition, target)
+
+    def ping(self) -> bool:
+        return self.partitions.ping()
+
+    def close(self) -> None:
+        self.quotas.close()
+        self.partitions.close()
+
+
+class RedpandaBackend(KafkaBackend):
+    """Kafka protocol for quotas and partitions; the Admin API for leadership.
+
+    ``admin`` is anything with RedpandaAdmin's ``partition`` and ``transfer_leadership``;
+    its errors carry ``message``, ``code`` and ``retriable`` and are passed on as they are.
+    Redpanda's own leader balancer may undo a manual move later; the outcome records what
+    was done, and the pipeline sees whether it stuck.
+    """
+
+    name = "redpanda"
+
+    def __init__(self, bootstrap: str, *, client_id: str, admin: Any) -> None:
+        super().__init__(bootstrap, client_id=client_id)
+        self.admin = admin
+
+    def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
+        try:
+            state = self.admin.partition(topic, partition)
+            leader = state.get("leader_id")
+            replicas = [r.get("node_id") for r in state.get("replicas", [])]
+            if leader == target:
+                return f"{topic}/{partition}: broker {target} already leads; nothing to do"
+            if replicas and target not in replicas:
+                raise ActuatorError(
+                    f"broker {target} is not a replica of {topic}/{partition} (replicas "
+                    f"{replicas}); pick a target among the replicas or move replicas first",
+                    retriable=False,
+                )
+            self.admin.transfer_leadership(topic, partition, target)
+        except ActuatorError:
+            raise
+        except Exception as exc:
+            if not hasattr(exc, "retriable"):
+                raise
+            raise ActuatorError(
+                f"Redpanda Admin API: {getattr(exc, 'message', None) or exc}",
+                code=getattr(exc, "code", None),
+                retriable=bool(exc.retriable),
+            ) from None
+        return f"{topic}/{partition}: leader {leader} -> {target} (Admin API)"
+
+    def close(self) -> None:
+        super().close()
+        close = getattr(self.admin, "close", None)
+        if close is not None:
+            close()
+
+
+def make_backend(settings: Settings) -> Backend:
+    """The backend the settings name; the Redpanda client is imported only when chosen."""
+    client_id = f"lagpilot-actuator-{settings.actuator_id}"
+    if settings.backend == "dry-run":
+        return DryRunBackend(settings.dry_run_log)
+    if settings.backend == "kafka":
+        return KafkaBackend(settings.bootstrap, client_id=client_id)
+    from actuators.redpanda_admin import RedpandaAdmin  # type: ignore[import-not-found,unused-ignore]
+
+    auth: dict[str, Any] = {}
+    if settings.redpanda_admin_username:
+        auth = {
+            "username": settings.redpanda_admin_username,
+            "password": settings.redpanda_admin_password,
+        }
+    admin = RedpandaAdmin(
+        list(settings.redpanda_admin_urls),
+        tls_verify=settings.redpanda_admin_tls_verify,
+        **auth,
+    )
+    return RedpandaBackend(settings.bootstrap, client_id=client_id, admin=admin)

@@ -1,0 +1,212 @@
+"""What to do with one control event: the actuator's rules as pure functions, ``now`` passed in.
+
+``check`` runs the gates in order and returns a ``Verdict``: either an outcome to publish
+without touching the cluster, or an action to apply. The order, one reason each:
+
+1. decode, 2. schema, 3. signature: nothing about an unverified event is trusted, so its
+   outcome is keyed by its position on the control topic, never by the id it claims (a
+   forged event must not overwrite, in the compacted outcomes topic, the record that a real
+   action was applied).
+4. dedupe: an id the ledger holds as applied is a ``duplicate`` whatever else is true of it.
+   It runs before the remaining gates because the outcomes topic keeps one outcome per id:
+   a later "expired" or "rejected: halted" for an applied id would erase that it was applied.
+5. expiry: an action past ``expires_at`` acted on stale numbers.
+6. kill switch events (``halt``/``resume`` with scope ``all``) are applied in any mode:
+   stopping is always safe, and the switch must work when everything else is misconfigured.
+7. mode: a ``recommend`` event, or any event while the policy file's mode is not ``act``,
+   is recorded, never applied.
+8. worker actions (spread/restore partition, scoped halts) and ``scale_consumers`` (a hint
+   for autoscalers) are recorded: this actuator does not own them.
+9. halted: nothing is applied.
+10. allow-lists: throttles, releases and partition growth only for allow-listed targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actuators.ledger import Lease, Ledger
+from actuators.settings import Policy
+from schemas import (
+    WORKER_ACTIONS,
+    ActionType,
+    EventError,
+    Mode,
+    OutcomeResult,
+    decode,
+    validate,
+    verify,
+)
+
+KILL_SWITCH = frozenset({ActionType.HALT, ActionType.RESUME})
+HINTS = frozenset({ActionType.SCALE_CONSUMERS})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    key: str  # the outcome's key on the outcomes topic
+    outcome: dict[str, Any] | None = None  # publish this, apply nothing
+    action: dict[str, Any] | None = None  # apply this, then publish its outcome
+
+
+def outcome(
+    result: OutcomeResult,
+    *,
+    actuator: str,
+    now_ms: int,
+    action: Mapping[str, Any] | None = None,
+    action_id: str | None = None,
+    reason: str | None = None,
+    error: dict[str, Any] | None = None,
+    lease_expires_at: int | None = None,
+) -> dict[str, Any]:
+    """A schema-valid outcome event (``outcome.v1.json``)."""
+    out: dict[str, Any] = {
+        "event": "outcome",
+        "v": 1,
+        "action_id": action_id or (action or {}).get("id") or "unknown",
+        "result": result.value,
+        "actuator": actuator,
+        "at": now_ms,
+    }
+    if action is not None:
+        for src, dst in (("type", "action_type"), ("target", "target")):
+            if isinstance(action.get(src), str):
+                out[dst] = action[src]
+        if isinstance(action.get("params"), dict):
+            out["params"] = action["params"]
+    if reason is not None:
+        out["reason"] = reason
+    if error is not None:
+        out["error"] = error
+    if lease_expires_at is not None:
+        out["lease_expires_at"] = lease_expires_at
+    return out
+
+
+def _claimed_id(event: Mapping[str, Any] | None, position: str) -> str:
+    claimed = (event or {}).get("id")
+    if isinstance(claimed, str) and 0 < len(claimed) <= 64:
+        return claimed
+    return f"unverified@{position}"
+
+
+def check(
+    raw: bytes | None,
+    *,
+    position: str,
+    signing_key: bytes,
+    policy: Policy,
+    ledger: Ledger,
+    actuator: str,
+    now_ms: int,
+) -> Verdict:
+    """The verdict on one control-topic value; ``position`` is "topic/partition@offset"."""
+    unverified = f"unverified@{position}"
+
+    def reject(event: Mapping[str, Any] | None, reason: str) -> Verdict:
+        out = outcome(
+            OutcomeResult.REJECTED,
+            actuator=actuator,
+            now_ms=now_ms,
+            action=event if isinstance(event, Mapping) else None,
+            action_id=_claimed_id(event, position),
+            reason=reason,
+        )
+        return Verdict(key=unverified, outcome=out)
+
+    if raw is None:
+        return reject(None, "malformed: empty value (a tombstone is not an action)")
+    try:
+        event = decode(raw)
+    except EventError as exc:
+        return reject(None, f"{exc.reason}: {exc}")
+    try:
+        validate(event)
+        if event.get("event") != "action":
+            raise EventError("schema", f"expected an action event, got {event.get('event')!r}")
+        verify(event, signing_key)
+    except EventError as exc:
+        return reject(event, f"{exc.reason}: {exc}")
+    return _check_verified(event, policy=policy, ledger=ledger, actuator=actuator, now_ms=now_ms)
+
+
+def _check_verified(
+    action: dict[str, Any], *, policy: Policy, ledger: Ledger, actuator: str, now_ms: int
+) -> Verdict:
+    action_id: str = action["id"]
+    kind = ActionType(action["type"])
+
+    def done(result: OutcomeResult, reason: str, key: str = action_id) -> Verdict:
+        out = outcome(result, actuator=actuator, now_ms=now_ms, action=action, reason=reason)
+        return Verdict(key=key, outcome=out)
+
+    if action_id in ledger.applied:
+        # Keyed apart from the id so that compaction keeps the applied outcome (and its lease).
+        return done(OutcomeResult.DUPLICATE, "already applied", key=f"{action_id}@duplicate")
+    if action["expires_at"] < now_ms:
+        late_s = (now_ms - action["expires_at"]) / 1000
+        return done(OutcomeResult.EXPIRED, f"expired {late_s:.3f} s before it was read")
+    if kind in KILL_SWITCH:
+        if action["params"].get("scope") == "all":
+            return Verdict(key=action_id, action=action)
+        return done(
+            OutcomeResult.RECORDED,
+            f"{kind.value} scope {action['params'].get('scope')!r} is for that group's "
+            "workers; the actuator halts only on scope 'all'",
+        )
+    if action["mode"] != Mode.ACT:
+        return done(OutcomeResult.RECORDED, "recommend mode: recorded, not applied")
+    if policy.mode != Mode.ACT:
+        return done(
+            OutcomeResult.RECORDED,
+            f"policy file mode is {policy.mode.value}: recorded, not applied (set mode = "
+            '"act" in the policy file to apply)',
+        )
+    if kind in WORKER_ACTIONS or kind in HINTS:
+        return done(OutcomeResult.RECORDED, f"{kind.value} is for workers/autoscalers: recorded")
+    if ledger.halted:
+        return done(OutcomeResult.REJECTED, "halted: the kill switch is on (send resume)")
+    refusal = _allow_refusal(kind, action["params"], policy)
+    if refusal:
+        return done(OutcomeResult.REJECTED, refusal)
+    return Verdict(key=action_id, action=action)
+
+
+def _allow_refusal(kind: ActionType, params: Mapping[str, Any], policy: Policy) -> str | None:
+    throttles = (ActionType.THROTTLE_PRODUCER, ActionType.RELEASE_PRODUCER)
+    if kind in throttles and not policy.allow.allows_throttle(params["entity"], params["name"]):
+        return (
+            f"not allow-listed: {params['entity']}={params['name']} is not covered by "
+            "[allow] throttle_client_ids in the policy file"
+        )
+    if kind == ActionType.ADD_PARTITIONS and not policy.allow.allows_partitions(params["topic"]):
+        return (
+            f"not allow-listed: topic {params['topic']!r} is not in [allow] partition_topics "
+            "in the policy file"
+        )
+    return None
+
+
+def lease_expiry_ms(action: Mapping[str, Any], now_ms: int) -> int:
+    """When a throttle applied at ``now_ms`` ends unless a newer throttle renews it."""
+    return now_ms + round(float(action["params"]["lease_s"]) * 1000)
+
+
+def released(lease: Lease, *, actuator: str, now_ms: int) -> dict[str, Any]:
+    """The outcome that ends a lease. Keyed by the throttle's id, it replaces that throttle's
+    ``applied`` outcome under compaction: the lease is over, the id stays known as applied."""
+    late_ms = max(0, now_ms - lease.expires_at_ms)
+    return outcome(
+        OutcomeResult.RELEASED,
+        actuator=actuator,
+        now_ms=now_ms,
+        action_id=lease.action_id,
+        reason=f"lease ended {late_ms} ms ago without renewal: quota removed",
+    ) | {
+        "action_type": ActionType.THROTTLE_PRODUCER.value,
+        "target": f"{lease.entity}:{lease.name}",
+        "params": {"entity": lease.entity, "name": lease.name},
+    }

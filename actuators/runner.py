@@ -1,0 +1,447 @@
+"""The actuator's run loop: lagpilot.control -> check -> apply -> lagpilot.outcomes.
+
+Exactly-once, thought through:
+
+- All actuators share one consumer group, so each control partition has one owner at a time.
+- Outcomes and the control offsets are committed in ONE Kafka transaction
+  (``send_offsets_to_transaction``). Since KIP-447 the broker fences an actuator whose group
+  generation is stale: an actuator that lost its partitions in a rebalance cannot commit
+  offsets or outcomes for them; its transaction aborts and the new owner reprocesses.
+- Before applying, the ledger (every applied id, rebuilt from the compacted outcomes topic at
+  start and kept current by tailing it, read_committed) is checked: an id applied by anyone
+  is a ``duplicate``.
+- What remains is the window between applying and committing: a crash there re-applies the
+  action on replay. Every backend operation sets a state (quota = rate, partitions = total,
+  leader = broker) and checks it first, so that second application changes nothing, and its
+  outcome is still committed exactly once.
+- ``actuator_id`` is the transactional id: a restarted actuator with the same id fences its
+  dead predecessor and aborts its open transaction at once (instead of read_committed
+  readers waiting for the transaction timeout).
+
+The cluster is touched only by ``backend``; the kill switch and leases live in the ledger.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from actuators.backends import Backend
+from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
+from actuators.errors import ActuatorError
+from actuators.ledger import Lease, Ledger
+from actuators.metrics import Metrics, MetricsServer
+from actuators.settings import Policy, Settings
+from schemas import ActionType, EventError, OutcomeResult, decode, encode
+
+log = logging.getLogger("lagpilot.actuator")
+
+CONTROL_PARTITIONS = 3
+OUTCOME_PARTITIONS = 3
+REBUILD_TIMEOUT_S = 60.0
+POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
+
+
+def ensure_topics(admin: AdminClient, settings: Settings, timeout_s: float = 15.0) -> None:
+    """Create the control topic and the compacted outcomes topic when they are missing."""
+    existing = admin.list_topics(timeout=timeout_s).topics
+    wanted = [
+        NewTopic(settings.control_topic, CONTROL_PARTITIONS, -1),
+        NewTopic(
+            settings.outcomes_topic, OUTCOME_PARTITIONS, -1, config={"cleanup.policy": "compact"}
+        ),
+    ]
+    missing = [t for t in wanted if t.topic not in existing]
+    if not missing:
+        return
+    for name, future in admin.create_topics(missing, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise RuntimeError(f"cannot create topic {name}: {exc.args[0].str()}") from None
+
+
+def dispatch(backend: Backend, action: dict[str, Any]) -> str:
+    """Call the backend operation an action names; returns what was done."""
+    p = action["params"]
+    kind = action["type"]
+    if kind == ActionType.THROTTLE_PRODUCER:
+        return backend.throttle(p["entity"], p["name"], int(p["producer_byte_rate"]))
+    if kind == ActionType.RELEASE_PRODUCER:
+        return backend.release(p["entity"], p["name"])
+    if kind == ActionType.ADD_PARTITIONS:
+        return backend.add_partitions(p["topic"], int(p["total"]))
+    if kind == ActionType.TRANSFER_LEADERSHIP:
+        return backend.transfer_leadership(p["topic"], int(p["partition"]), int(p["target_broker"]))
+    raise ActuatorError(f"no backend operation for {kind!r}", retriable=False)
+
+
+def with_retries(
+    op: Callable[[], str],
+    *,
+    max_retries: int,
+    base_s: float,
+    cap_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Run ``op``; on a retriable ActuatorError retry with capped exponential backoff and
+    full jitter, at most ``max_retries`` times; then the last error propagates."""
+    attempt = 0
+    while True:
+        try:
+            return op()
+        except ActuatorError as exc:
+            if not exc.retriable or attempt >= max_retries:
+                raise
+            sleep(random.uniform(0, min(cap_s, base_s * 2**attempt)))
+            attempt += 1
+
+
+class Runner:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        signing_key: bytes,
+        policy: Policy,
+        backend: Backend,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.backend = backend
+        self.metrics = metrics or Metrics()
+        self.ledger = Ledger()
+        self._key = signing_key
+        self._clock = clock
+        self._release_retry_at: dict[str, float] = {}
+        self._ready = False
+        self._server: MetricsServer | None = None
+        base = {"bootstrap.servers": settings.bootstrap}
+        self._admin = AdminClient(base)
+        self._producer = Producer(
+            base
+            | {
+                "transactional.id": f"lagpilot-actuator-{settings.actuator_id}",
+                "transaction.timeout.ms": 10000,
+                "linger.ms": 1,
+            }
+        )
+        self._consumer = Consumer(
+            base
+            | {
+                "group.id": settings.group_id,
+                "client.id": f"lagpilot-actuator-{settings.actuator_id}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        self._tail = Consumer(
+            base
+            | {
+                "group.id": f"lagpilot-actuator-ledger-{settings.actuator_id}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 50,
+            }
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self, serve_metrics: bool = True) -> Runner:
+        ensure_topics(self._admin, self.settings)
+        # First: fence a predecessor with our id and abort its open transaction, so the
+        # read_committed rebuild below is not blocked by it.
+        self._producer.init_transactions(30)
+        self.rebuild_ledger()
+        self._consumer.subscribe([self.settings.control_topic])
+        if serve_metrics:
+            self._server = MetricsServer(
+                self.metrics, self.ready, self.settings.metrics_port
+            ).start()
+        self._ready = True
+        log.info(
+            "actuator %s started: backend=%s, %d applied ids, %d leases, halted=%s",
+            self.settings.actuator_id,
+            self.backend.name,
+            len(self.ledger.applied),
+            len(self.ledger.leases),
+            self.ledger.halted,
+        )
+        return self
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.step()
+
+    def close(self) -> None:
+        self._ready = False
+        if self._server is not None:
+            self._server.stop()
+        self._consumer.close()
+        self._tail.close()
+        self.backend.close()
+
+    def ready(self) -> bool:
+        if not self._ready:
+            return False
+        try:
+            self._admin.list_topics(timeout=1.0)
+        except KafkaException:
+            return False
+        return True
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._server.port if self._server else None
+
+    # -- ledger --------------------------------------------------------------------------
+
+    def rebuild_ledger(self) -> None:
+        """Read the outcomes topic from the beginning to its end into a fresh ledger."""
+        self.ledger = Ledger()
+        md = self._tail.list_topics(self.settings.outcomes_topic, timeout=10)
+        parts = md.topics[self.settings.outcomes_topic].partitions
+        pending = set(parts)
+        self._tail.assign(
+            [TopicPartition(self.settings.outcomes_topic, p, OFFSET_BEGINNING) for p in parts]
+        )
+        deadline = time.monotonic() + REBUILD_TIMEOUT_S
+        while pending:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"could not read {self.settings.outcomes_topic} to its end in "
+                    f"{REBUILD_TIMEOUT_S:.0f} s (partitions {sorted(pending)} pending); is the "
+                    "broker healthy? an open transaction holds read_committed readers until "
+                    "it times out"
+                )
+            for msg in self._tail.consume(1000, timeout=0.5):
+                err = msg.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                elif err is None:
+                    self._fold_message(msg)
+        self._gauges()
+
+    def _fold_message(self, msg: Message) -> None:
+        try:
+            value = msg.value()
+            if value is None:
+                return
+            self.ledger.fold(decode(value))
+        except (EventError, TypeError, ValueError):
+            log.warning("skipped an unreadable outcome at %s", _position(msg))
+
+    def _tail_outcomes(self) -> None:
+        """Fold outcomes other actuators committed (their applies, releases, halts)."""
+        for msg in self._tail.consume(1000, timeout=0):
+            if msg.error() is None:
+                self._fold_message(msg)
+
+    def _gauges(self) -> None:
+        self.metrics.throttles_active.set(len(self.ledger.leases))
+        self.metrics.halted.set(1 if self.ledger.halted else 0)
+
+    # -- one turn of the loop ------------------------------------------------------------
+
+    def step(self) -> int:
+        """Fold new outcomes, end due leases, then process one batch of control events."""
+        self._tail_outcomes()
+        self._release_due_leases()
+        msgs = self._consumer.consume(self.settings.max_batch, timeout=POLL_TIMEOUT_S)
+        records: list[tuple[str, dict[str, Any]]] = []
+        first: dict[tuple[str, int], int] = {}
+        last: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("control consumer: %s", err.str())
+                continue
+            tp = (msg.topic(), msg.partition())
+            first.setdefault(tp, msg.offset())
+            last[tp] = msg.offset()
+            records.append(self._handle(msg))
+        if not last:
+            return 0
+        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+        if not self._commit(records, offsets):
+            for (t, p), o in first.items():
+                self._consumer.seek(TopicPartition(t, p, o))
+            self.rebuild_ledger()
+        self._gauges()
+        return len(records)
+
+    def _handle(self, msg: Message) -> tuple[str, dict[str, Any]]:
+        now_ms = self._now_ms()
+        verdict: Verdict = check(
+            msg.value(),
+            position=_position(msg),
+            signing_key=self._key,
+            policy=self.policy,
+            ledger=self.ledger,
+            actuator=self.settings.actuator_id,
+            now_ms=now_ms,
+        )
+        result = verdict.outcome if verdict.action is None else self._apply(verdict.action)
+        assert result is not None
+        self.ledger.fold(result)  # at once: a later event of this batch must see it
+        kind = result.get("action_type", "unknown")
+        self.metrics.events.labels(result=result["result"], type=kind).inc()
+        level = logging.INFO if result["result"] in ("applied", "recorded") else logging.WARNING
+        log.log(
+            level,
+            "%s %s %s: %s",
+            result["result"],
+            kind,
+            result.get("target", ""),
+            result.get("reason") or result.get("error", {}).get("message", ""),
+        )
+        return verdict.key, result
+
+    def _apply(self, action: dict[str, Any]) -> dict[str, Any]:
+        actuator = self.settings.actuator_id
+        kind = action["type"]
+        if kind in (ActionType.HALT, ActionType.RESUME):
+            reason = (
+                "kill switch on: nothing is applied until resume"
+                if kind == ActionType.HALT
+                else "kill switch off: actions are applied again"
+            )
+            return outcome(
+                OutcomeResult.APPLIED,
+                actuator=actuator,
+                now_ms=self._now_ms(),
+                action=action,
+                reason=reason,
+            )
+        started = time.perf_counter()
+        try:
+            done = with_retries(
+                lambda: dispatch(self.backend, action),
+                max_retries=self.settings.max_retries,
+                base_s=self.settings.backoff_base_s,
+                cap_s=self.settings.backoff_max_s,
+            )
+        except ActuatorError as exc:
+            return outcome(
+                OutcomeResult.FAILED,
+                actuator=actuator,
+                now_ms=self._now_ms(),
+                action=action,
+                reason="the backend refused or could not be reached",
+                error=exc.as_outcome_error(),
+            )
+        except Exception as exc:  # a bug must cost one action, never the actuator
+            log.exception("backend %s crashed on %s", self.backend.name, action["id"])
+            return outcome(
+                OutcomeResult.FAILED,
+                actuator=actuator,
+                now_ms=self._now_ms(),
+                action=action,
+                reason="internal error in the backend",
+                error={"message": f"{type(exc).__name__}: {exc}", "code": None, "retriable": False},
+            )
+        finally:
+            self.metrics.apply_seconds.observe(time.perf_counter() - started)
+        now_ms = self._now_ms()
+        lease = lease_expiry_ms(action, now_ms) if kind == ActionType.THROTTLE_PRODUCER else None
+        return outcome(
+            OutcomeResult.APPLIED,
+            actuator=actuator,
+            now_ms=now_ms,
+            action=action,
+            reason=done,
+            lease_expires_at=lease,
+        )
+
+    def _release_due_leases(self) -> None:
+        """Remove quotas whose lease ended. Done even while halted: the kill switch stops
+        new changes, it must never pin producers under a throttle nobody renews."""
+        now = self._clock()
+        due: list[Lease] = [
+            lease
+            for lease in self.ledger.due(self._now_ms())
+            if self._release_retry_at.get(lease.action_id, 0) <= now
+        ]
+        if not due:
+            return
+        records = []
+        for lease in due:
+            try:
+                with_retries(
+                    functools.partial(self.backend.release, lease.entity, lease.name),
+                    max_retries=self.settings.max_retries,
+                    base_s=self.settings.backoff_base_s,
+                    cap_s=self.settings.backoff_max_s,
+                )
+            except ActuatorError as exc:
+                # Not published under the throttle's id: that would erase its lease from the
+                # compacted topic. The lease stays in the ledger and is retried in 5 s.
+                log.warning("lease release of %s=%s failed: %s", lease.entity, lease.name, exc)
+                self._release_retry_at[lease.action_id] = now + 5.0
+                continue
+            out = released(lease, actuator=self.settings.actuator_id, now_ms=self._now_ms())
+            self.ledger.fold(out)
+            self._release_retry_at.pop(lease.action_id, None)
+            self.metrics.events.labels(result="released", type=out["action_type"]).inc()
+            records.append((lease.action_id, out))
+        if records and not self._commit(records, []):
+            self.rebuild_ledger()
+        self._gauges()
+
+    def _commit(
+        self, records: list[tuple[str, dict[str, Any]]], offsets: list[TopicPartition]
+    ) -> bool:
+        """Outcomes and control offsets in one transaction; False if it had to be aborted."""
+        p = self._producer
+        try:
+            p.begin_transaction()
+            for key, value in records:
+                p.produce(self.settings.outcomes_topic, key=key.encode(), value=encode(value))
+            if offsets:
+                p.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 10)
+            p.commit_transaction(10)
+            return True
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.txn_requires_abort():
+                log.warning("transaction aborted (%s); reprocessing the batch", err.str())
+                p.abort_transaction(10)
+                return False
+            if err.retriable():
+                p.commit_transaction(10)
+                return True
+            raise RuntimeError(
+                f"transactional producer failed ({err.str()}): another actuator with "
+                f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
+                "each running actuator its own LAGPILOT_ACTUATOR_ID"
+            ) from None
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _position(msg: Message) -> str:
+    return f"{msg.topic()}/{msg.partition()}@{msg.offset()}"

@@ -1,0 +1,216 @@
+"""The actuator's configuration: its own settings, plus `mode` and `[allow]` of the policy file.
+
+Configuration is validated before any I/O (configure -> start -> stop), and every error names
+the key and the fix, because a typo in a safety rail must stop the process, not disable the
+rail. The actuator reads only `mode` and `[allow]` from the policy TOML that the pipeline
+uses: the pipeline owns (and strictly validates) the rest of that file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from schemas import ConfigError, Mode
+from schemas import topics as topic_names
+
+BACKENDS = ("kafka", "redpanda", "dry-run")
+
+#: env var -> (settings field, parser). Env overrides defaults; CLI flags override env.
+ENV_KEYS: dict[str, str] = {
+    "KAFKA_BOOTSTRAP": "bootstrap",
+    "LAGPILOT_ACTUATOR_BACKEND": "backend",
+    "LAGPILOT_ACTUATOR_ID": "actuator_id",
+    "LAGPILOT_ACTUATOR_GROUP": "group_id",
+    "LAGPILOT_POLICY_FILE": "policy_file",
+    "LAGPILOT_ACTUATOR_METRICS_PORT": "metrics_port",
+    "LAGPILOT_ACTUATOR_MAX_RETRIES": "max_retries",
+    "LAGPILOT_ACTUATOR_BACKOFF_BASE_S": "backoff_base_s",
+    "LAGPILOT_ACTUATOR_BACKOFF_MAX_S": "backoff_max_s",
+    "LAGPILOT_ACTUATOR_MAX_BATCH": "max_batch",
+    "LAGPILOT_ACTUATOR_DRY_RUN_LOG": "dry_run_log",
+    "LAGPILOT_CONTROL_TOPIC": "control_topic",
+    "LAGPILOT_OUTCOMES_TOPIC": "outcomes_topic",
+    "LAGPILOT_REDPANDA_ADMIN_URLS": "redpanda_admin_urls",
+    "LAGPILOT_REDPANDA_ADMIN_USERNAME": "redpanda_admin_username",
+    "LAGPILOT_REDPANDA_ADMIN_PASSWORD": "redpanda_admin_password",
+    "LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY": "redpanda_admin_tls_verify",
+}
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """`[allow]` of the policy file: fnmatch globs. Empty lists allow nothing."""
+
+    partition_topics: tuple[str, ...] = ()
+    throttle_client_ids: tuple[str, ...] = ()
+
+    def allows_partitions(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)
+
+    def allows_throttle(self, entity: str, name: str) -> bool:
+        """A client-id must match a glob; a client-id-prefix must be *covered* by one.
+
+        A prefix throttles every client whose id starts with it, so it is allowed only by a
+        glob ending in ``*`` that matches the prefix itself: then every id that starts with
+        the prefix matches the glob too ("agent-" is covered by "agent-*", not by "agent-?").
+        """
+        if entity == "client-id":
+            return any(fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids)
+        return any(
+            g.endswith("*") and fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the actuator takes from the policy file: the mode cap and the allow-lists."""
+
+    mode: Mode = Mode.RECOMMEND
+    allow: AllowList = field(default_factory=AllowList)
+
+
+def _globs(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(
+            f"policy.allow.{key}: must be a list of non-empty glob strings (got {value!r}); "
+            f'e.g. {key} = ["orders*"]'
+        )
+    return tuple(value)
+
+
+def parse_policy(doc: Mapping[str, Any]) -> Policy:
+    """`mode` and `[allow]` from a parsed policy TOML document (other keys are the pipeline's)."""
+    raw_mode = doc.get("mode", Mode.RECOMMEND.value)
+    try:
+        mode = Mode(raw_mode)
+    except ValueError:
+        raise ConfigError(
+            f"policy.mode: must be one of observe, recommend, act (got {raw_mode!r}); "
+            'set mode = "act" to let the actuator apply actions'
+        ) from None
+    allow = doc.get("allow", {})
+    if not isinstance(allow, Mapping):
+        raise ConfigError(
+            f"policy.allow: must be a table (got {type(allow).__name__}); write it as [allow]"
+        )
+    unknown = set(allow) - {"partition_topics", "throttle_client_ids"}
+    if unknown:
+        raise ConfigError(
+            f"policy.allow.{sorted(unknown)[0]}: unknown key; the actuator knows "
+            "partition_topics and throttle_client_ids (check the spelling)"
+        )
+    return Policy(
+        mode=mode,
+        allow=AllowList(
+            partition_topics=_globs(allow.get("partition_topics", []), "partition_topics"),
+            throttle_client_ids=_globs(allow.get("throttle_client_ids", []), "throttle_client_ids"),
+        ),
+    )
+
+
+def load_policy(path: str | None) -> Policy:
+    """The policy file's mode and allow-lists; without a file: recommend mode, allow nothing."""
+    if not path:
+        return Policy()
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(
+            f"LAGPILOT_POLICY_FILE={path} cannot be read ({exc.strerror}); point it at the "
+            "policy TOML the pipeline uses (see deploy/policy.example.toml)"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"LAGPILOT_POLICY_FILE={path} is not valid TOML: {exc}") from None
+    return parse_policy(doc)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The actuator's own settings. ``actuator_id`` must be unique per running actuator and
+    stable across its restarts: it is the transactional id, so a restarted actuator fences
+    its dead predecessor and aborts its open transaction at once."""
+
+    bootstrap: str = "127.0.0.1:39092"
+    backend: str = "kafka"
+    actuator_id: str = field(default_factory=socket.gethostname)
+    group_id: str = "lagpilot-actuator"
+    policy_file: str | None = None
+    control_topic: str = topic_names.CONTROL
+    outcomes_topic: str = topic_names.OUTCOMES
+    metrics_port: int = 9102
+    max_retries: int = 3
+    backoff_base_s: float = 0.05
+    backoff_max_s: float = 1.0
+    max_batch: int = 32
+    dry_run_log: str | None = None
+    redpanda_admin_urls: tuple[str, ...] = ()
+    redpanda_admin_username: str | None = None
+    redpanda_admin_password: str | None = None
+    redpanda_admin_tls_verify: bool | str = True
+
+    def validated(self) -> Settings:
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r}); set "
+                "LAGPILOT_ACTUATOR_BACKEND or --backend"
+            )
+        if self.backend == "redpanda" and not self.redpanda_admin_urls:
+            raise ConfigError(
+                "redpanda_admin_urls: the redpanda backend needs the Admin API; set "
+                "LAGPILOT_REDPANDA_ADMIN_URLS=http://host:9644[,http://host2:9644]"
+            )
+        if not self.bootstrap.strip():
+            raise ConfigError("bootstrap: empty; set KAFKA_BOOTSTRAP=host:port or --bootstrap")
+        if not self.actuator_id:
+            raise ConfigError("actuator_id: empty; set LAGPILOT_ACTUATOR_ID to a unique name")
+        for name, low in (("max_retries", 0), ("max_batch", 1), ("metrics_port", 0)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name}: must be >= {low} (got {getattr(self, name)})")
+        if not 0 < self.backoff_base_s <= self.backoff_max_s:
+            raise ConfigError(
+                f"backoff_base_s/backoff_max_s: need 0 < base <= max (got {self.backoff_base_s}"
+                f", {self.backoff_max_s}); e.g. 0.05 and 1.0"
+            )
+        return self
+
+
+def _coerce(name: str, raw: str) -> Any:
+    default = getattr(Settings(), name)
+    try:
+        if isinstance(default, bool) or name == "redpanda_admin_tls_verify":
+            low = raw.strip().lower()
+            if low in {"1", "true", "yes"}:
+                return True
+            if low in {"0", "false", "no"}:
+                return False
+            return raw  # a CA bundle path
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        env = next(k for k, v in ENV_KEYS.items() if v == name)
+        raise ConfigError(
+            f"{env}: must be a {type(default).__name__} (got {raw!r}); fix or unset it"
+        ) from None
+    if isinstance(default, tuple):
+        return tuple(u.strip() for u in raw.split(",") if u.strip())
+    return raw
+
+
+def from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Defaults, then environment, then explicit overrides (CLI flags); validated."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for key, name in ENV_KEYS.items():
+        if env.get(key):
+            values[name] = _coerce(name, env[key])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return replace(Settings(), **values).validated()
