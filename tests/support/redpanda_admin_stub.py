@@ -452,8 +452,11 @@ def _handler_for(stub: RedpandaAdminStub) -> type[BaseHTTPRequestHandler]:
             for k, v in extra.items():
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client timed out first
+                self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 

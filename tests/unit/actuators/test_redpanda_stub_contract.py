@@ -71,9 +71,11 @@ def test_declared_requests_leave_no_violation(stub: RedpandaAdminStub) -> None:
 
 
 def test_running_stubs_fails_the_test_on_any_violation() -> None:
-    with pytest.raises(AssertionError, match="outside the Redpanda Admin API contract"):  # noqa: SIM117
-        with running_stubs(1) as (stub,):
-            httpx.get(stub.url + "/v1/not_an_endpoint")
+    with (
+        pytest.raises(AssertionError, match="outside the Redpanda Admin API contract"),
+        running_stubs(1) as (stub,),
+    ):
+        httpx.get(stub.url + "/v1/not_an_endpoint")
 
 
 def test_declared_but_unmodelled_route_is_reported_not_faked(stub: RedpandaAdminStub) -> None:
