@@ -526,7 +526,7 @@ class CoordinatorKeyDeserializer(Deserializer):
     Quix never calls a key deserializer for a null key; it passes ``None`` on itself.
     """
 
-    def __call__(self, value: bytes, ctx: SerializationContext) -> bytes:
+    def __call__(self, value: bytes | bytearray | memoryview, ctx: SerializationContext) -> bytes:
         return bytes(value)
 
 
