@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -189,8 +190,10 @@ class RedpandaAdminStub:
         *,
         require_auth: tuple[str, str] | None = None,
         redirect_to_leader: bool = True,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
+        self.ssl_context = ssl_context  # server side: serve https (admin_api_tls)
         self.cluster = cluster or ClusterModel()
         self.contract = contract or Contract()
         self.require_auth = require_auth
@@ -205,11 +208,16 @@ class RedpandaAdminStub:
     @property
     def url(self) -> str:
         assert self._server is not None, "start() the stub first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> RedpandaAdminStub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
+        if self.ssl_context is not None:
+            self._server.socket = self.ssl_context.wrap_socket(
+                self._server.socket, server_side=True
+            )
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         ).start()
