@@ -1,0 +1,40 @@
+"""lagpilot's worker SDK: a consumer for agent workers that survives heavy payloads.
+
+Handlers run on lanes off the poll loop (no rebalances from slow handlers), per-key order
+holds, only processed prefixes are committed, side effects happen once (dedupe stores), and
+the worker obeys lagpilot's control topic: halt/resume, spread/restore, hand-off to a pool.
+Start with ``Worker`` and docs/workers.md.
+"""
+
+from actuators.workers.consumer import Worker
+from actuators.workers.control import Command, read_command
+from actuators.workers.dedupe import (
+    IDEMPOTENCY_HEADER,
+    Claim,
+    Context,
+    DedupeStore,
+    InDoubtError,
+    MemoryDedupeStore,
+    SQLiteDedupeStore,
+    idempotency_key,
+)
+from actuators.workers.lanes import lane_for
+from actuators.workers.pool import PoolWorker
+from actuators.workers.tracker import OffsetTracker
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "Claim",
+    "Command",
+    "Context",
+    "DedupeStore",
+    "InDoubtError",
+    "MemoryDedupeStore",
+    "OffsetTracker",
+    "PoolWorker",
+    "SQLiteDedupeStore",
+    "Worker",
+    "idempotency_key",
+    "lane_for",
+    "read_command",
+]

@@ -1,0 +1,205 @@
+"""``Worker``: the consumer agent workers use in place of a raw confluent-kafka consumer.
+
+It subscribes with cooperative-sticky assignment and static membership, runs the handler on
+lanes off the poll loop (see lanes), commits only processed prefixes (see tracker), keeps
+side effects once-only (see dedupe), and obeys the control topic within one poll cycle
+(~0.1 s): halt/resume, spread/restore lanes, and hand-off of a partition to a pool (the
+owner side of handoff).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from actuators.workers.control import Command
+from actuators.workers.engine import Engine
+from actuators.workers.handoff import (
+    HANDOFF,
+    RETURNED,
+    Marker,
+    OffsetPeek,
+    handoff_marker,
+    parse_marker,
+    pool_group_id,
+)
+from actuators.workers.lanes import TopicPart
+from schemas import ActionType, ConfigError
+
+log = logging.getLogger(__name__)
+
+INSTANCE_ID_ENV = "LAGPILOT_WORKER_INSTANCE_ID"
+
+
+class Worker(Engine):
+    """A member of consumer group ``group`` processing ``topics`` with ``handler(msg, ctx)``.
+
+    ``instance_id`` is the static membership id (``group.instance.id``): a restart with the
+    same id within ``session.timeout.ms`` gets its partitions back without a rebalance. It
+    must be unique per live process; it defaults to ``$LAGPILOT_WORKER_INSTANCE_ID``, else
+    the host name (stable for Kubernetes StatefulSet pods). Pass ``instance_id=""`` for
+    dynamic membership. Other settings: see ``Engine``'s keywords in docs/workers.md.
+    """
+
+    kind = "worker"
+
+    def __init__(
+        self,
+        *,
+        topics: list[str],
+        instance_id: str | None = None,
+        handoff_check_s: float = 0.25,
+        **settings: Any,
+    ) -> None:
+        super().__init__(**settings)
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ConfigError(f"topics={topics!r}: pass a non-empty list of topic names")
+        self.topics = list(topics)
+        if instance_id is None:
+            instance_id = os.environ.get(INSTANCE_ID_ENV) or f"{socket.gethostname()}-{self.group}"
+        self.instance_id = instance_id
+        self._handoff_check_s = handoff_check_s
+        self._handing: dict[TopicPart, Marker] = {}  # waiting for running messages to finish
+        self._handed: dict[TopicPart, Marker] = {}  # out with a pool
+        self._handoff_pos: dict[TopicPart, int] = {}  # position fixed when running work ended
+        self._last_check: dict[TopicPart, float] = {}
+        self._peek = OffsetPeek(self.base_config())
+        self.rebalances = 0
+
+    def consumer_config(self) -> dict[str, Any]:
+        config = {
+            "group.id": self.group,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "auto.offset.reset": "earliest",
+            **self.base_config(),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "on_commit": self._on_commit,
+        }
+        if self.instance_id:
+            config["group.instance.id"] = self.instance_id
+        return config
+
+    def _open(self) -> None:
+        self._consumer = Consumer(self.consumer_config())
+        self._consumer.subscribe(
+            self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    # -- rebalances (called inside consume()) ----------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        if partitions:
+            # a hand-off outlives its owner: a new owner finds the marker and keeps off
+            for tp in consumer.committed(partitions, timeout=10):
+                marker = parse_marker(tp.metadata)
+                if marker is not None and marker.kind == HANDOFF:
+                    self._handed[(tp.topic, tp.partition)] = marker
+        consumer.incremental_assign(partitions)
+        self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        log.info("worker %s assigned %s", self.instance_id, [str(tp) for tp in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        for tp in tps:
+            if tp in self._handing:  # finish the hand-off so the pool is not left waiting
+                self._finish_handoff(tp, self._close_timeout_s)
+        self._close_partitions(tps, self._close_timeout_s)
+        self._forget(tps)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Lost, not revoked: someone else may own them already; a commit would be refused.
+        self.rebalances += 1
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        self._dispatcher.close(tps, 0)
+        self._forget(tps)
+        self._count("lost", len(tps))
+
+    def _forget(self, tps: list[TopicPart]) -> None:
+        for tp in tps:
+            self._assigned.discard(tp)
+            self._paused.discard(tp)
+            self._handing.pop(tp, None)
+            self._handed.pop(tp, None)
+            self._handoff_pos.pop(tp, None)
+
+    # -- control -------------------------------------------------------------------------------
+
+    def _apply(self, cmd: Command) -> None:
+        assert cmd.topic is not None and cmd.partition is not None
+        tp = (cmd.topic, cmd.partition)
+        if cmd.type is ActionType.SPREAD_PARTITION and cmd.pool:
+            if tp in self._assigned and not self._held(tp):
+                self._handing[tp] = Marker(HANDOFF, cmd.action_id, cmd.pool)
+                assert self._consumer is not None
+                self._consumer.pause([TopicPartition(*tp)])
+                self._paused.add(tp)
+                self._dispatcher.begin_close(tp)
+        elif cmd.type is ActionType.SPREAD_PARTITION:
+            self._dispatcher.set_lanes(tp, cmd.lanes or self._default_lanes)
+        elif cmd.type is ActionType.RESTORE_PARTITION:
+            if tp in self._handed:
+                self._last_check.pop(tp, None)  # the pool is returning it: look now
+            else:
+                self._dispatcher.set_lanes(tp, self._default_lanes)
+
+    def _held(self, tp: TopicPart) -> bool:
+        return tp in self._handing or tp in self._handed
+
+    def _tick(self, now_ms: int) -> None:
+        for tp in [tp for tp in self._handing if not self._dispatcher.running(tp)]:
+            self._finish_handoff(tp, 0)
+        now = time.monotonic()
+        for tp, marker in list(self._handed.items()):
+            if now - self._last_check.get(tp, 0.0) < self._handoff_check_s:
+                continue
+            self._last_check[tp] = now
+            assert marker.pool is not None
+            offset, theirs = self._peek.committed(pool_group_id(self.group, marker.pool), *tp)
+            if offset is not None and theirs == Marker(RETURNED, marker.action_id):
+                self._take_back(tp, offset)
+
+    def _finish_handoff(self, tp: TopicPart, timeout_s: float) -> None:
+        """Step 1 of the protocol: commit the processed prefix with the hand-off marker."""
+        marker = self._handing[tp]
+        assert marker.pool is not None
+        pos = self._handoff_pos.get(tp)
+        if pos is None:
+            pos = self._dispatcher.close([tp], timeout_s)[tp]
+            if pos is None:
+                pos = self._current_position(tp)
+            assert pos is not None
+            self._handoff_pos[tp] = pos  # a failed marker commit retries with the same position
+        if self._commit(
+            {tp: pos}, asynchronous=False, metadata=handoff_marker(marker.pool, marker.action_id)
+        ):
+            del self._handing[tp]
+            del self._handoff_pos[tp]
+            self._handed[tp] = marker
+            self._count("handed_off")
+            log.info("handed %s off to pool %s at offset %d", tp, marker.pool, pos)
+
+    def _take_back(self, tp: TopicPart, offset: int) -> None:
+        """Step 3, owner side: continue exactly where the pool stopped."""
+        assert self._consumer is not None
+        target = TopicPartition(tp[0], tp[1], offset)
+        try:
+            self._consumer.seek(target)
+        except KafkaException:
+            self._consumer.incremental_unassign([TopicPartition(*tp)])
+            self._consumer.incremental_assign([target])
+            self._paused.discard(tp)
+        if self._commit({tp: offset}, asynchronous=False, metadata=""):
+            del self._handed[tp]
+            self._count("taken_back")
+            log.info("took %s back from the pool at offset %d", tp, offset)
+
+    def _before_close(self) -> None:
+        self._peek.close()

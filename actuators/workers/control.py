@@ -1,0 +1,172 @@
+"""Control events for workers: which events on ``lagpilot.control`` this worker must obey.
+
+``read_command`` is pure: bytes in, a ``Command`` or a rejection reason out, with ``now``
+passed in. Every worker reads every control event (no consumer group: each instance must
+obey, not one of them) and keeps only signed, schema-valid, unexpired ``act``-mode worker
+actions addressed to its own group (or ``scope: "all"``). Anything else is counted by reason
+and skipped; a forged or malformed event never changes what a worker does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from schemas import WORKER_ACTIONS, ActionType, ConfigError, EventError, decode, validate, verify
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A worker action addressed to this group, checked and ready to apply."""
+
+    action_id: str
+    type: ActionType
+    topic: str | None = None
+    partition: int | None = None
+    lanes: int | None = None
+    pool: str | None = None  # spread_partition with a pool = hand the partition off to it
+
+
+# why an event was not obeyed; each is a stats counter "control_<reason>"
+ACCEPTED = "accepted"
+DUPLICATE = "duplicate"
+RECOMMEND = "recommend"
+EXPIRED = "expired"
+NOT_FOR_WORKERS = "not_for_workers"
+OTHER_GROUP = "other_group"
+
+
+def read_command(payload: bytes | None, *, group: str, key: bytes, now_ms: int) -> Command | str:
+    """A ``Command`` for ``group``, or the reason the event is not for us / not acceptable.
+
+    Order matters: authenticity before anything is read from the event, so a forged event
+    is counted as forged even if it also names another group.
+    """
+    try:
+        event = decode(payload or b"")
+        validate(event)
+        verify(event, key)
+    except EventError as exc:
+        return exc.reason
+    try:
+        kind = ActionType(event["type"])
+    except ValueError:
+        return NOT_FOR_WORKERS
+    if kind not in WORKER_ACTIONS:
+        return NOT_FOR_WORKERS
+    if event["mode"] != "act":
+        return RECOMMEND
+    if event["expires_at"] < now_ms:
+        return EXPIRED
+    params: dict[str, Any] = event["params"]
+    if kind in (ActionType.HALT, ActionType.RESUME):
+        if params["scope"] not in ("all", group):
+            return OTHER_GROUP
+        return Command(event["id"], kind)
+    if params["group"] != group:
+        return OTHER_GROUP
+    return Command(
+        event["id"],
+        kind,
+        topic=params["topic"],
+        partition=params["partition"],
+        lanes=params.get("lanes"),
+        pool=params.get("pool"),
+    )
+
+
+class SeenIds:
+    """The last ``size`` action ids: a control event replayed or published twice acts once."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._size = size
+
+    def add(self, action_id: str) -> bool:
+        """True if new."""
+        if action_id in self._ids:
+            return False
+        self._ids[action_id] = None
+        if len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+        return True
+
+
+class ControlReader:
+    """Reads the control topic from its end (at start) with a group-less consumer.
+
+    No consumer group, because every worker must see every event. It starts at the end
+    offsets read at ``start()``: events published before the worker started are not replayed
+    (the hand-off state that must survive restarts lives in committed offsets, see handoff).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, group: str, key: bytes, **config: Any) -> None:
+        self.topic = topic
+        self._group = group
+        self._key = key
+        self._config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lagpilot-worker-control-{group}",  # never joined, never committed
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            **config,
+        }
+        self._consumer: Consumer | None = None
+        self._seen = SeenIds()
+        self.counts: Counter[str] = Counter()
+
+    def start(self) -> None:
+        consumer = Consumer(self._config)
+        meta = consumer.list_topics(self.topic, timeout=10)
+        info = meta.topics.get(self.topic)
+        if info is None or info.error is not None or not info.partitions:
+            consumer.close()
+            raise ConfigError(
+                f"control topic {self.topic!r} does not exist: create it (lagpilot's pipeline "
+                "does on start) or pass control_topic= the topic your policy publishes to"
+            )
+        tps = []
+        for p in sorted(info.partitions):
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            except KafkaException as exc:
+                consumer.close()
+                raise ConnectionError(f"cannot read the end of {self.topic}[{p}]: {exc}") from exc
+            tps.append(TopicPartition(self.topic, p, high))
+        consumer.assign(tps)
+        self._consumer = consumer
+
+    def poll(self, now_ms: int, max_events: int = 100) -> list[Command]:
+        """Commands that arrived since the last call (non-blocking)."""
+        if self._consumer is None:
+            return []
+        out: list[Command] = []
+        for msg in self._consumer.consume(num_messages=max_events, timeout=0):
+            if msg.error() is not None:
+                self.counts["error"] += 1
+                continue
+            got = read_command(msg.value(), group=self._group, key=self._key, now_ms=now_ms)
+            if isinstance(got, str):
+                self.counts[got] += 1
+                if got not in (OTHER_GROUP, NOT_FOR_WORKERS, RECOMMEND):
+                    log.warning(
+                        "control event rejected at %s@%d: %s", self.topic, msg.offset(), got
+                    )
+                continue
+            if not self._seen.add(got.action_id):
+                self.counts[DUPLICATE] += 1
+                continue
+            self.counts[ACCEPTED] += 1
+            out.append(got)
+        return out
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -1,0 +1,338 @@
+"""Idempotent side effects: idempotency keys, dedupe stores, and the per-message ``Context``.
+
+Kafka redelivers: after a crash or a rebalance, every message above the last committed
+offset is processed again. A handler's *side effect* (a tool call, a write, a payment) must
+not happen twice. Each message gets an idempotency key (the producer's ``idempotency-key``
+header, else ``group/topic/partition/offset``) and a dedupe store remembers which keys are done.
+
+The guarantee depends on where the side effect lands, and we say exactly what it is:
+
+``ctx.once_sql(fn)`` (SQLite store): exactly once. ``fn(db)`` writes through the store's own
+    connection inside one ``BEGIN IMMEDIATE`` transaction that also records the key as done,
+    so the effect and the mark commit together or not at all. A crash before the commit
+    leaves neither; redelivery runs ``fn`` again on a clean slate. Concurrent attempts (two
+    processes, or a revoked worker still finishing) serialize on the write lock and the
+    second sees the mark. Use it for effects kept in that database file.
+
+``ctx.once(fn)``: for effects elsewhere (HTTP, another database). The key is *claimed*
+    (committed) before ``fn`` runs and marked *done* after it returns; if ``fn`` raises,
+    the claim is released and a retry is clean. A done key is never run again. A crash
+    between claim and done leaves the key *in doubt*: the effect may or may not have
+    happened, and no store can know. ``in_doubt`` picks the outcome: ``"raise"`` (default:
+    ``InDoubtError``, the message goes to the worker's failure path for a human or DLQ),
+    ``"retry"`` (run again: exactly once only if ``fn`` passes ``ctx.key`` to a downstream
+    that dedupes on it, as payment APIs do), or ``"skip"`` (at most once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal, Protocol, TypeVar
+
+T = TypeVar("T")
+InDoubt = Literal["raise", "retry", "skip"]
+IDEMPOTENCY_HEADER = "idempotency-key"
+
+
+class InDoubtError(RuntimeError):
+    """A previous attempt claimed this key and never finished: its effect is unknown.
+
+    Not retriable by waiting; decide per effect (``in_doubt="retry"`` if the downstream
+    dedupes on ``ctx.key``, ``"skip"`` for at-most-once), or inspect the effect by hand.
+    """
+
+    retriable = False
+
+
+class Claim(StrEnum):
+    NEW = "new"  # claimed by this call: run the effect, then complete() or release()
+    DONE = "done"  # the effect already happened: skip it
+    IN_DOUBT = "in_doubt"  # claimed by an attempt that never finished
+
+
+def idempotency_key(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+) -> str:
+    """The producer's ``idempotency-key`` header if set, else ``group/topic/partition/offset``.
+
+    The header lets a producer's own retries (two messages, same intent) dedupe too; the
+    fallback identifies one message of one group, so an overflow pool working in the owner
+    group's name uses the owner's keys.
+    """
+    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    for name, value in items:
+        if name == IDEMPOTENCY_HEADER and value:
+            return value.decode("utf-8", "replace")
+    return f"{group}/{topic}/{partition}/{offset}"
+
+
+class DedupeStore(Protocol):
+    """Where done keys are remembered. ``claim`` -> effect -> ``complete`` (or ``release``)."""
+
+    def claim(self, key: str) -> Claim: ...
+
+    def complete(self, key: str) -> None: ...
+
+    def release(self, key: str) -> None: ...
+
+    def take_over(self, key: str) -> None: ...
+
+    def state(self, key: str) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+def _owner_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class MemoryDedupeStore:
+    """Dedupe in this process's memory: survives rebalances, not restarts. For tests and for
+    effects that are themselves idempotent."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, str] = {}
+        self._cond = threading.Condition()
+
+    def claim(self, key: str) -> Claim:
+        with self._cond:
+            while self._states.get(key) == "claimed":
+                # claimed in this process = running now on another lane: wait for its result
+                self._cond.wait()
+            if self._states.get(key) == "done":
+                return Claim.DONE
+            self._states[key] = "claimed"
+            return Claim.NEW
+
+    def complete(self, key: str) -> None:
+        with self._cond:
+            self._states[key] = "done"
+            self._cond.notify_all()
+
+    def release(self, key: str) -> None:
+        with self._cond:
+            self._states.pop(key, None)
+            self._cond.notify_all()
+
+    def take_over(self, key: str) -> None:
+        with self._cond:
+            self._states[key] = "claimed"
+
+    def state(self, key: str) -> str | None:
+        with self._cond:
+            return self._states.get(key)
+
+    def close(self) -> None:
+        return None
+
+
+class SQLiteDedupeStore:
+    """The default store: a SQLite file shared by every worker process on the host (WAL mode).
+
+    ``synchronous="FULL"`` makes a done mark survive power loss, not only a process crash;
+    ``"NORMAL"`` is faster and still survives SIGKILL.
+    """
+
+    TABLE = "lagpilot_dedupe"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        busy_timeout_ms: int = 30_000,
+    ) -> None:
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._owner = _owner_token()
+        self._local = threading.local()
+        self._active: set[str] = set()
+        self._cond = threading.Condition()
+        self._conns: list[sqlite3.Connection] = []
+        with self._tx() as db:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, "
+                "state TEXT NOT NULL, owner TEXT NOT NULL, at_ms INTEGER NOT NULL)"
+            )
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (autocommit; transactions are explicit)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._local.conn = conn
+            with self._cond:
+                self._conns.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self.connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _get(self, db: sqlite3.Connection, key: str) -> tuple[str, str] | None:
+        row = db.execute(f"SELECT state, owner FROM {self.TABLE} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def claim(self, key: str) -> Claim:
+        with self._cond:
+            while key in self._active:  # running now on another lane of this process
+                self._cond.wait()
+            self._active.add(key)
+        try:
+            with self._tx() as db:
+                row = self._get(db, key)
+                if row is None:
+                    db.execute(
+                        f"INSERT INTO {self.TABLE} VALUES (?, 'claimed', ?, ?)",
+                        (key, self._owner, _now_ms()),
+                    )
+                    return Claim.NEW
+        except BaseException:
+            self._forget(key)
+            raise
+        self._forget(key)
+        return Claim.DONE if row[0] == "done" else Claim.IN_DOUBT
+
+    def take_over(self, key: str) -> None:
+        with self._cond:
+            self._active.add(key)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE {self.TABLE} SET owner = ?, at_ms = ? WHERE key = ?",
+                (self._owner, _now_ms(), key),
+            )
+
+    def complete(self, key: str) -> None:
+        try:
+            with self._tx() as db:
+                db.execute(
+                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
+                    (key, self._owner, _now_ms()),
+                )
+        finally:
+            self._forget(key)
+
+    def release(self, key: str) -> None:
+        try:
+            with self._tx() as db:
+                db.execute(f"DELETE FROM {self.TABLE} WHERE key = ? AND state = 'claimed'", (key,))
+        finally:
+            self._forget(key)
+
+    def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], None]) -> bool:
+        """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done."""
+        with self._tx() as db:
+            row = self._get(db, key)
+            if row is not None and row[0] == "done":
+                return False
+            fn(db)
+            db.execute(
+                f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
+                (key, self._owner, _now_ms()),
+            )
+        return True
+
+    def state(self, key: str) -> str | None:
+        row = self._get(self.connection(), key)
+        return None if row is None else row[0]
+
+    def prune(self, older_than_ms: int) -> int:
+        """Forget done keys older than ``older_than_ms`` (epoch ms); returns how many.
+
+        Keep keys at least as long as a message can be redelivered (your topic's retention
+        if consumers may reset to earliest).
+        """
+        with self._tx() as db:
+            cur = db.execute(
+                f"DELETE FROM {self.TABLE} WHERE state = 'done' AND at_ms < ?", (older_than_ms,)
+            )
+            return cur.rowcount
+
+    def close(self) -> None:
+        with self._cond:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+
+    def _forget(self, key: str) -> None:
+        with self._cond:
+            self._active.discard(key)
+            self._cond.notify_all()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Context:
+    """What a handler gets beside the message: its idempotency key and once-only helpers."""
+
+    key: str
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    attempt: int
+    store: DedupeStore
+
+    def once(self, fn: Callable[[], object], *, in_doubt: InDoubt = "raise") -> bool:
+        """Run ``fn`` unless this message's effect is already done; True if it ran.
+
+        See the module docstring for the exact guarantee and ``in_doubt``.
+        """
+        claim = self.store.claim(self.key)
+        if claim is Claim.DONE:
+            return False
+        if claim is Claim.IN_DOUBT:
+            if in_doubt == "skip":
+                return False
+            if in_doubt == "raise":
+                raise InDoubtError(
+                    f"idempotency key {self.key!r} was claimed by an attempt that never "
+                    "finished; its effect is unknown. Pass in_doubt='retry' if the effect "
+                    "dedupes on ctx.key downstream, or 'skip' for at-most-once"
+                )
+            self.store.take_over(self.key)
+        try:
+            fn()
+        except BaseException:
+            self.store.release(self.key)
+            raise
+        self.store.complete(self.key)
+        return True
+
+    def once_sql(self, fn: Callable[[sqlite3.Connection], None]) -> bool:
+        """Exactly once for effects written through the SQLite store's connection."""
+        if not isinstance(self.store, SQLiteDedupeStore):
+            raise TypeError(
+                "ctx.once_sql needs the SQLite dedupe store "
+                "(Worker(dedupe=SQLiteDedupeStore(path)), the default); "
+                f"this worker uses {type(self.store).__name__}; use ctx.once for other stores"
+            )
+        return self.store.once_sql(self.key, fn)

@@ -1,0 +1,364 @@
+"""What a ``Worker`` and a ``PoolWorker`` share: settings, the handler wrapper, the poll loop,
+backpressure and commits. Only how partitions are obtained (a subscription vs. hand-offs)
+differs, in the two subclasses.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from actuators.workers.control import Command, ControlReader
+from actuators.workers.dedupe import (
+    Context,
+    DedupeStore,
+    InDoubtError,
+    SQLiteDedupeStore,
+    idempotency_key,
+)
+from actuators.workers.lanes import Dispatcher, TopicPart
+from schemas import ConfigError, load_signing_key
+from schemas.topics import CONTROL
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Message, Context], None]
+FailureHook = Callable[[Message, BaseException], None]
+
+DEDUPE_PATH_ENV = "LAGPILOT_DEDUPE_PATH"
+#: settings the SDK owns: changing them would break the commit-what-is-done guarantee
+_OWNED = ("enable.auto.commit", "enable.auto.offset.store", "group.id", "on_commit")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Engine(abc.ABC):
+    """The poll loop. Subclasses implement ``_open``, ``_apply``, ``_tick``, ``_held``."""
+
+    kind = "worker"
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        group: str,
+        handler: Handler,
+        lanes: int = 1,
+        max_workers: int = 8,
+        max_buffered_per_partition: int = 64,
+        dedupe: DedupeStore | str | os.PathLike[str] | None = None,
+        control_topic: str = CONTROL,
+        signing_key: bytes | None = None,
+        commit_interval_s: float = 0.5,
+        close_timeout_s: float = 10.0,
+        max_attempts: int = 3,
+        retry_backoff_s: float = 0.2,
+        on_failure: FailureHook | None = None,
+        consumer_config: dict[str, Any] | None = None,
+    ) -> None:
+        if not bootstrap:
+            raise ConfigError("bootstrap is empty: pass the brokers, e.g. bootstrap='host:9092'")
+        if not group:
+            raise ConfigError("group is empty: pass the consumer group the workers share")
+        for name, value, low in (
+            ("lanes", lanes, 1),
+            ("max_workers", max_workers, 1),
+            ("max_buffered_per_partition", max_buffered_per_partition, 2),
+            ("max_attempts", max_attempts, 1),
+        ):
+            if not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name}={value!r}: must be an integer >= {low}")
+        extra = dict(consumer_config or {})
+        for key in _OWNED:
+            if key in extra:
+                raise ConfigError(
+                    f"consumer_config[{key!r}] is set by the worker SDK (it commits only "
+                    "processed offsets itself); remove it from consumer_config"
+                )
+        self.group = group
+        self.bootstrap = bootstrap
+        self.control_topic = control_topic
+        self._handler = handler
+        self._default_lanes = lanes
+        self._high = max_buffered_per_partition
+        self._low = max_buffered_per_partition // 2
+        self._commit_interval_s = commit_interval_s
+        self._close_timeout_s = close_timeout_s
+        self._max_attempts = max_attempts
+        self._retry_backoff_s = retry_backoff_s
+        self._on_failure = on_failure
+        self._extra = extra
+        self._signing_key = signing_key if signing_key is not None else load_signing_key()
+        if dedupe is None:
+            dedupe = os.environ.get(DEDUPE_PATH_ENV) or f"lagpilot-dedupe-{group}.sqlite"
+        self._owns_store = isinstance(dedupe, str | os.PathLike)
+        self.dedupe: DedupeStore = (
+            SQLiteDedupeStore(Path(dedupe)) if isinstance(dedupe, str | os.PathLike) else dedupe
+        )
+        self._dispatcher = Dispatcher(
+            self._process,
+            max_workers=max_workers,
+            default_lanes=lanes,
+            name=f"lagpilot-{self.kind}-{group}",
+        )
+        self._stats: Counter[str] = Counter()
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._control: ControlReader | None = None
+        self._assigned: set[TopicPart] = set()
+        self._paused: set[TopicPart] = set()
+        self._last_commit = 0.0
+        self.error: BaseException | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def base_config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **self._extra}
+
+    def start(self) -> None:
+        """Connect, then run the poll loop on a thread. Returns once connected."""
+        self._connect()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"lagpilot-{self.kind}", daemon=True
+        )
+        self._thread.start()
+
+    def run(self) -> None:
+        """Connect and run the poll loop on this thread until ``stop()`` (e.g. from a signal)."""
+        self._connect()
+        self._loop()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Graceful: finish running messages (up to ``close_timeout_s``), commit, leave."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s if timeout_s is not None else self._close_timeout_s + 30)
+
+    def __enter__(self) -> Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _connect(self) -> None:
+        self._control = ControlReader(
+            self.bootstrap, self.control_topic, self.group, self._signing_key, **self._extra
+        )
+        self._control.start()
+        self._open()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._poll_once()
+        except BaseException as exc:
+            self.error = exc
+            log.exception("%s loop of group %s stopped on an error", self.kind, self.group)
+            raise
+        finally:
+            self._shutdown()
+
+    def _poll_once(self) -> None:
+        assert self._consumer is not None and self._control is not None
+        for msg in self._consumer.consume(num_messages=500, timeout=0.1):
+            err = msg.error()
+            if err is not None:
+                self._count("consumer_error")
+                if err.fatal():
+                    raise KafkaException(err)
+                continue
+            tp = (msg.topic(), msg.partition())
+            if self._held(tp) or not self._dispatcher.submit(msg):
+                self._count("dropped_held")
+        now_ms = _now_ms()
+        for cmd in self._control.poll(now_ms):
+            log.info("%s of group %s obeys %s", self.kind, self.group, cmd)
+            self._obey(cmd)
+        self._tick(now_ms)
+        self._flow()
+        if time.monotonic() - self._last_commit >= self._commit_interval_s:
+            self._commit(self._dispatcher.take_commits(), asynchronous=True)
+            self._last_commit = time.monotonic()
+
+    def _obey(self, cmd: Command) -> None:
+        from schemas import ActionType
+
+        if cmd.type is ActionType.HALT:
+            self._dispatcher.halt()
+        elif cmd.type is ActionType.RESUME:
+            self._dispatcher.resume()
+        else:
+            self._apply(cmd)
+        self._count(f"obeyed_{cmd.type.value}")
+
+    def _shutdown(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._close_partitions(list(self._assigned), self._close_timeout_s)
+                self._before_close()
+                self._consumer.close()
+        except KafkaException as exc:
+            log.warning("closing the %s of group %s: %s", self.kind, self.group, exc)
+        finally:
+            self._consumer = None
+            self._dispatcher.shutdown()
+            if self._control is not None:
+                self._control.close()
+            if self._owns_store:
+                self.dedupe.close()
+
+    # -- subclass hooks -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _open(self) -> None:
+        """Build the consumer and obtain partitions (subscribe, or assign hand-offs)."""
+
+    @abc.abstractmethod
+    def _apply(self, cmd: Command) -> None:
+        """Obey a partition-level command (spread, restore, hand-off)."""
+
+    def _tick(self, now_ms: int) -> None:
+        return None
+
+    def _held(self, tp: TopicPart) -> bool:
+        """True for partitions this worker must neither process nor commit (handed off)."""
+        return False
+
+    def _metadata(self, tp: TopicPart) -> str:
+        return ""
+
+    def _before_close(self) -> None:
+        return None
+
+    # -- processing (lane threads) ------------------------------------------------------------
+
+    def _process(self, msg: Message) -> None:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        assert topic is not None and partition is not None and offset is not None
+        key = idempotency_key(self.group, topic, partition, offset, msg.headers())
+        for attempt in range(1, self._max_attempts + 1):
+            ctx = Context(key, self.group, topic, partition, offset, attempt, self.dedupe)
+            try:
+                self._handler(msg, ctx)
+            except Exception as exc:
+                final = attempt == self._max_attempts or isinstance(exc, InDoubtError)
+                if not final:
+                    self._count("retried")
+                    time.sleep(self._retry_backoff_s * attempt)
+                    continue
+                self._count("failed")
+                log.warning("giving up on %s after %d attempts: %r", key, attempt, exc)
+                if self._on_failure is not None:
+                    try:
+                        self._on_failure(msg, exc)
+                    except Exception:
+                        log.exception("on_failure raised for %s", key)
+                return
+            self._count("processed")
+            return
+
+    # -- flow control and commits (poll thread) --------------------------------------------------
+
+    def _flow(self) -> None:
+        """Pause partitions whose lanes are full (or held, or halted); resume when drained."""
+        assert self._consumer is not None
+        buffered = self._dispatcher.buffered()
+        halted = self._dispatcher.halted
+        pause, resume = [], []
+        for tp in self._assigned:
+            n = buffered.get(tp, 0)
+            hold = halted or self._held(tp)
+            if tp in self._paused:
+                if not hold and n <= self._low:
+                    resume.append(tp)
+            elif hold or n >= self._high:
+                pause.append(tp)
+        if pause:
+            self._consumer.pause([TopicPartition(t, p) for t, p in pause])
+            self._paused.update(pause)
+            self._count("paused", len(pause))
+        if resume:
+            self._consumer.resume([TopicPartition(t, p) for t, p in resume])
+            self._paused.difference_update(resume)
+
+    def _commit(
+        self, positions: dict[TopicPart, int], *, asynchronous: bool, metadata: str | None = None
+    ) -> bool:
+        offsets = [
+            TopicPartition(t, p, off, metadata if metadata is not None else self._metadata((t, p)))
+            for (t, p), off in positions.items()
+            if off is not None and off >= 0
+        ]
+        if not offsets or self._consumer is None:
+            return True
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        except KafkaException as exc:
+            self._count("commit_failed")
+            log.warning("commit of %s failed: %s", offsets, exc)
+            return False
+        self._count("commits")
+        return True
+
+    def _close_partitions(self, tps: Iterable[TopicPart], timeout_s: float) -> None:
+        """Revoke/shutdown: finish running messages, commit the processed prefix, forget."""
+        tps = [tp for tp in tps if not self._held(tp)]
+        positions = self._dispatcher.close(tps, timeout_s)
+        self._commit({tp: p for tp, p in positions.items() if p is not None}, asynchronous=False)
+
+    def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
+        if err is not None:
+            self._count("commit_failed")
+            log.warning("async commit failed: %s", err)
+
+    def _current_position(self, tp: TopicPart) -> int | None:
+        """Where this consumer stands on ``tp`` when nothing was delivered to the lanes."""
+        assert self._consumer is not None
+        part = TopicPartition(*tp)
+        for pos in (self._consumer.position([part]), self._consumer.committed([part], timeout=5)):
+            if pos[0].offset >= 0:
+                return int(pos[0].offset)
+        low, _high = self._consumer.get_watermark_offsets(part, timeout=5)
+        return int(low)
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self._stats[name] += n
+
+    def stats(self) -> dict[str, int]:
+        """Counters: processed, retried, failed, commits, paused, obeyed_*, control_*."""
+        with self._stats_lock:
+            out = dict(self._stats)
+        if self._control is not None:
+            out.update({f"control_{k}": v for k, v in self._control.counts.items()})
+        return out
+
+    def paused(self) -> set[TopicPart]:
+        """Partitions paused right now (backpressure, halt, or handed off)."""
+        return set(self._paused)
+
+    def assignment(self) -> set[TopicPart]:
+        return set(self._assigned)
+
+    def lanes(self, topic: str, partition: int) -> int:
+        return self._dispatcher.lanes((topic, partition))
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()

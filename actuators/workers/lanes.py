@@ -1,0 +1,269 @@
+"""Lanes: per-partition parallelism that keeps per-key order, run off the poll loop.
+
+A partition's messages are routed to ``lanes`` serial queues by ``crc32(key) % lanes``; each
+lane runs one message at a time on a shared thread pool, so messages with the same key are
+processed in offset order while different keys of one hot partition run side by side. The
+poll loop never runs a handler: it only routes messages here, so heartbeats and polls go on
+while a 500-page PDF is being read.
+
+Changing a partition's lane count (``spread_partition``/``restore_partition``) re-routes
+keys, so it waits at a barrier: new work of that partition is held until its running
+messages finish, then every queued message is re-routed in offset order. No key ever has two
+messages running at once, before, during or after the change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from actuators.workers.tracker import OffsetTracker
+
+log = logging.getLogger(__name__)
+
+TopicPart = tuple[str, int]
+
+
+def lane_for(key: bytes | None, offset: int, lanes: int) -> int:
+    """The lane of a message: stable across processes (crc32, not Python's salted ``hash``).
+
+    Keyless messages promise no order between them, so they spread by offset.
+    """
+    if lanes <= 1:
+        return 0
+    if key is None:
+        return offset % lanes
+    return zlib.crc32(key) % lanes
+
+
+@dataclass
+class _Part:
+    lanes: int
+    epoch: int
+    tracker: OffsetTracker = field(default_factory=OffsetTracker)
+    queues: list[deque[Any]] = field(default_factory=list)
+    running: dict[int, int] = field(default_factory=dict)  # lane -> offset running there
+    target_lanes: int | None = None  # a lane change waiting for the running work to finish
+    closing: bool = False  # being revoked or handed off: accept nothing, start nothing
+
+    def queued(self) -> int:
+        return sum(len(q) for q in self.queues)
+
+
+class Dispatcher:
+    """Routes polled messages to lanes and runs them on a thread pool.
+
+    ``process(message)`` must not raise (the worker wraps the handler with retries and
+    failure accounting); if it does, the message still counts as finished so a partition
+    cannot wedge, and the error is logged.
+    """
+
+    def __init__(
+        self,
+        process: Callable[[Any], None],
+        *,
+        max_workers: int,
+        default_lanes: int,
+        name: str = "lagpilot-lane",
+    ) -> None:
+        self._process = process
+        self._default_lanes = default_lanes
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._parts: dict[TopicPart, _Part] = {}
+        self._lane_overrides: dict[TopicPart, int] = {}
+        self._epochs = 0
+        self._halted = False
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
+
+    # -- intake (poll thread) -------------------------------------------------------------
+
+    def submit(self, message: Any) -> bool:
+        """Queue a polled message on its lane; False if its partition is closing (dropped)."""
+        tp: TopicPart = (message.topic(), message.partition())
+        offset = message.offset()
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is None:
+                self._epochs += 1
+                lanes = self._lane_overrides.get(tp, self._default_lanes)
+                part = _Part(lanes=lanes, epoch=self._epochs)
+                part.queues = [deque() for _ in range(lanes)]
+                self._parts[tp] = part
+            if part.closing:
+                return False
+            pos = part.tracker.position
+            if pos is not None and offset < pos:
+                return False  # an old fetch after a seek: already done or redelivered later
+            part.tracker.delivered(offset)
+            lane = lane_for(message.key(), offset, part.lanes)
+            part.queues[lane].append(message)
+            self._kick(tp, part, lane)
+        return True
+
+    # -- lane changes, halt ----------------------------------------------------------------
+
+    def set_lanes(self, tp: TopicPart, lanes: int) -> None:
+        """Use ``lanes`` lanes for ``tp`` from now on (at the barrier described above)."""
+        lanes = max(1, lanes)
+        with self._lock:
+            self._lane_overrides[tp] = lanes
+            part = self._parts.get(tp)
+            if part is None or part.lanes == lanes:
+                if part is not None:
+                    part.target_lanes = None
+                return
+            part.target_lanes = lanes
+            if not part.running:
+                self._relane(tp, part)
+
+    def lanes(self, tp: TopicPart) -> int:
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is not None:
+                return part.target_lanes or part.lanes
+            return self._lane_overrides.get(tp, self._default_lanes)
+
+    def halt(self) -> None:
+        """Start nothing new; running messages finish. Polling (and heartbeats) go on."""
+        with self._lock:
+            self._halted = True
+
+    def resume(self) -> None:
+        with self._lock:
+            self._halted = False
+            for tp, part in self._parts.items():
+                for lane in range(part.lanes):
+                    self._kick(tp, part, lane)
+
+    @property
+    def halted(self) -> bool:
+        return self._halted
+
+    # -- state for the poll loop -------------------------------------------------------------
+
+    def buffered(self) -> dict[TopicPart, int]:
+        """Queued plus running messages per partition (what backpressure pauses on)."""
+        with self._lock:
+            return {tp: p.queued() + len(p.running) for tp, p in self._parts.items()}
+
+    def take_commits(self) -> dict[TopicPart, int]:
+        """Commit positions that moved since the last call (contiguous processed prefix)."""
+        with self._lock:
+            out = {}
+            for tp, part in self._parts.items():
+                if part.closing:
+                    continue
+                pos = part.tracker.take_commit()
+                if pos is not None:
+                    out[tp] = pos
+            return out
+
+    def position(self, tp: TopicPart) -> int | None:
+        with self._lock:
+            part = self._parts.get(tp)
+            return None if part is None else part.tracker.position
+
+    # -- closing partitions (revoke, hand-off, shutdown) ---------------------------------------
+
+    def begin_close(self, tp: TopicPart) -> None:
+        """Abandon ``tp``'s queued messages (they will be redelivered) and accept no more.
+
+        Running messages go on; ``finish_close`` tells when they are done. Every offset from
+        the first abandoned one up is forgotten, so the commit position stays below all of
+        them even if a later offset on another lane finishes first.
+        """
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is None:
+                return
+            part.closing = True
+            part.target_lanes = None
+            queued = [m.offset() for q in part.queues for m in q]
+            for q in part.queues:
+                q.clear()
+            if queued:
+                part.tracker.forget_after(min(queued))
+
+    def running(self, tp: TopicPart) -> int:
+        with self._lock:
+            part = self._parts.get(tp)
+            return 0 if part is None else len(part.running)
+
+    def finish_close(self, tp: TopicPart) -> int | None:
+        """Forget ``tp``; return the position safe to commit (None if nothing was delivered).
+
+        Work still running is abandoned: its offsets stay above the returned position, so it
+        is redelivered (and the dedupe store keeps its side effect from repeating).
+        """
+        with self._lock:
+            part = self._parts.pop(tp, None)
+            self._lane_overrides.pop(tp, None)
+            self._changed.notify_all()
+            if part is None:
+                return None
+            if part.running:
+                part.tracker.forget_after(min(part.running.values()))
+            return part.tracker.position
+
+    def close(self, tps: Iterable[TopicPart], timeout_s: float) -> dict[TopicPart, int | None]:
+        """Close partitions, waiting up to ``timeout_s`` for their running messages."""
+        tps = list(tps)
+        for tp in tps:
+            self.begin_close(tp)
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while any(self._parts[tp].running for tp in tps if tp in self._parts):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+        return {tp: self.finish_close(tp) for tp in tps}
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- internals (hold the lock) ------------------------------------------------------------
+
+    def _kick(self, tp: TopicPart, part: _Part, lane: int) -> None:
+        if self._halted or part.closing or part.target_lanes is not None:
+            return
+        if lane in part.running or not part.queues[lane]:
+            return
+        message = part.queues[lane].popleft()
+        part.running[lane] = message.offset()
+        self._pool.submit(self._run, tp, part.epoch, lane, message)
+
+    def _relane(self, tp: TopicPart, part: _Part) -> None:
+        lanes = part.target_lanes or part.lanes
+        waiting = sorted((m for q in part.queues for m in q), key=lambda m: m.offset())
+        part.lanes, part.target_lanes = lanes, None
+        part.queues = [deque() for _ in range(lanes)]
+        for m in waiting:
+            part.queues[lane_for(m.key(), m.offset(), lanes)].append(m)
+        for lane in range(lanes):
+            self._kick(tp, part, lane)
+
+    def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+        try:
+            self._process(message)
+        except BaseException:
+            log.exception("message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset())
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is None or part.epoch != epoch:
+                return  # the partition was revoked or handed off meanwhile
+            part.running.pop(lane, None)
+            part.tracker.done(message.offset())
+            if part.target_lanes is not None and not part.running:
+                self._relane(tp, part)
+            else:
+                self._kick(tp, part, lane)
+            self._changed.notify_all()
