@@ -334,6 +334,7 @@ class HighWatermarkSource(Source):
                 time.sleep(min(deadline - now, 50 * _NS_PER_MS) / 1e9)
                 continue
             if self._refresh_now or now >= next_refresh:
+                self._refresh_now = False  # a failed refresh waits for its backoff
                 if self._refresh_metadata():
                     refresh_failures = 0
                     next_refresh = now + self.metadata_refresh_ms * _NS_PER_MS
@@ -381,7 +382,6 @@ class HighWatermarkSource(Source):
                 for p in range(len(leaders))
             }
         self._watched = watched
-        self._refresh_now = False
         self._stats.metadata_refreshes += 1
         self._stats.topics = len(watched)
         self._stats.partitions = len(self._request)
