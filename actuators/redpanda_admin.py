@@ -42,7 +42,9 @@ __all__ = [
 
 #: Answers that mean "try again later". Other 4xx/5xx are final for this request.
 RETRY_STATUSES = frozenset({429, 503, 504})
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# Redpanda redirects with 307; 308 keeps the method too. 301/302/303 may turn a POST into
+# a GET, which would silently drop the change, so they are errors here.
+_REDIRECT_STATUSES = frozenset({307, 308})
 _MAX_REDIRECTS = 5
 _USER_AGENT = "lagpilot-redpanda-admin/1"
 
@@ -492,29 +494,18 @@ class RedpandaAdmin:
                 url=str(url),
                 hint="the broker is slow or unreachable; raise timeout_s or check the broker",
             ) from exc
-        except httpx.ConnectError as exc:
-            if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-                raise RedpandaAdminError(
-                    f"the admin certificate was not trusted ({exc})",
-                    retriable=False,
-                    method=method,
-                    url=str(url),
-                    hint="set tls_verify to the CA bundle that signed it (a PEM path)",
-                ) from exc
-            raise RedpandaAdminError(
-                f"cannot reach the Admin API ({type(exc).__name__}: {exc})",
-                retriable=True,
-                method=method,
-                url=str(url),
-                hint="check the URL/port (default 9644), the TLS settings and that it runs",
-            ) from exc
         except httpx.TransportError as exc:
+            untrusted = "CERTIFICATE_VERIFY_FAILED" in str(exc)
             raise RedpandaAdminError(
-                f"cannot reach the Admin API ({type(exc).__name__}: {exc})",
-                retriable=True,
+                f"the admin certificate was not trusted ({exc})"
+                if untrusted
+                else f"cannot reach the Admin API ({type(exc).__name__}: {exc})",
+                retriable=not untrusted,  # trust does not come back by itself
                 method=method,
                 url=str(url),
-                hint="check the URL/port (default 9644), the TLS settings and that it runs",
+                hint="set tls_verify to the CA bundle (PEM path) that signed it"
+                if untrusted
+                else "check the URL/port (default 9644), the TLS settings and that it runs",
             ) from exc
         except httpx.HTTPError as exc:  # e.g. an invalid URL built from a Location header
             raise RedpandaAdminError(

@@ -309,6 +309,18 @@ def test_https_to_http_redirect_is_refused() -> None:
     assert err.value.retriable is False
 
 
+def test_redirects_that_may_change_the_method_are_not_followed() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(302, headers={"Location": "http://leader:9644/v1/brokers"})
+
+    with (
+        RedpandaAdmin("http://admin:9644", transport=httpx.MockTransport(answer)) as admin,
+        pytest.raises(RedpandaAdminError) as err,
+    ):
+        admin.transfer_leadership("t", 0, target=1)
+    assert (err.value.status, err.value.retriable) == (302, False)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
