@@ -133,20 +133,30 @@ class KafkaBackend:
         self.partitions.close()
 
 
-class RedpandaBackend(KafkaBackend):
-    """Kafka protocol for quotas and partitions; the Admin API for leadership.
+class RedpandaBackend:
+    """The Admin API for leadership; ``kafka`` (a KafkaBackend) for quotas and partitions,
+    because the Admin API has no quota endpoint and partitions are Kafka CreatePartitions.
 
-    ``admin`` is anything with RedpandaAdmin's ``partition`` and ``transfer_leadership``;
-    its errors carry ``message``, ``code`` and ``retriable`` and are passed on as they are.
-    Redpanda's own leader balancer may undo a manual move later; the outcome records what
-    was done, and the pipeline sees whether it stuck.
+    ``admin`` is a ``RedpandaAdmin`` (or anything with its ``partition`` and
+    ``transfer_leadership``); its errors carry ``message``, ``code`` and ``retriable`` and
+    are passed on as they are. Redpanda's own leader balancer may undo a manual move later;
+    the outcome records what was done, and the pipeline sees whether it stuck.
     """
 
     name = "redpanda"
 
-    def __init__(self, bootstrap: str, *, client_id: str, admin: Any) -> None:
-        super().__init__(bootstrap, client_id=client_id)
+    def __init__(self, admin: Any, kafka: Backend) -> None:
         self.admin = admin
+        self.kafka = kafka
+
+    def throttle(self, entity: str, name: str, bytes_per_s: int) -> str:
+        return self.kafka.throttle(entity, name, bytes_per_s)
+
+    def release(self, entity: str, name: str) -> str:
+        return self.kafka.release(entity, name)
+
+    def add_partitions(self, topic: str, total: int) -> str:
+        return self.kafka.add_partitions(topic, total)
 
     def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
         try:
@@ -155,7 +165,7 @@ class RedpandaBackend(KafkaBackend):
             replicas = [r.get("node_id") for r in state.get("replicas", [])]
             if leader == target:
                 return f"{topic}/{partition}: broker {target} already leads; nothing to do"
-            if replicas and target not in replicas:
+            if target not in replicas:
                 raise ActuatorError(
                     f"broker {target} is not a replica of {topic}/{partition} (replicas "
                     f"{replicas}); pick a target among the replicas or move replicas first",
@@ -168,17 +178,18 @@ class RedpandaBackend(KafkaBackend):
             if not hasattr(exc, "retriable"):
                 raise
             raise ActuatorError(
-                f"Redpanda Admin API: {getattr(exc, 'message', None) or exc}",
+                f"Redpanda Admin API: {exc}",
                 code=getattr(exc, "code", None),
                 retriable=bool(exc.retriable),
             ) from None
         return f"{topic}/{partition}: leader {leader} -> {target} (Admin API)"
 
+    def ping(self) -> bool:
+        return self.kafka.ping()
+
     def close(self) -> None:
-        super().close()
-        close = getattr(self.admin, "close", None)
-        if close is not None:
-            close()
+        self.kafka.close()
+        self.admin.close()
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -188,7 +199,7 @@ def make_backend(settings: Settings) -> Backend:
         return DryRunBackend(settings.dry_run_log)
     if settings.backend == "kafka":
         return KafkaBackend(settings.bootstrap, client_id=client_id)
-    from actuators.redpanda_admin import RedpandaAdmin  # type: ignore[import-not-found,unused-ignore]
+    from actuators.redpanda_admin import RedpandaAdmin
 
     auth: dict[str, Any] = {}
     if settings.redpanda_admin_username:
@@ -201,4 +212,4 @@ def make_backend(settings: Settings) -> Backend:
         tls_verify=settings.redpanda_admin_tls_verify,
         **auth,
     )
-    return RedpandaBackend(settings.bootstrap, client_id=client_id, admin=admin)
+    return RedpandaBackend(admin, KafkaBackend(settings.bootstrap, client_id=client_id))
