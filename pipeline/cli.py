@@ -12,9 +12,13 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("pipeline.__main__", "run the pipeline: __consumer_offsets + watermarks -> lag -> policy"),
+    "run": (
+        "pipeline.__main__",
+        "run the pipeline: __consumer_offsets + watermarks -> lag -> policy",
+    ),
     "sample": ("pipeline.watermarks", "run only the high-watermark sampler"),
     "status": ("pipeline.status", "print the current lag table from lagpilot.lag"),
+    "control": ("pipeline.control", "kill switch and control topic: halt | resume | tail"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
 }
 
@@ -23,7 +27,11 @@ def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: lagpilot <command> [options]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += [f"  {'version':<{width}}  print the version", "", "lagpilot <command> --help for its options"]
+    lines += [
+        f"  {'version':<{width}}  print the version",
+        "",
+        "lagpilot <command> --help for its options",
+    ]
     return "\n".join(lines)
 
 

@@ -17,7 +17,14 @@ from schemas.codec import (
     validate,
     verify,
 )
-from schemas.lag import SEVERITY, GroupLag, LagStatus, PartitionLag, WorstPartition
+from schemas.lag import (
+    SEVERITY,
+    GroupLag,
+    LagStatus,
+    PartitionLag,
+    WorstPartition,
+    group_lag_from_dict,
+)
 from schemas.offsets import (
     CoordinatorRecord,
     GroupMember,
@@ -54,6 +61,7 @@ __all__ = [
     "canonical",
     "decode",
     "encode",
+    "group_lag_from_dict",
     "load_signing_key",
     "sign",
     "stable_id",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class LagStatus(StrEnum):
@@ -85,3 +86,12 @@ class GroupLag:
     worst: tuple[WorstPartition, ...] = ()
     event: str = field(default="group_lag", init=False)
     v: int = field(default=1, init=False)
+
+
+def group_lag_from_dict(d: dict[str, Any]) -> GroupLag:
+    """A ``GroupLag`` from its JSON form (``schemas.to_dict`` output) on ``lagpilot.lag``."""
+    body = {k: v for k, v in d.items() if k not in ("event", "v", "worst", "status")}
+    worst = tuple(
+        WorstPartition(**{**w, "status": LagStatus(w["status"])}) for w in d.get("worst", ())
+    )
+    return GroupLag(**body, status=LagStatus(d["status"]), worst=worst)

@@ -1,0 +1,170 @@
+"""The stateful operator that runs the lag model inside Quix Streams, one topic per key.
+
+Messages arrive keyed by topic name: watermark samples (one per topic per tick) and
+commits/offset deletions re-keyed from ``__consumer_offsets``. The ``TopicModel`` of each
+key lives in memory between messages (numpy arrays are not re-read from the state store on
+every message) and is written to the Quix state store (RocksDB + changelog), so a
+restarted or rebalanced replica resumes the model:
+
+- ``g:<group>`` on every commit: a commit must never be lost across a crash, because a
+  group that commits once and goes idle would otherwise look lagging forever;
+- ``hw`` (the HWM history) at most every ``persist_interval_ms``: a lost sample is only a
+  thinner history, and the samples since are replayed (at-least-once) anyway;
+- ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
+  the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
+  model is reloaded from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.lag import GroupModel, LagConfig, Observation, TopicModel
+from schemas import to_dict
+
+log = logging.getLogger(__name__)
+
+
+class LagOperator:
+    """``sdf.apply(LagOperator(...), stateful=True, metadata=True, expand=True)``.
+
+    Returns the events to publish on ``lagpilot.lag`` for this message: one ``group_lag``
+    per group per sample, and ``partition_lag`` snapshots per partition at most every
+    ``snapshot_interval_ms`` per group (immediately when a partition's status changes).
+    """
+
+    def __init__(
+        self,
+        cfg: LagConfig,
+        *,
+        snapshot_interval_ms: int = 1000,
+        persist_interval_ms: int = 1000,
+        on_observations: Callable[[list[Observation]], None] | None = None,
+        on_topic_deleted: Callable[[str], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.snapshot_interval_ms = snapshot_interval_ms
+        self.persist_interval_ms = persist_interval_ms
+        self.on_observations = on_observations
+        self.on_topic_deleted = on_topic_deleted
+        self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
+
+    @property
+    def topics(self) -> int:
+        return len(self._models)
+
+    # -- cache + state ---------------------------------------------------------------------
+
+    def _model(self, topic: str, state: Any) -> TopicModel:
+        gen = state.get("gen", 0)
+        cached = self._models.get(topic)
+        if cached is not None and cached[1] == gen:
+            return cached[0]
+        model = TopicModel(topic, self.cfg)
+        hw = state.get("hw")
+        if hw:
+            model.load_hw_state(hw)
+        for name in state.get("groups", []):
+            g = state.get(f"g:{name}")
+            if g:
+                model.groups[name] = GroupModel.from_state(g)
+        self._models[topic] = (model, gen, model.last_sample_ms)
+        if gen:
+            log.info("model of %s restored: %d group(s)", topic, len(model.groups))
+        return model
+
+    def _bump(self, topic: str, model: TopicModel, state: Any, saved_ms: int | None = None) -> None:
+        _, gen, prev_saved = self._models[topic]
+        gen += 1
+        state.set("gen", gen)
+        self._models[topic] = (model, gen, prev_saved if saved_ms is None else saved_ms)
+
+    def _save_group(self, topic: str, model: TopicModel, state: Any, group: str) -> None:
+        g = model.groups.get(group)
+        names = sorted(model.groups)
+        if names != state.get("groups", []):
+            state.set("groups", names)
+        if g is None:
+            state.delete(f"g:{group}")
+        else:
+            state.set(f"g:{group}", g.to_state())
+        self._bump(topic, model, state)
+
+    def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
+        state.set("hw", model.hw_state())
+        state.set("groups", sorted(model.groups))
+        for name, g in model.groups.items():
+            state.set(f"g:{name}", g.to_state())
+        self._bump(topic, model, state, saved_ms=now_ms)
+
+    def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
+        for name in model.groups:
+            state.delete(f"g:{name}")
+        for k in ("hw", "groups"):
+            state.delete(k)
+        self._models.pop(topic, None)
+        state.set("gen", state.get("gen", 0) + 1)
+        if self.on_topic_deleted is not None:
+            self.on_topic_deleted(topic)
+
+    # -- the operator ----------------------------------------------------------------------
+
+    def __call__(
+        self, value: Any, key: Any, timestamp: int, headers: Any, state: Any
+    ) -> list[dict[str, Any]]:
+        if not isinstance(value, dict) or not isinstance(key, str):
+            return []
+        event = value.get("event")
+        topic = key
+        model = self._model(topic, state)
+        if event == "commit":
+            model.commit(value["group"], value["partition"], value["offset"], value["commit_ts_ms"])
+            self._save_group(topic, model, state, value["group"])
+            return []
+        if event == "offset_deleted":
+            model.forget(value["group"], value["partition"])
+            self._save_group(topic, model, state, value["group"])
+            return []
+        if event != "watermarks":
+            return []
+        hwms = value.get("high_watermarks") or []
+        if not hwms:  # the sampler's mark for a deleted topic: forget it all
+            self._drop(topic, model, state)
+            return []
+        now_ms = int(value["sampled_at_ms"])
+        if not model.add_sample(now_ms, hwms, value.get("leaders") or ()):
+            return []  # a replayed or out-of-order sample
+        observations = model.observe(now_ms)
+        if now_ms - self._models[topic][2] >= self.persist_interval_ms:
+            self._persist(topic, model, state, now_ms)
+        if self.on_observations is not None:
+            self.on_observations(observations)
+        return self._events(model, observations, now_ms)
+
+    def _events(
+        self, model: TopicModel, observations: list[Observation], now_ms: int
+    ) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for o in observations:
+            out.append(to_dict(o.summary(self.cfg.worst_n)))
+            g = model.groups[o.group]
+            due = now_ms - g.last_snapshot_ms >= self.snapshot_interval_ms
+            idx: Any
+            if due:
+                g.last_snapshot_ms = now_ms
+                idx = range(len(o.partitions))
+            else:
+                changed = g.last_status[o.partitions] != o.status
+                idx = changed.nonzero()[0]
+            g.last_status[o.partitions] = o.status
+            out.extend(to_dict(o.partition_lag(int(i))) for i in idx)
+        return out
+
+
+def lag_key(event: dict[str, Any]) -> str:
+    """Key of an event on ``lagpilot.lag``: ``group|topic`` or ``group|topic|partition``."""
+    if event.get("event") == "partition_lag":
+        return f"{event['group']}|{event['topic']}|{event['partition']}"
+    return f"{event['group']}|{event['topic']}"

@@ -1,0 +1,181 @@
+"""Pipeline settings: defaults, then ``LAGPILOT_*`` environment, then command-line flags.
+
+Validated once at start, before any I/O; a bad value raises ``ConfigError`` naming the key
+and the fix. Kafka client settings (TLS, SASL) pass through from ``LAGPILOT_KAFKA_<NAME>``
+variables: ``LAGPILOT_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` becomes ``security.protocol``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from pipeline.lag import LagConfig
+from schemas import ConfigError
+
+ENV_PREFIX = "LAGPILOT_"
+KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
+DEFAULT_BOOTSTRAP = "127.0.0.1:39092"
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap: str = DEFAULT_BOOTSTRAP  # env KAFKA_BOOTSTRAP or LAGPILOT_BOOTSTRAP
+    consumer_group: str = "lagpilot-pipeline"
+    state_dir: str = ".lagpilot/state"
+    auto_offset_reset: str = "earliest"  # read __consumer_offsets from its start once
+    commit_interval_s: float = 1.0
+    sample_interval_ms: int = 250
+    metadata_refresh_ms: int = 5000
+    include: str = ".*"
+    exclude: str = ""
+    window_s: float = 10.0
+    history_rows: int = 256
+    warn_time_lag_s: float = 5.0
+    err_time_lag_s: float = 30.0
+    partition_snapshot_interval_ms: int = 1000
+    persist_interval_ms: int = 1000
+    worst_n: int = 5
+    topic_partitions: int = 16  # partitions of lagpilot.watermarks (the unit of parallelism)
+    replication_factor: int = 1
+    metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
+    policy_file: str = ""  # empty: built-in policy defaults (mode recommend)
+    run_sampler: bool = True
+    run_policy: bool = True
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    def broker_config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **self.kafka}
+
+    def lag_config(self) -> LagConfig:
+        return LagConfig(
+            window_s=self.window_s,
+            history_rows=self.history_rows,
+            warn_time_lag_s=self.warn_time_lag_s,
+            err_time_lag_s=self.err_time_lag_s,
+            worst_n=self.worst_n,
+        )
+
+
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "commit_interval_s": (0.05, 60),
+    "sample_interval_ms": (20, 60_000),
+    "metadata_refresh_ms": (100, 3_600_000),
+    "window_s": (1, 3_600),
+    "history_rows": (16, 100_000),
+    "warn_time_lag_s": (0.1, 86_400),
+    "err_time_lag_s": (0.1, 86_400),
+    "partition_snapshot_interval_ms": (0, 3_600_000),
+    "persist_interval_ms": (50, 600_000),
+    "worst_n": (1, 100),
+    "topic_partitions": (1, 10_000),
+    "replication_factor": (1, 5),
+    "metrics_port": (0, 65_535),
+}
+
+
+def _coerce(name: str, typ: Any, raw: Any) -> Any:
+    key = f"{ENV_PREFIX}{name.upper()}"
+    if typ is bool or typ == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{key}={raw!r}: expected true or false")
+    if typ in (int, "int"):
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={raw!r}: expected a whole number") from None
+    if typ in (float, "float"):
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={raw!r}: expected a number") from None
+    return str(raw)
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Settings:
+    """Settings from ``env`` (``LAGPILOT_<FIELD>``, plus ``KAFKA_BOOTSTRAP``) and overrides."""
+    import os
+
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    types = {f.name: f.type for f in fields(Settings)}
+    if env.get("KAFKA_BOOTSTRAP"):
+        values["bootstrap"] = env["KAFKA_BOOTSTRAP"]
+    for name, typ in types.items():
+        if name == "kafka":
+            continue
+        raw = env.get(f"{ENV_PREFIX}{name.upper()}")
+        if raw is not None and raw != "":
+            values[name] = _coerce(name, typ, raw)
+    kafka = {
+        k[len(KAFKA_ENV_PREFIX) :].lower().replace("_", "."): v
+        for k, v in env.items()
+        if k.startswith(KAFKA_ENV_PREFIX)
+    }
+    values["kafka"] = kafka
+    for name, raw in (overrides or {}).items():
+        if name not in types:
+            raise ConfigError(f"unknown setting {name!r}; known: {', '.join(sorted(types))}")
+        if raw is not None:
+            values[name] = _coerce(name, types[name], raw) if name != "kafka" else raw
+    settings = Settings(**values)
+    validate_settings(settings)
+    return settings
+
+
+def validate_settings(s: Settings) -> None:
+    for name, (lo, hi) in _BOUNDS.items():
+        value = getattr(s, name)
+        if not lo <= value <= hi:
+            raise ConfigError(
+                f"{ENV_PREFIX}{name.upper()}={value}: must be between {lo} and {hi}; "
+                f"set it in range (default {getattr(Settings(), name)})"
+            )
+    if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", s.bootstrap):
+        raise ConfigError(
+            f"KAFKA_BOOTSTRAP={s.bootstrap!r}: expected host:port[,host:port...], "
+            "e.g. 127.0.0.1:9092"
+        )
+    if s.auto_offset_reset not in {"earliest", "latest"}:
+        raise ConfigError(
+            f"{ENV_PREFIX}AUTO_OFFSET_RESET={s.auto_offset_reset!r}: use earliest or latest"
+        )
+    if s.err_time_lag_s < s.warn_time_lag_s:
+        raise ConfigError(
+            f"{ENV_PREFIX}ERR_TIME_LAG_S={s.err_time_lag_s} is below "
+            f"{ENV_PREFIX}WARN_TIME_LAG_S={s.warn_time_lag_s}; ERR must be the higher level"
+        )
+    if s.window_s * 1000 < 3 * s.sample_interval_ms:
+        raise ConfigError(
+            f"{ENV_PREFIX}WINDOW_S={s.window_s} holds fewer than 3 samples at "
+            f"{ENV_PREFIX}SAMPLE_INTERVAL_MS={s.sample_interval_ms}; widen the window"
+        )
+    for pattern_key in ("include", "exclude"):
+        pattern = getattr(s, pattern_key)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(
+                f"{ENV_PREFIX}{pattern_key.upper()}={pattern!r} is not a valid regex ({exc})"
+            ) from None
+
+
+def describe(s: Settings) -> dict[str, Any]:
+    """Settings for the start-up log line: Kafka secrets are masked."""
+    d = dataclasses.asdict(s)
+    d["kafka"] = {
+        k: ("***" if any(w in k for w in ("password", "secret", "token", "key")) else v)
+        for k, v in s.kafka.items()
+    }
+    return d
