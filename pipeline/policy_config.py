@@ -337,9 +337,10 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
         try:
             value = parse(env[name])
         except ValueError:
+            kind = {"int": "whole number", "float": "number"}.get(parse.__name__, "value")
             raise ConfigError(
-                f"{name}: cannot read {env[name]!r} as {parse.__name__}; "
-                f"set a valid {parse.__name__}"
+                f"{name} (policy.{'.'.join(path)}): cannot read {env[name]!r} as a {kind}; "
+                f"set it to a {kind} or unset it"
             ) from None
         table = data
         for part in path[:-1]:
