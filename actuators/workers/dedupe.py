@@ -55,6 +55,8 @@ class InDoubtError(RuntimeError):
 
 
 class Claim(StrEnum):
+    """What ``DedupeStore.claim`` found for a key."""
+
     NEW = "new"  # claimed by this call: run the effect, then complete() or release()
     DONE = "done"  # the effect already happened: skip it
     IN_DOUBT = "in_doubt"  # claimed by an attempt that never finished
@@ -244,7 +246,7 @@ class SQLiteDedupeStore:
         finally:
             self._forget(key)
 
-    def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], None]) -> bool:
+    def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], object]) -> bool:
         """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done."""
         with self._tx() as db:
             row = self._get(db, key)
@@ -327,7 +329,7 @@ class Context:
         self.store.complete(self.key)
         return True
 
-    def once_sql(self, fn: Callable[[sqlite3.Connection], None]) -> bool:
+    def once_sql(self, fn: Callable[[sqlite3.Connection], object]) -> bool:
         """Exactly once for effects written through the SQLite store's connection."""
         if not isinstance(self.store, SQLiteDedupeStore):
             raise TypeError(

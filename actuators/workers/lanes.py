@@ -67,7 +67,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        process: Callable[[Any], None],
+        process: Callable[[Any], object],
         *,
         max_workers: int,
         default_lanes: int,

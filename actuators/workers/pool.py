@@ -14,8 +14,8 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConsumerGroupTopicPartitions
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from actuators.workers.control import Command
 from actuators.workers.engine import Engine

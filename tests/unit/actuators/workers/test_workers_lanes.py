@@ -1,0 +1,179 @@
+"""Lanes: per-key order, parallelism across keys, barriers on lane changes, prefix commits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actuators.workers import lane_for
+from actuators.workers.lanes import Dispatcher
+
+
+@dataclass
+class Msg:
+    """The four confluent_kafka.Message accessors the dispatcher reads."""
+
+    _offset: int
+    _key: bytes | None
+    _topic: str = "t"
+    _partition: int = 0
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+
+class Recorder:
+    """A handler that records order and catches two messages of one key running at once."""
+
+    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None) -> None:
+        self.delay_s = delay_s
+        self.gate = gate
+        self.lock = threading.Lock()
+        self.running_keys: set[bytes | None] = set()
+        self.overlaps = 0
+        self.order: dict[bytes | None, list[int]] = defaultdict(list)
+        self.max_parallel = 0
+
+    def __call__(self, m: Msg) -> None:
+        with self.lock:
+            if m.key() in self.running_keys:
+                self.overlaps += 1
+            self.running_keys.add(m.key())
+            self.max_parallel = max(self.max_parallel, len(self.running_keys))
+        if self.gate is not None:
+            self.gate.wait(5)
+        time.sleep(self.delay_s)
+        with self.lock:
+            self.running_keys.discard(m.key())
+            self.order[m.key()].append(m.offset())
+
+
+def wait_for(pred, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+@given(st.binary(max_size=16), st.integers(0, 10**9), st.integers(1, 64))
+def test_lane_for_is_stable_and_in_range(key: bytes, offset: int, lanes: int) -> None:
+    lane = lane_for(key, offset, lanes)
+    assert 0 <= lane < lanes
+    assert lane == lane_for(key, offset + 1, lanes)  # a key's lane does not depend on offset
+
+
+def test_keyless_messages_spread_by_offset() -> None:
+    assert {lane_for(None, o, 4) for o in range(8)} == {0, 1, 2, 3}
+    assert lane_for(b"k", 5, 1) == 0
+
+
+def test_per_key_order_with_parallel_keys() -> None:
+    rec = Recorder(delay_s=0.002)
+    d = Dispatcher(rec, max_workers=8, default_lanes=4)
+    keys = [f"k{i}".encode() for i in range(6)]
+    for o in range(300):
+        d.submit(Msg(o, keys[o % 6]))
+    wait_for(lambda: sum(len(v) for v in rec.order.values()) == 300)
+    assert rec.overlaps == 0
+    for key in keys:
+        assert rec.order[key] == sorted(rec.order[key])
+    assert rec.max_parallel > 1  # keys did run side by side
+    assert d.take_commits() == {("t", 0): 300}
+    d.shutdown()
+
+
+def test_a_slow_message_holds_the_commit_position() -> None:
+    gate = threading.Event()
+    slow = Msg(0, b"slow")
+    d = Dispatcher(lambda m: gate.wait(5) if m is slow else None, max_workers=4, default_lanes=4)
+    d.submit(slow)
+    others = [Msg(o, f"x{o}".encode()) for o in range(1, 40)]
+    for m in others:
+        d.submit(m)
+    time.sleep(0.2)
+    assert d.take_commits() == {("t", 0): 0}  # 0 is unfinished: nothing past it is committed
+    gate.set()
+    wait_for(lambda: d.position(("t", 0)) == 40)
+    d.shutdown()
+
+
+def test_lane_change_waits_for_running_work_and_keeps_key_order() -> None:
+    rec = Recorder(delay_s=0.001)
+    d = Dispatcher(rec, max_workers=8, default_lanes=1)
+    keys = [f"k{i}".encode() for i in range(10)]
+    for o in range(200):
+        d.submit(Msg(o, keys[o % 10]))
+        if o == 50:
+            d.set_lanes(("t", 0), 6)
+        if o == 150:
+            d.set_lanes(("t", 0), 2)
+    wait_for(lambda: sum(len(v) for v in rec.order.values()) == 200)
+    assert rec.overlaps == 0
+    assert all(v == sorted(v) for v in rec.order.values())
+    assert d.lanes(("t", 0)) == 2
+    d.shutdown()
+
+
+def test_halt_starts_nothing_until_resume() -> None:
+    rec = Recorder()
+    d = Dispatcher(rec, max_workers=2, default_lanes=2)
+    d.halt()
+    for o in range(10):
+        d.submit(Msg(o, b"a"))
+    time.sleep(0.1)
+    assert not rec.order
+    assert d.buffered() == {("t", 0): 10}
+    d.resume()
+    wait_for(lambda: len(rec.order[b"a"]) == 10)
+    d.shutdown()
+
+
+def test_close_abandons_queued_work_below_which_it_commits() -> None:
+    gate = threading.Event()
+    rec = Recorder(gate=gate)
+    d = Dispatcher(rec, max_workers=4, default_lanes=1)
+    for o in range(5):
+        d.submit(Msg(o, b"a"))  # one lane: 0 runs, 1..4 queue
+    wait_for(lambda: b"a" in rec.running_keys)
+    d.begin_close(("t", 0))
+    assert not d.submit(Msg(5, b"a"))  # a closing partition accepts nothing
+    gate.set()
+    wait_for(lambda: d.running(("t", 0)) == 0)
+    assert d.finish_close(("t", 0)) == 1  # 0 done; 1..4 will be redelivered
+    assert rec.order[b"a"] == [0]
+    d.shutdown()
+
+
+def test_close_with_timeout_abandons_running_work() -> None:
+    gate = threading.Event()
+    d = Dispatcher(lambda m: gate.wait(5), max_workers=2, default_lanes=2)
+    d.submit(Msg(7, b"a"))
+    positions = d.close([("t", 0)], timeout_s=0.05)
+    assert positions == {("t", 0): 7}  # still running: stays above the committed position
+    gate.set()
+    d.shutdown()
+
+
+def test_a_raising_process_does_not_wedge_the_partition() -> None:
+    def boom(m: Msg) -> None:
+        raise RuntimeError("handler wrapper bug")
+
+    d = Dispatcher(boom, max_workers=1, default_lanes=1)
+    for o in range(3):
+        d.submit(Msg(o, b"a"))
+    wait_for(lambda: d.position(("t", 0)) == 3)
+    d.shutdown()

@@ -1,0 +1,71 @@
+"""The commit position never passes an unfinished message, whatever order lanes finish in."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actuators.workers import OffsetTracker
+
+
+def test_position_waits_for_the_first_unfinished_offset() -> None:
+    t = OffsetTracker()
+    for o in (10, 11, 12):
+        t.delivered(o)
+    t.done(12)
+    t.done(11)
+    assert t.position == 10
+    assert t.take_commit() == 10
+    t.done(10)
+    assert t.position == 13
+    assert t.take_commit() == 13
+    assert t.take_commit() is None  # nothing new
+
+
+def test_gaps_from_compaction_are_not_missing_messages() -> None:
+    t = OffsetTracker()
+    for o in (5, 9, 20):
+        t.delivered(o)
+    t.done(5)
+    assert t.position == 9
+    t.done(9)
+    t.done(20)
+    assert t.position == 21
+
+
+def test_forget_after_keeps_position_below_abandoned_work() -> None:
+    t = OffsetTracker()
+    for o in (1, 2, 3, 4):
+        t.delivered(o)
+    t.forget_after(2)  # 2 was queued and abandoned; 3, 4 were on other lanes
+    t.done(4)  # finishes late: must not move the position past 2
+    t.done(1)
+    assert t.position == 2
+    t.delivered(2)  # redelivered
+    t.done(2)
+    assert t.position == 3
+
+
+def test_offsets_must_ascend() -> None:
+    t = OffsetTracker()
+    t.delivered(3)
+    with pytest.raises(ValueError, match="ascend"):
+        t.delivered(3)
+
+
+@given(st.integers(1, 60), st.randoms(use_true_random=False))
+def test_position_is_first_unfinished_for_any_completion_order(n: int, rnd) -> None:
+    offsets = sorted(rnd.sample(range(1000), n))
+    t = OffsetTracker()
+    for o in offsets:
+        t.delivered(o)
+    order = offsets[:]
+    rnd.shuffle(order)
+    finished: set[int] = set()
+    for o in order:
+        t.done(o)
+        finished.add(o)
+        unfinished = [x for x in offsets if x not in finished]
+        want = unfinished[0] if unfinished else offsets[-1] + 1
+        assert t.position == want
