@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_retries_are_bounded_and_only_for_retriable_errors() -> None:
         with_retries(refused, max_retries=3, base_s=0.1, cap_s=1, sleep=sleeps.append)
     assert len(calls) == 1
 
-    answers = iter([ActuatorError("busy", retriable=True), "done"])
+    answers: Iterator[ActuatorError | str] = iter([ActuatorError("busy", retriable=True), "done"])
 
     def then_ok() -> str:
         a = next(answers)
