@@ -322,6 +322,11 @@ class HighWatermarkSource(Source):
         return self._stats.as_dict()
 
     def run(self) -> None:
+        """The tick loop: refresh metadata when due, sample, sleep to the next grid tick.
+
+        Runs until ``stop()`` (SIGTERM from Quix in the child, or a call from a thread).
+        After a tick in which nothing answered, the next one waits for the backoff.
+        """
         interval_ns = self.sample_interval_ms * _NS_PER_MS
         anchor = deadline = time.monotonic_ns()
         next_refresh = anchor
