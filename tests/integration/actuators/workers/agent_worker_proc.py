@@ -1,0 +1,96 @@
+"""An agent worker for the integration tests: in a thread (``make_worker``) or as a process
+(``python agent_worker_proc.py ...``) that the tests SIGKILL.
+
+Its side effect is a row in the ``ledger`` table of the dedupe store's SQLite file, written
+with ``ctx.once_sql`` (exactly once); every attempt is also logged in ``attempts`` (at least
+once), so the tests can tell redeliveries from repeated side effects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Message
+
+from actuators.workers import Context, PoolWorker, SQLiteDedupeStore, Worker
+
+LEDGER_DDL = (
+    "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "part INTEGER NOT NULL, off INTEGER NOT NULL, key TEXT, worker TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS attempts (part INTEGER, off INTEGER, worker TEXT)",
+)
+TEST_SETTINGS: dict[str, Any] = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 1000,
+    "max.poll.interval.ms": 10000,
+}
+
+
+def init_ledger(path: Path) -> None:
+    db = sqlite3.connect(path)
+    for ddl in LEDGER_DDL:
+        db.execute(ddl)
+    db.commit()
+    db.close()
+
+
+def make_handler(name: str):  # type: ignore[no-untyped-def]
+    def handle(msg: Message, ctx: Context) -> None:
+        body = orjson.loads(msg.value() or b"{}")
+        time.sleep(body.get("work_s", 0.0))  # a heavy payload takes a while
+        store = ctx.store
+        assert isinstance(store, SQLiteDedupeStore)
+        store.connection().execute(
+            "INSERT INTO attempts VALUES (?, ?, ?)", (ctx.partition, ctx.offset, name)
+        )
+        key = (msg.key() or b"").decode()
+
+        def effect(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO ledger (part, off, key, worker) VALUES (?, ?, ?, ?)",
+                (ctx.partition, ctx.offset, key, name),
+            )
+
+        ctx.once_sql(effect)
+
+    return handle
+
+
+def make_worker(args: argparse.Namespace | Any, name: str, pool: str | None = None) -> Any:
+    common: dict[str, Any] = {
+        "bootstrap": args.bootstrap,
+        "group": args.group,
+        "handler": make_handler(name),
+        "lanes": 2,
+        "max_workers": 8,
+        "max_buffered_per_partition": 32,
+        "dedupe": SQLiteDedupeStore(args.db, synchronous="NORMAL"),
+        "control_topic": args.control,
+        "signing_key": bytes.fromhex(args.key),
+        "commit_interval_s": 0.3,
+        "close_timeout_s": 5.0,
+        "consumer_config": dict(TEST_SETTINGS) if pool is None else {},
+    }
+    if pool is not None:
+        return PoolWorker(pool=pool, **common)
+    return Worker(topics=[args.topic], instance_id=name, **common)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    for flag in ("bootstrap", "topic", "group", "control", "db", "key", "name"):
+        p.add_argument(f"--{flag}", required=True)
+    args = p.parse_args()
+    worker = make_worker(args, args.name)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    worker.run()
+
+
+if __name__ == "__main__":
+    main()
