@@ -1,0 +1,169 @@
+"""Properties of the policy over adversarial lag series (hypothesis).
+
+Series mix oscillation around the enter and exit levels, spikes, long idle gaps, and many
+groups on shared topics; every rail must hold on every one of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.policy import PolicyState, apply_control, decide
+from pipeline.policy_config import PolicyConfig, config_from_mapping
+from schemas import GroupLag, LagStatus, WorstPartition, sign, validate
+
+T0 = 1_800_000_000_000
+KEY = b"p" * 32
+GROUPS = [f"g{i}" for i in range(6)]
+TOPICS = ["docs", "pages", "orders"]
+
+CONFIG: dict[str, Any] = {
+    "mode": "act",
+    "thresholds": {"default": {"time_lag_s": 10, "offset_lag": 5000, "accel_per_s2": 50,
+                               "exit_ratio": 0.5, "enter_windows": 2, "exit_windows": 3}},
+    "cooldowns": {"default_s": 4, "throttle_producer": 3, "transfer_leadership": 6},
+    "budget": {"actions_per_minute": 5},
+    "throttle": {"start_bytes_per_s": 80_000, "floor_bytes_per_s": 9_000, "step_ratio": 0.5,
+                 "lease_s": 8},
+    "allow": {"throttle_client_ids": ["ingest-*", "crawler"], "partition_topics": ["docs"]},
+    "producers": {"ingest-*": ["docs", "pages"], "crawler": ["pages"], "billing": ["orders"]},
+    "scale": {"lag_per_replica": 500},
+    "partitions": {"growth_ratio": 2.0, "max_total": 12},
+    "hotspot": {"ratio": 3.0, "lanes": 3},
+    "state": {"forget_after_s": 120},
+}  # fmt: skip
+CFG = config_from_mapping(CONFIG)
+NOT_BUDGETED = {"release_producer", "restore_partition"}
+UNCOOLED = {"release_producer", "restore_partition"}
+
+# a time lag drawn to sit on, just around, or far from the levels (enter 10 s, exit 5 s)
+lags = st.one_of(
+    st.sampled_from([0.0, 4.99, 5.0, 5.01, 9.99, 10.0, 10.01]),
+    st.floats(0, 12, allow_nan=False),
+    st.floats(0, 10_000, allow_nan=False),  # spikes
+)
+gaps_ms = st.sampled_from([250] * 8 + [1, 1_000, 5_000, 60_000, 200_000])  # and long idle
+
+
+@st.composite
+def summaries(draw: st.DrawFn) -> tuple[int, GroupLag]:
+    lag = draw(lags)
+    parts = draw(st.integers(1, 8))
+    worst = tuple(
+        WorstPartition(p, int(t * 100), t, draw(st.floats(-50, 50)), draw(st.floats(-100, 100)),
+                       100.0, 90.0, LagStatus.WARN, draw(st.integers(-1, 3)))
+        for p, t in enumerate(sorted(draw(st.lists(lags, max_size=min(parts, 4))), reverse=True))
+    )  # fmt: skip
+    offsets = draw(st.one_of(st.integers(0, 20_000), st.just(int(lag * 100))))
+    summary = GroupLag(draw(st.sampled_from(GROUPS)), draw(st.sampled_from(TOPICS)), 0,
+                       LagStatus.WARN, offsets, lag, draw(st.floats(-100, 100)), parts, parts,
+                       worst)  # fmt: skip
+    return draw(gaps_ms), summary
+
+
+def _flatten(runs: list[tuple[tuple[int, GroupLag], int]]) -> list[tuple[int, GroupLag]]:
+    return [step for step, repeat in runs for _ in range(repeat)]
+
+
+#: runs of one summary repeated (a lasting incident, a long calm), interleaved across groups
+series = st.lists(st.tuples(summaries(), st.integers(1, 30)), min_size=1, max_size=25).map(_flatten)
+
+
+def play(
+    config: PolicyConfig, steps: list[tuple[int, GroupLag]], *, via_json: bool = False
+) -> tuple[list[dict[str, Any]], PolicyState]:
+    state, now, out = PolicyState(), T0, []
+    for gap, summary in steps:
+        now += gap
+        actions, state = decide(summary, state, config, now)
+        out += actions
+        if via_json:  # a restart between every two summaries
+            state = PolicyState.from_dict(orjson.loads(orjson.dumps(state.to_dict())))
+    return out, state
+
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(series)
+def test_rails_hold(steps: list[tuple[int, GroupLag]]) -> None:
+    actions, state = play(CFG, steps)
+    by_target: dict[tuple[str, str], list[int]] = defaultdict(list)
+    last_throttle: dict[str, tuple[int, int]] = {}  # target: (rate, lease end)
+    lease_ms = CFG.throttle_lease_s * 1000
+    released_at: dict[str, int] = {}
+    budgeted: list[int] = []
+    for a in actions:
+        kind, target, at, params = a["type"], a["target"], a["issued_at"], a["params"]
+        validate(sign(a, KEY))  # every action is schema-valid once signed
+        if kind == "throttle_producer":
+            assert params["producer_byte_rate"] >= CFG.throttle_floor_bytes_per_s  # floor
+            assert params["lease_s"] > 0
+            if target in released_at:  # no flapping: a release holds off the next throttle
+                assert at - released_at.pop(target) >= CFG.cooldown_s(kind) * 1000
+            rate, until = last_throttle.get(target, (0, 0))
+            # a renewal (same rate, lease still running) is the only unbudgeted throttle
+            renewal = at < until and rate == params["producer_byte_rate"]
+            assert a["reason"]["budgeted"] is not renewal
+            assert at >= until or params["producer_byte_rate"] <= rate  # steps only go down
+            last_throttle[target] = (params["producer_byte_rate"], at + lease_ms)
+        if kind == "release_producer":
+            assert at < last_throttle.pop(target)[1]  # only a live throttle is released
+            released_at[target] = at
+        if kind == "scale_consumers":
+            assert 1 <= params["replicas"] <= params["partitions"]
+        if kind == "add_partitions":
+            assert params["total"] > params["current"] and params["total"] <= 12
+            assert params["topic"] == "docs"  # allow-listed only
+        if a["reason"]["budgeted"]:
+            budgeted.append(at)
+        else:
+            assert kind in NOT_BUDGETED or kind == "throttle_producer"
+        if kind not in UNCOOLED:
+            by_target[(kind, target)].append(at)
+    for (kind, _), times in by_target.items():  # never inside a cooldown
+        assert all(b - a >= CFG.cooldown_s(kind) * 1000 for a, b in itertools.pairwise(times))
+    for i, t in enumerate(budgeted):  # never over budget in any sliding minute
+        assert sum(1 for u in budgeted[i:] if u - t < 60_000) <= CFG.actions_per_minute
+    assert len(state.incidents) <= len(GROUPS) * len(TOPICS)
+    assert len(state.budget_ms) <= CFG.actions_per_minute
+
+
+@FAST
+@given(series)
+def test_replay_and_restart_give_identical_actions(steps: list[tuple[int, GroupLag]]) -> None:
+    first, state = play(CFG, steps)
+    second, _ = play(CFG, steps)
+    restarted, _ = play(CFG, steps, via_json=True)
+    assert first == second == restarted
+    assert PolicyState.from_dict(orjson.loads(orjson.dumps(state.to_dict()))) == state
+
+
+@FAST
+@given(series)
+def test_observe_decides_nothing_at_all(steps: list[tuple[int, GroupLag]]) -> None:
+    observe = config_from_mapping({**CONFIG, "mode": "observe"})
+    actions, state = play(observe, steps)
+    assert actions == [] and state == PolicyState()
+
+
+@FAST
+@given(series, st.integers(0, 100))
+def test_nothing_while_halted(steps: list[tuple[int, GroupLag]], at: int) -> None:
+    state, now, out = PolicyState(), T0, []
+    for i, (gap, summary) in enumerate(steps):
+        now += gap
+        if i == at:
+            state = apply_control(state, {"type": "halt", "params": {"scope": "all"},
+                                          "issued_at": now}, now)  # fmt: skip
+        actions, state = decide(summary, state, CFG, now)
+        if i >= at:
+            out += actions
+    assert out == []
