@@ -280,7 +280,7 @@ def rule_throttle(c: _Ctx) -> None:
     """Throttle allow-listed producers of the lagging topic; renew, step down, release."""
     cfg, s = c.config, c.state
     for p in cfg.producers:
-        if not p.writes(c.summary.topic) or not cfg.may_throttle(p.name):
+        if not p.writes(c.summary.topic) or not cfg.may_throttle(p.name, p.entity):
             continue
         th = s.throttles.get(p.target)
         if not c.incident.active:

@@ -150,8 +150,16 @@ class PolicyConfig:
     def cooldown_s(self, action_type: str) -> float:
         return self.cooldowns_s.get(action_type, self.cooldown_default_s)
 
-    def may_throttle(self, name: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids)
+    def may_throttle(self, name: str, entity: str = "client-id") -> bool:
+        """The actuator's rule: a prefix must be covered by a glob ending in ``*``.
+
+        A prefix quota throttles every client whose id starts with it, so "agent-" is
+        allowed by "agent-*" but not by "agent-" or "agent-?".
+        """
+        return any(
+            fnmatch.fnmatchcase(name, g) and (entity == "client-id" or g.endswith("*"))
+            for g in self.throttle_client_ids
+        )
 
     def may_add_partitions(self, topic: str) -> bool:
         return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)

@@ -28,6 +28,9 @@ def test_example_file_loads_with_its_sections() -> None:
     assert cfg.broker_ids == (1, 2, 3)
     assert cfg.may_throttle("ingest-") and cfg.may_throttle("crawler-7")
     assert not cfg.may_throttle("billing")
+    exact = config_from_mapping({"allow": {"throttle_client_ids": ["agent-", "bot-?"]}})
+    assert exact.may_throttle("agent-") and exact.may_throttle("bot-1")
+    assert not exact.may_throttle("agent-", "client-id-prefix")  # would cover "agent-x" too
     assert cfg.may_add_partitions("docs.raw") and not cfg.may_add_partitions("orders")
     assert [p.target for p in cfg.producers] == ["client-id-prefix:ingest-", "client-id:crawler-7"]
     assert cfg.cooldown_s("transfer_leadership") == 300
