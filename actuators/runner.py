@@ -150,6 +150,11 @@ class Runner:
             | {
                 "group.id": settings.group_id,
                 "client.id": f"lagpilot-actuator-{settings.actuator_id}",
+                # Static membership (KIP-345): a restarted actuator takes its partitions back
+                # at once instead of waiting for its dead self's session to time out; one
+                # that stays dead hands them to the others after session.timeout.ms.
+                "group.instance.id": settings.actuator_id,
+                "session.timeout.ms": 10000,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",

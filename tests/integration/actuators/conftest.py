@@ -1,114 +1,12 @@
-"""A harness for actuator tests: fresh topics, a signing key, runners in threads, readers."""
+"""The actuator tests' fixture: a ``Harness`` (actuators.testing) on fresh topics."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
 import pytest
-from confluent_kafka import Consumer, Producer
 
-from actuators.backends import Backend, DryRunBackend
-from actuators.runner import Runner
-from actuators.settings import AllowList, Policy, Settings
-from schemas import Mode, encode
-
-KEY = b"actuator-test-signing-key-0123456789"
-ACT_POLICY = Policy(
-    mode=Mode.ACT,
-    allow=AllowList(partition_topics=("t-*",), throttle_client_ids=("ok-*", "lp-*")),
-)
-
-
-@dataclass
-class Harness:
-    bootstrap: str
-    name: str
-    runners: list[tuple[Runner, threading.Event, threading.Thread]] = field(default_factory=list)
-
-    @property
-    def control(self) -> str:
-        return f"{self.name}.control"
-
-    @property
-    def outcomes(self) -> str:
-        return f"{self.name}.outcomes"
-
-    def settings(self, actuator_id: str = "a1", **kw: Any) -> Settings:
-        return Settings(
-            bootstrap=self.bootstrap,
-            backend="dry-run",
-            actuator_id=f"{self.name}-{actuator_id}",
-            group_id=f"{self.name}-actuator",
-            control_topic=self.control,
-            outcomes_topic=self.outcomes,
-            metrics_port=0,
-            **kw,
-        ).validated()
-
-    def start(
-        self,
-        backend: Backend | None = None,
-        policy: Policy = ACT_POLICY,
-        actuator_id: str = "a1",
-        **kw: Any,
-    ) -> Runner:
-        runner = Runner(
-            self.settings(actuator_id, **kw),
-            signing_key=KEY,
-            policy=policy,
-            backend=backend or DryRunBackend(),
-        ).start()
-        stop = threading.Event()
-        thread = threading.Thread(target=runner.run, args=(stop,), daemon=True)
-        thread.start()
-        self.runners.append((runner, stop, thread))
-        return runner
-
-    def stop(self, runner: Runner) -> None:
-        for r, stop, thread in self.runners:
-            if r is runner:
-                stop.set()
-                thread.join(10)
-                r.close()
-        self.runners = [t for t in self.runners if t[0] is not runner]
-
-    def send(self, *events: dict[str, Any] | bytes, key: bytes | None = None) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
-        for e in events:
-            value = e if isinstance(e, bytes) else encode(e)
-            k = key if key is not None or isinstance(e, bytes) else str(e.get("target")).encode()
-            producer.produce(self.control, key=k, value=value)
-        producer.flush(10)
-
-    def read_outcomes(
-        self, until: int, timeout_s: float = 20.0, group: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Committed outcomes from the beginning, until ``until`` are read or time is up."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": group or f"{self.name}-reader-{time.monotonic_ns()}",
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
-        )
-        consumer.subscribe([self.outcomes])
-        got: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout_s
-        try:
-            while len(got) < until and time.monotonic() < deadline:
-                for msg in consumer.consume(500, timeout=0.2):
-                    if msg.error() is None and msg.value() is not None:
-                        got.append(orjson.loads(msg.value()))
-        finally:
-            consumer.close()
-        return got
+from actuators.testing import Harness
 
 
 @pytest.fixture
@@ -117,10 +15,3 @@ def harness(kafka_bootstrap: str, unique_name: str) -> Iterator[Harness]:
     yield h
     for runner, _, _ in list(h.runners):
         h.stop(runner)
-
-
-def by_id(outcomes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for o in outcomes:
-        out.setdefault(o["action_id"], []).append(o)
-    return out

@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from conftest import KEY, Harness, by_id
-
 from actuators import testing as T
 from actuators.backends import DryRunBackend
+from actuators.testing import KEY, Harness, by_id
 from schemas import validate
 
 
