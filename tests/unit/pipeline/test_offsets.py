@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from coordinator_schemas import encode, key_type, record_schema_names, schema_class
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from pipeline import offsets
@@ -25,6 +24,12 @@ from schemas import (
     TopicAssignment,
     to_dict,
     validate,
+)
+from tests.unit.pipeline.coordinator_schemas import (
+    encode,
+    key_type,
+    record_schema_names,
+    schema_class,
 )
 
 TS = 1_700_000_000_000  # 0x0000018bcfe56800
@@ -348,13 +353,26 @@ def test_fast_constructor_sets_every_field_like_the_dataclass() -> None:
     assert fast == slow and hash(fast) == hash(slow) and to_dict(fast) == to_dict(slow)
 
 
-def test_key_cache_is_bounded_and_transparent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offsets, "COMMIT_KEY_CACHE_SIZE", 8)
-    monkeypatch.setattr(offsets, "_commit_keys", {})
-    monkeypatch.setattr(offsets, "_commit_keys_get", offsets._commit_keys.get)
-    value = bytes.fromhex(COMMIT_VALUES[3])
-    for p in range(50):
-        key = encode("OffsetCommitKey", 1, group="g", topic="t", partition=p)
-        first, again = decode_record(key, value), decode_record(key, value)
-        assert first == again == OffsetCommit("g", "t", p, 42, TS, 5, "md", None)
-        assert len(offsets._commit_keys) <= 8
+def test_hot_path_builds_through_the_twin_class_and_falls_back_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert offsets._FAST_BUILD, "the slot-twin trick stopped working: the hot path is slow"
+    values = [bytes.fromhex(COMMIT_VALUES[v]) for v in (1, 3)]
+    fast = [decode_record(KEY_1, v) for v in values]
+    monkeypatch.setattr(offsets, "_FAST_BUILD", False)
+    slow = [decode_record(KEY_1, v) for v in values]
+    assert fast == slow == [COMMIT_EXPECTED[1], COMMIT_EXPECTED[3]]
+    assert all(type(r) is OffsetCommit for r in fast)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0003000000000000002a0000000500020000018bcfe56800",  # 24 bytes, mlen 2
+        "0001000000000000002a00040000018bcfe568000000018b",  # 28 bytes, mlen 4
+        "0000000000000000002a00046d646d640000018bcfe56800",  # v0, also 24 bytes
+    ],
+)
+def test_fixed_size_shortcuts_check_what_they_assume(value: str) -> None:
+    raw = bytes.fromhex(value)
+    assert decode_record(KEY_1, raw) == offsets._decode_slow(KEY_1, raw)

@@ -9,7 +9,6 @@ the careful reader alike.
 from __future__ import annotations
 
 import pytest
-from coordinator_schemas import encode
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from schemas import (
     to_dict,
     validate,
 )
+from tests.unit.pipeline.coordinator_schemas import encode
 
 RESULT_TYPES = (OffsetCommit, OffsetDeleted, GroupMetadata, GroupRemoved, Skipped)
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,7 +139,7 @@ def test_truncated_and_mutated_commits_never_raise(
 def test_group_metadata_truncations_never_raise(
     version: int, members: list[tuple], data: st.DataObject
 ) -> None:
-    from coordinator_schemas import schema_class
+    from tests.unit.pipeline.coordinator_schemas import schema_class
 
     member_class = schema_class("GroupMetadataValue").MemberMetadata
     value = encode(
