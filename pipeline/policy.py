@@ -29,11 +29,10 @@ moves, then scale hints, then partitions (which never shrink again).
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline.policy_config import PolicyConfig, Producer, Thresholds
@@ -41,6 +40,7 @@ from schemas import ActionType, GroupLag, Mode, stable_id
 from schemas.lag import WorstPartition
 
 BUDGET_WINDOW_MS = 60_000
+PRUNE_EVERY_MS = 1_000
 #: A kill-switch event stamped this far in the future is ignored: ordering of halts and
 #: resumes is by issued_at, so one bad clock must not make every later resume look stale.
 MAX_CONTROL_SKEW_MS = 300_000
@@ -97,22 +97,52 @@ class PolicyState:
     halted: dict[str, int] = field(default_factory=dict)  # scope ("all" or group): since ms
     control_ms: dict[str, int] = field(default_factory=dict)  # scope: last halt/resume ms
     skipped_inputs: int = 0
+    pruned_ms: int = 0  # last full sweep of stale entries (at most one per PRUNE_EVERY_MS)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"v": 1, **asdict(self)}
+        """Plain JSON; built by hand because ``dataclasses.asdict`` is ~10x slower."""
+        return {
+            "v": 1,
+            **self._plain(),
+            "incidents": {k: [i.above, i.below, i.active, i.since_ms, i.seen_ms]
+                          for k, i in self.incidents.items()},
+            "throttles": {k: {"rate": t.rate, "since_ms": t.since_ms, "seq": t.seq,
+                              "issued_ms": t.issued_ms, "lease_until_ms": t.lease_until_ms,
+                              "holders": list(t.holders)} for k, t in self.throttles.items()},
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicyState:
         """Rebuild from ``to_dict`` output; missing keys take defaults (older states load)."""
         if data.get("v", 1) != 1:
             raise ValueError(f"policy state v{data.get('v')} is newer than this code (v1)")
-        d = copy.deepcopy({k: v for k, v in data.items() if k != "v"})
-        d["incidents"] = {k: Incident(**v) for k, v in d.get("incidents", {}).items()}
-        d["throttles"] = {k: Throttle(**v) for k, v in d.get("throttles", {}).items()}
-        return cls(**d)
+        s = cls(**{k: v for k, v in data.items() if k not in ("v", "incidents", "throttles")})
+        s = s.copy()  # own every container: the caller's dict may be reused
+        s.incidents = {k: Incident(**v) if isinstance(v, dict) else Incident(*v)
+                       for k, v in data.get("incidents", {}).items()}  # fmt: skip
+        s.throttles = {k: Throttle(**{**v, "holders": list(v["holders"])})
+                       for k, v in data.get("throttles", {}).items()}  # fmt: skip
+        return s
+
+    def _plain(self) -> dict[str, Any]:
+        return {
+            "clock_ms": self.clock_ms, "released_ms": dict(self.released_ms),
+            "spreads": {k: dict(v) for k, v in self.spreads.items()},
+            "scale_hints": dict(self.scale_hints),
+            "partition_requests": {k: list(v) for k, v in self.partition_requests.items()},
+            "cooldowns": dict(self.cooldowns), "budget_ms": list(self.budget_ms),
+            "brokers_seen": dict(self.brokers_seen), "halted": dict(self.halted),
+            "control_ms": dict(self.control_ms), "skipped_inputs": self.skipped_inputs,
+            "pruned_ms": self.pruned_ms,
+        }  # fmt: skip
 
     def copy(self) -> PolicyState:
-        return copy.deepcopy(self)
+        """A copy that ``decide`` may change: containers are new, incidents are replaced on
+        write (``decide`` changes only the summary's own), throttles are copied (few)."""
+        s = PolicyState(**self._plain())
+        s.incidents = dict(self.incidents)
+        s.throttles = {k: replace(t, holders=list(t.holders)) for k, t in self.throttles.items()}
+        return s
 
 
 def build_action(
@@ -424,7 +454,9 @@ def rule_scale(c: _Ctx) -> None:
     """Hint autoscalers to add consumers, never above the topic's partition count."""
     s, g = c.state, c.summary.group
     if not c.incident.active:
-        if not any(i.active for k, i in s.incidents.items() if k.split("\x00", 1)[0] == g):
+        if g in s.scale_hints and not any(
+            i.active for k, i in s.incidents.items() if k.split("\x00", 1)[0] == g
+        ):
             s.scale_hints.pop(g, None)
         return
     if c.summary.topic_partitions < 1:
@@ -486,6 +518,11 @@ def _prune(c: _Ctx, acting: bool) -> None:
     s, cfg, now = c.state, c.config, c.now
     forget_ms = cfg.forget_after_s * 1000
     s.budget_ms = [t for t in s.budget_ms if t > now - BUDGET_WINDOW_MS]
+    for target in [t for t, th in s.throttles.items() if now >= th.lease_until_ms]:
+        del s.throttles[target]  # the actuator removed the quota when the lease ended
+    if now - s.pruned_ms < PRUNE_EVERY_MS:
+        return  # a full sweep is O(state): once a second of event time is enough
+    s.pruned_ms = now
     longest = max([cfg.cooldown_default_s, *cfg.cooldowns_s.values()]) * 1000
     s.cooldowns = {k: t for k, t in s.cooldowns.items() if now - t < longest}
     s.released_ms = {k: t for k, t in s.released_ms.items() if now - t < longest}
@@ -496,9 +533,6 @@ def _prune(c: _Ctx, acting: bool) -> None:
     for k in gone:
         del s.incidents[k]
     for target, th in list(s.throttles.items()):
-        if now >= th.lease_until_ms:
-            del s.throttles[target]  # the actuator removed the quota when the lease ended
-            continue
         th.holders = [h for h in th.holders if h not in gone]
         if not th.holders and acting:
             _release(c, target, th, "group no longer seen")
@@ -526,8 +560,7 @@ def decide(
     now = s.clock_ms = max(now_ms, s.clock_ms)  # event time never runs backwards here
     key = incident_key(summary.group, summary.topic)
     t = config.thresholds_for(summary.group, summary.topic)
-    inc = s.incidents.setdefault(key, Incident())
-    inc.seen_ms = now
+    inc = s.incidents[key] = replace(s.incidents.get(key) or Incident(), seen_ms=now)
     c = _Ctx(summary, config, s, now, t, inc, key)
     for w in summary.worst:
         if w.leader >= 0:
