@@ -68,6 +68,7 @@ class Worker(Engine):
         self._handed: dict[TopicPart, Marker] = {}  # out with a pool
         self._handoff_pos: dict[TopicPart, int] = {}  # position fixed when running work ended
         self._last_check: dict[TopicPart, float] = {}
+        self._intents: dict[TopicPart, Command] = {}  # the latest spread/restore per partition
         self._peek = OffsetPeek(self.base_config())
         self.rebalances = 0
 
@@ -102,12 +103,19 @@ class Worker(Engine):
                 if marker is not None and marker.kind == HANDOFF:
                     self._handed[(tp.topic, tp.partition)] = marker
         consumer.incremental_assign(partitions)
-        self._assigned.update((tp.topic, tp.partition) for tp in partitions)
-        log.info("worker %s assigned %s", self.instance_id, [str(tp) for tp in partitions])
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        self._assigned.update(tps)
+        log.info("worker %s assigned %s", self.instance_id, tps)
+        now_ms = int(time.time() * 1000)
+        for tp in tps:  # a command sent while the partition had no owner is obeyed now
+            intent = self._intents.get(tp)
+            if intent is not None and intent.expires_at >= now_ms:
+                self._act(tp, intent)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         tps = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("worker %s revoked %s", self.instance_id, tps)
         for tp in tps:
             if tp in self._handing:  # finish the hand-off so the pool is not left waiting
                 self._finish_handoff(tp, self._close_timeout_s)
@@ -126,6 +134,7 @@ class Worker(Engine):
         for tp in tps:
             self._assigned.discard(tp)
             self._paused.discard(tp)
+            self._acked.pop(tp, None)
             self._handing.pop(tp, None)
             self._handed.pop(tp, None)
             self._handoff_pos.pop(tp, None)
@@ -133,10 +142,22 @@ class Worker(Engine):
     # -- control -------------------------------------------------------------------------------
 
     def _apply(self, cmd: Command) -> None:
+        """Obey now if the partition is ours; remember it as the partition's intent anyway.
+
+        Every worker of the group sees every command, so each one keeps the latest command
+        per partition: a partition that has no owner when the command arrives (mid-rebalance,
+        its owner just died) is handed off or spread by whoever is assigned it next, until
+        the command expires.
+        """
         assert cmd.topic is not None and cmd.partition is not None
         tp = (cmd.topic, cmd.partition)
+        self._intents[tp] = cmd
+        if tp in self._assigned:
+            self._act(tp, cmd)
+
+    def _act(self, tp: TopicPart, cmd: Command) -> None:
         if cmd.type is ActionType.SPREAD_PARTITION and cmd.pool:
-            if tp in self._assigned and not self._held(tp):
+            if not self._held(tp):
                 self._handing[tp] = Marker(HANDOFF, cmd.action_id, cmd.pool)
                 assert self._consumer is not None
                 self._consumer.pause([TopicPartition(*tp)])

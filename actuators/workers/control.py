@@ -31,6 +31,7 @@ class Command:
     partition: int | None = None
     lanes: int | None = None
     pool: str | None = None  # spread_partition with a pool = hand the partition off to it
+    expires_at: int = 0  # epoch ms; a remembered command is not obeyed after this
 
 
 # why an event was not obeyed; each is a stats counter "control_<reason>"
@@ -68,7 +69,7 @@ def read_command(payload: bytes | None, *, group: str, key: bytes, now_ms: int) 
     if kind in (ActionType.HALT, ActionType.RESUME):
         if params["scope"] not in ("all", group):
             return OTHER_GROUP
-        return Command(event["id"], kind)
+        return Command(event["id"], kind, expires_at=event["expires_at"])
     if params["group"] != group:
         return OTHER_GROUP
     return Command(
@@ -78,6 +79,7 @@ def read_command(payload: bytes | None, *, group: str, key: bytes, now_ms: int) 
         partition=params["partition"],
         lanes=params.get("lanes"),
         pool=params.get("pool"),
+        expires_at=event["expires_at"],
     )
 
 

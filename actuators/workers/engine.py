@@ -120,6 +120,7 @@ class Engine(abc.ABC):
         self._control: ControlReader | None = None
         self._assigned: set[TopicPart] = set()
         self._paused: set[TopicPart] = set()
+        self._acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
         self._last_commit = 0.0
         self.error: BaseException | None = None
 
@@ -191,7 +192,10 @@ class Engine(abc.ABC):
         self._tick(now_ms)
         self._flow()
         if time.monotonic() - self._last_commit >= self._commit_interval_s:
-            self._commit(self._dispatcher.take_commits(), asynchronous=True)
+            # positions the broker has not acknowledged yet: a failed commit is retried
+            positions = self._dispatcher.positions()
+            moved = {tp: p for tp, p in positions.items() if self._acked.get(tp) != p}
+            self._commit(moved, asynchronous=True)
             self._last_commit = time.monotonic()
 
     def _obey(self, cmd: Command) -> None:
@@ -306,12 +310,16 @@ class Engine(abc.ABC):
         if not offsets or self._consumer is None:
             return True
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
+            result = self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
         except KafkaException as exc:
             self._count("commit_failed")
             log.warning("commit of %s failed: %s", offsets, exc)
             return False
         self._count("commits")
+        if not asynchronous:
+            for tp in result or []:
+                if tp.error is None and tp.offset >= 0:
+                    self._acked[(tp.topic, tp.partition)] = tp.offset
         return True
 
     def _close_partitions(self, tps: Iterable[TopicPart], timeout_s: float) -> None:
@@ -321,9 +329,14 @@ class Engine(abc.ABC):
         self._commit({tp: p for tp, p in positions.items() if p is not None}, asynchronous=False)
 
     def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
+        """Runs inside consume() on the poll thread (librdkafka serves callbacks there)."""
         if err is not None:
             self._count("commit_failed")
-            log.warning("async commit failed: %s", err)
+            log.info("async commit failed, retried at the next interval: %s", err)
+            return
+        for tp in partitions:
+            if tp.error is None and tp.offset >= 0:
+                self._acked[(tp.topic, tp.partition)] = tp.offset
 
     def _current_position(self, tp: TopicPart) -> int | None:
         """Where this consumer stands on ``tp`` when nothing was delivered to the lanes."""

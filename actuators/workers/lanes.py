@@ -154,17 +154,14 @@ class Dispatcher:
         with self._lock:
             return {tp: p.queued() + len(p.running) for tp, p in self._parts.items()}
 
-    def take_commits(self) -> dict[TopicPart, int]:
-        """Commit positions that moved since the last call (contiguous processed prefix)."""
+    def positions(self) -> dict[TopicPart, int]:
+        """Commit positions (contiguous processed prefix) of the partitions not closing."""
         with self._lock:
-            out = {}
-            for tp, part in self._parts.items():
-                if part.closing:
-                    continue
-                pos = part.tracker.take_commit()
-                if pos is not None:
-                    out[tp] = pos
-            return out
+            return {
+                tp: part.tracker.position
+                for tp, part in self._parts.items()
+                if not part.closing and part.tracker.position is not None
+            }
 
     def position(self, tp: TopicPart) -> int | None:
         with self._lock:

@@ -20,13 +20,12 @@ class OffsetTracker:
     Pure and single-threaded: callers hold their own lock.
     """
 
-    __slots__ = ("_committed", "_pending", "_position")
+    __slots__ = ("_pending", "_position")
 
     def __init__(self) -> None:
         # offset -> finished?, in delivery (= offset) order
         self._pending: OrderedDict[int, bool] = OrderedDict()
         self._position: int | None = None  # next offset to commit: first unfinished or last+1
-        self._committed: int | None = None  # last position handed out by take_commit()
 
     def delivered(self, offset: int) -> None:
         """Record that ``offset`` was handed to a lane. Offsets must arrive in ascending order."""
@@ -67,10 +66,3 @@ class OffsetTracker:
     def in_flight(self) -> int:
         """Delivered offsets not yet finished (queued or running)."""
         return sum(1 for finished in self._pending.values() if not finished)
-
-    def take_commit(self) -> int | None:
-        """The position if it moved since the last call, else None (nothing new to commit)."""
-        if self._position is None or self._position == self._committed:
-            return None
-        self._committed = self._position
-        return self._position

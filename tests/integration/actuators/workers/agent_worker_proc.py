@@ -9,6 +9,7 @@ once), so the tests can tell redeliveries from repeated side effects.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sqlite3
 import time
@@ -87,6 +88,7 @@ def main() -> None:
     for flag in ("bootstrap", "topic", "group", "control", "db", "key", "name"):
         p.add_argument(f"--{flag}", required=True)
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(message)s")
     worker = make_worker(args, args.name)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     worker.run()

@@ -49,6 +49,7 @@ def test_spread_for_our_group_is_a_command() -> None:
         partition=3,
         lanes=8,
         pool=None,
+        expires_at=NOW + 60_000,
     )
 
 

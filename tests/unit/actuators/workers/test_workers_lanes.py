@@ -92,7 +92,7 @@ def test_per_key_order_with_parallel_keys() -> None:
     for key in keys:
         assert rec.order[key] == sorted(rec.order[key])
     assert rec.max_parallel > 1  # keys did run side by side
-    assert d.take_commits() == {("t", 0): 300}
+    assert d.positions() == {("t", 0): 300}
     d.shutdown()
 
 
@@ -105,7 +105,7 @@ def test_a_slow_message_holds_the_commit_position() -> None:
     for m in others:
         d.submit(m)
     time.sleep(0.2)
-    assert d.take_commits() == {("t", 0): 0}  # 0 is unfinished: nothing past it is committed
+    assert d.positions() == {("t", 0): 0}  # 0 is unfinished: nothing past it is committed
     gate.set()
     wait_for(lambda: d.position(("t", 0)) == 40)
     d.shutdown()

@@ -1,0 +1,213 @@
+"""agent-consumer-group-rebalance-smoke: the worker SDK under continuous load and chaos.
+
+Workers run as threads (inspectable) and as processes (SIGKILLed mid-flight). While a
+producer keeps writing (a hot partition with heavy payloads among normal ones) the test adds
+workers, SIGKILLs workers, forces rebalances, restarts a killed worker with its static id,
+spreads the hot partition over more lanes and hands another partition to an overflow pool
+and back, all through signed events on the control topic. Then:
+
+* every produced message was processed at least once (``attempts``),
+* every side effect was applied exactly once (``ledger``: one row per message),
+* per-key order held (each key's ledger rows are in offset order),
+* the group's committed offsets reached the end of every partition,
+* no partition is left paused and the pool holds nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+
+from tests.integration.actuators.workers.agent_worker_proc import init_ledger, make_worker
+from tests.integration.actuators.workers.workers_broker import (
+    KEY,
+    committed,
+    control_event,
+    create_topics,
+    end_offsets,
+    publish,
+    wait_until,
+)
+
+PARTITIONS = 6
+HOT, HANDED = 0, 1  # the partition spread over lanes, the one handed to the pool
+PROC = Path(__file__).with_name("agent_worker_proc.py")
+
+
+class Load:
+    """Keyed messages at a steady rate; the hot partition gets 3x the traffic, heavier."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        )
+        self.delivered: list[tuple[int, int]] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered.append((msg.partition(), msg.offset()))
+        else:
+            self.failed += 1
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            for _ in range(4):
+                key = f"key-{i % 48}"
+                partition = zlib.crc32(key.encode()) % PARTITIONS
+                if i % 3 == 0:
+                    partition = HOT  # extra traffic on the hot partition
+                heavy = partition == HOT
+                value = orjson.dumps({"i": i, "work_s": 0.008 if heavy else 0.001})
+                self.producer.produce(
+                    self.topic,
+                    key=f"{key}@{partition}".encode(),  # key -> one partition
+                    value=value,
+                    partition=partition,
+                    on_delivery=self._on_delivery,
+                )
+                i += 1
+            self.producer.poll(0)
+            time.sleep(0.02)  # ~200 messages/s
+        self.producer.flush(15)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(20)
+
+
+def test_agent_consumer_group_rebalance_smoke(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topic, control, group = unique_name, f"{unique_name}.control", f"{unique_name}-agents"
+    create_topics(kafka_bootstrap, (topic, PARTITIONS), (control, 1))
+    db = tmp_path / "effects.sqlite"
+    init_ledger(db)
+    args = SimpleNamespace(
+        bootstrap=kafka_bootstrap, topic=topic, group=group, control=control, db=db, key=KEY.hex()
+    )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    threads: list[Any] = []
+
+    def spawn(name: str) -> None:
+        procs[name] = subprocess.Popen(
+            [
+                sys.executable,
+                str(PROC),
+                *(f"--{k}={v}" for k, v in vars(args).items()),
+                f"--name={name}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / f"{name}.log").open("ab"),
+        )
+
+    def kill(name: str) -> None:
+        procs[name].send_signal(signal.SIGKILL)
+        procs[name].wait(10)
+
+    def thread_worker(name: str, pool: str | None = None) -> Any:
+        w = make_worker(args, name, pool=pool)
+        w.start()
+        threads.append(w)
+        return w
+
+    load = Load(kafka_bootstrap, topic)
+    try:
+        pool = thread_worker("pool-big", pool="big")
+        w1 = thread_worker("t1")
+        spawn("p1")
+        spawn("p2")
+        load.start()
+        time.sleep(3)
+        w2 = thread_worker("t2")  # a worker joins: cooperative rebalance
+        time.sleep(2)
+        kill("p1")  # dies mid-flight: its uncommitted work is redelivered
+        spawn("p3")  # another join while p1 is still a (dead) static member
+        time.sleep(2)
+        spread = {"group": group, "topic": topic, "partition": HOT, "lanes": 4, "pool": None}
+        handoff = {"group": group, "topic": topic, "partition": HANDED, "lanes": 1, "pool": "big"}
+        publish(kafka_bootstrap, control, control_event("spread_partition", spread))
+        publish(kafka_bootstrap, control, control_event("spread_partition", handoff))
+        wait_until(lambda: pool.held() == {(topic, HANDED)}, 15, "the pool to take the partition")
+        time.sleep(1)
+        kill("p2")
+        spawn("p1")  # p1 comes back under its static id
+        time.sleep(3)
+        restore = {"group": group, "topic": topic, "partition": HANDED}
+        publish(kafka_bootstrap, control, control_event("restore_partition", restore))
+        publish(
+            kafka_bootstrap,
+            control,
+            control_event("restore_partition", {**restore, "partition": HOT}),
+        )
+        wait_until(lambda: not pool.held(), 15, "the pool to hand the partition back")
+        time.sleep(1)
+        load.stop()
+        for name in list(procs):  # the last processes die too; the threads take over
+            if procs[name].poll() is None:
+                kill(name)
+
+        assert load.failed == 0 and len(load.delivered) > 1000
+        end = end_offsets(kafka_bootstrap, topic, PARTITIONS)
+        wait_until(
+            lambda: committed(kafka_bootstrap, group, topic, PARTITIONS) == end,
+            45,
+            f"the group to commit to the end {end}",
+            step_s=0.5,
+        )
+        ledger = sqlite3.connect(db)
+        effects = dict(
+            ((p, o), n)
+            for p, o, n in ledger.execute("SELECT part, off, count(*) FROM ledger GROUP BY 1, 2")
+        )
+        attempts = dict(
+            ((p, o), n)
+            for p, o, n in ledger.execute("SELECT part, off, count(*) FROM attempts GROUP BY 1, 2")
+        )
+        produced = set(load.delivered)
+        assert produced == set(attempts), "some message was never processed"
+        assert set(effects) == produced, "a side effect is missing or belongs to no message"
+        repeated = {k: n for k, n in effects.items() if n != 1}
+        assert not repeated, f"side effects applied more than once: {list(repeated.items())[:5]}"
+        rows = ledger.execute("SELECT key, off FROM ledger ORDER BY id").fetchall()
+        last: dict[str, int] = {}
+        for key, off in rows:
+            assert off > last.get(key, -1), f"key {key} processed out of order at {off}"
+            last[key] = off
+        by_worker = dict(ledger.execute("SELECT worker, count(*) FROM ledger GROUP BY 1"))
+        assert by_worker.get("pool-big", 0) > 0, "the pool processed nothing while it held"
+        assert {"t1", "t2"} <= set(by_worker)
+        for w in (w1, w2, pool):
+            assert not w.paused(), f"{w} left partitions paused: {w.paused()}"
+            assert w.error is None
+        assert w1.stats().get("obeyed_spread_partition", 0) >= 1
+        print(
+            f"\nproduced={len(produced)} attempts={sum(attempts.values())} "
+            f"redelivered={sum(attempts.values()) - len(produced)} effects={len(effects)} "
+            f"by_worker={by_worker}"
+        )
+    finally:
+        load.stop()
+        for name, proc in procs.items():
+            if proc.poll() is None:
+                kill(name)
+        for w in threads:
+            w.stop()

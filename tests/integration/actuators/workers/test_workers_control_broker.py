@@ -1,0 +1,99 @@
+"""A worker obeys signed control events for its group within one second, and only those."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Message, Producer
+
+from actuators.workers import Context, MemoryDedupeStore, Worker
+from schemas import encode
+from tests.integration.actuators.workers.workers_broker import (
+    KEY,
+    control_event,
+    create_topics,
+    publish,
+    wait_until,
+)
+
+
+def test_halt_resume_spread_restore_within_one_second(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    topic, control, group = unique_name, f"{unique_name}.control", f"{unique_name}-g"
+    create_topics(kafka_bootstrap, (topic, 1), (control, 1))
+    processed: list[float] = []
+    lock = threading.Lock()
+
+    def handle(msg: Message, ctx: Context) -> None:
+        with lock:
+            processed.append(time.monotonic())
+
+    worker = Worker(
+        bootstrap=kafka_bootstrap,
+        group=group,
+        topics=[topic],
+        handler=handle,
+        instance_id=f"{unique_name}-w",
+        dedupe=MemoryDedupeStore(),
+        control_topic=control,
+        signing_key=KEY,
+    )
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    stop_load = threading.Event()
+
+    def load() -> None:
+        i = 0
+        while not stop_load.is_set():
+            producer.produce(topic, key=f"k{i % 20}".encode(), value=b"x")
+            producer.poll(0)
+            i += 1
+            time.sleep(0.005)
+        producer.flush(10)
+
+    worker.start()
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        wait_until(lambda: worker.assignment() == {(topic, 0)}, 20, "assignment")
+        loader.start()
+        wait_until(lambda: len(processed) > 20, 10, "processing under load")
+
+        # a forged halt and a halt for another group change nothing
+        forged = {**control_event("halt", {"scope": group}), "signature": "0" * 64}
+        publish(kafka_bootstrap, control, forged, control_event("halt", {"scope": "other"}))
+        wait_until(lambda: worker.stats().get("control_bad_signature") == 1, 1.0, "forgery seen")
+        assert worker.stats().get("control_other_group") == 1
+        assert not worker.paused() and "obeyed_halt" not in worker.stats()
+
+        sent = time.monotonic()
+        publish(kafka_bootstrap, control, control_event("halt", {"scope": group}))
+        wait_until(lambda: worker.paused() == {(topic, 0)}, 1.0, "halt within 1 s")
+        halted_at = time.monotonic()
+        time.sleep(0.5)
+        with lock:
+            after_halt = [t for t in processed if t > halted_at]
+        assert not after_halt, "processed messages while halted"
+        assert time.monotonic() - sent < 2.0
+
+        publish(kafka_bootstrap, control, control_event("resume", {"scope": "all"}))
+        wait_until(lambda: not worker.paused(), 1.0, "resume within 1 s")
+        resumed = time.monotonic()
+        wait_until(lambda: processed[-1] > resumed, 2.0, "processing after resume")
+
+        spread = {"group": group, "topic": topic, "partition": 0, "lanes": 6, "pool": None}
+        publish(kafka_bootstrap, control, control_event("spread_partition", spread))
+        wait_until(lambda: worker.lanes(topic, 0) == 6, 1.0, "spread within 1 s")
+        restore = {"group": group, "topic": topic, "partition": 0}
+        event = control_event("restore_partition", restore)
+        publish(kafka_bootstrap, control, event, event)  # a duplicate acts once
+        wait_until(lambda: worker.lanes(topic, 0) == 1, 1.0, "restore within 1 s")
+        wait_until(lambda: worker.stats().get("control_duplicate") == 1, 1.0, "duplicate seen")
+        publish(kafka_bootstrap, control, encode({"event": "action"}))  # schema-invalid
+        wait_until(lambda: worker.stats().get("control_schema") == 1, 1.0, "invalid event seen")
+        assert worker.error is None
+    finally:
+        stop_load.set()
+        if loader.is_alive():
+            loader.join(5)
+        worker.stop()
