@@ -338,6 +338,10 @@ def test_state_round_trips_json_and_a_restart_does_not_reissue() -> None:
     again, _ = run(config, [gl(20.0, worst=[wp(1, 40), wp(2, 1)])], state=restored,
                    start=T0 + 8 * TICK)  # fmt: skip
     assert again == []  # nothing re-issued after a restart
+    before = state.to_dict()
+    for lag in (20.0, 1.0, 1.0, 1.0, 1.0):
+        decide(gl(lag, worst=[wp(1, 40), wp(2, 1)]), state, config, T0 + 60_000)
+    assert state.to_dict() == before  # decide never changes the state it is given
 
 
 def test_groups_not_seen_for_a_while_are_forgotten_and_their_throttles_released() -> None:
