@@ -41,7 +41,7 @@ def init_ledger(path: Path) -> None:
     db.close()
 
 
-def make_handler(name: str):  # type: ignore[no-untyped-def]
+def make_handler(name: str):
     def handle(msg: Message, ctx: Context) -> None:
         body = orjson.loads(msg.value() or b"{}")
         time.sleep(body.get("work_s", 0.0))  # a heavy payload takes a while

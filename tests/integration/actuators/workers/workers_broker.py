@@ -77,7 +77,7 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         consumer.close()
 
 
-def wait_until(pred, timeout_s: float, what: str, step_s: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+def wait_until(pred, timeout_s: float, what: str, step_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while not pred():
         if time.monotonic() > deadline:
