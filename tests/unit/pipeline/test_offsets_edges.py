@@ -86,3 +86,12 @@ def test_key_deserializer_passes_bytes_through() -> None:
     ctx = SerializationContext(topic="__consumer_offsets", field="key")
     assert deserializer(KEY, ctx=ctx) == KEY
     assert type(deserializer(bytearray(KEY), ctx=ctx)) is bytes
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    from pipeline import offsets
+
+    result = doctest.testmod(offsets, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 2 and result.failed == 0
