@@ -1,0 +1,44 @@
+"""Leadership moves on a real 3-broker Apache Kafka: reorder replicas, elect the preferred."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from actuators import testing as T
+from actuators.backends import KafkaBackend
+from actuators.testing import KEY, Harness, by_id
+
+
+def leader_and_replicas(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
+    p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    return p.leader, list(p.replicas)
+
+
+def test_a_leadership_move_changes_the_leader_in_metadata(
+    cluster_bootstrap: str, unique_name: str
+) -> None:
+    harness = Harness(cluster_bootstrap, unique_name)
+    admin = AdminClient({"bootstrap.servers": cluster_bootstrap})
+    topic = f"{unique_name}-lead"
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(20)
+    deadline = time.monotonic() + 20
+    while (leader := leader_and_replicas(admin, topic)[0]) < 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    leader, replicas = leader_and_replicas(admin, topic)
+    target = next(r for r in replicas if r != leader)
+    harness.start(KafkaBackend(cluster_bootstrap, client_id="lagpilot-test"))
+    try:
+        params = {"topic": topic, "partition": 0, "target_broker": target, "from_broker": leader}
+        move = T.action("transfer_leadership", f"topic:{topic}/0", params, key=KEY,
+                        now_ms=int(time.time() * 1000))  # fmt: skip
+        harness.send(move)
+        [outcome] = by_id(harness.read_outcomes(until=1, timeout_s=30))[move["id"]]
+        assert outcome["result"] == "applied", outcome
+        new_leader, new_replicas = leader_and_replicas(admin, topic)
+        assert new_leader == target != leader
+        assert new_replicas[0] == target and sorted(new_replicas) == sorted(replicas)
+    finally:
+        for runner, _, _ in list(harness.runners):
+            harness.stop(runner)
