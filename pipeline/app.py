@@ -97,7 +97,7 @@ def build_app(
         processing_guarantee="at-least-once",
         consumer_poll_timeout=0.05,
         producer_extra_config={"linger.ms": 2},
-        consumer_extra_config={"fetch.wait.max.ms": 50},
+        consumer_extra_config=settings.consumer_config(),
         loglevel="WARNING",
         on_consumer_error=_skip_and_count(metrics, "read"),
         on_processing_error=_skip_and_count(metrics, "process"),

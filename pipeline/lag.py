@@ -147,6 +147,11 @@ class GroupModel:
                 old = self.interval_s[p]
                 self.interval_s[p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
             self.progress_ms[p] = ts_ms
+            if len(self.w_t) and self.w_t[-1] >= ts_ms:
+                # a commit that arrives after samples taken later than it (a replay after a
+                # restart, a slow coordinator): correct the window rows it should have been in
+                late = self.w_t >= ts_ms
+                self.w_c[late, p] = np.maximum(self.w_c[late, p], offset)
         self.commit_ms[p] = ts_ms
         self.committed[p] = offset
 

@@ -26,16 +26,23 @@ STATUS_NAMES = [s.value for s in LagStatus]
 
 
 class LagCollector(Collector):
-    """Exports the latest observation of every (group, topic) at scrape time."""
+    """Exports the latest observation of every (group, topic) at scrape time.
 
-    def __init__(self) -> None:
-        self._latest: dict[tuple[str, str], Observation] = {}
+    An entry not refreshed for ``stale_after_s`` is dropped: every modelled topic gets a
+    sample per tick, so silence means this replica no longer owns the topic (a rebalance
+    moved it to another replica, or the topic is gone) and its numbers would be stale.
+    """
+
+    def __init__(self, stale_after_s: float = 10.0) -> None:
+        self._latest: dict[tuple[str, str], tuple[Observation, float]] = {}
         self._lock = threading.Lock()
+        self.stale_after_s = stale_after_s
 
     def update(self, observations: Iterable[Observation]) -> None:
+        now = time.monotonic()
         with self._lock:
             for o in observations:
-                self._latest[(o.group, o.topic)] = o
+                self._latest[(o.group, o.topic)] = (o, now)
 
     def forget_topic(self, topic: str) -> None:
         with self._lock:
@@ -43,8 +50,11 @@ class LagCollector(Collector):
                 del self._latest[key]
 
     def snapshot(self) -> list[Observation]:
+        cutoff = time.monotonic() - self.stale_after_s
         with self._lock:
-            return list(self._latest.values())
+            for key in [k for k, (_, at) in self._latest.items() if at < cutoff]:
+                del self._latest[key]
+            return [o for o, _ in self._latest.values()]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         labels = ["group", "topic", "partition"]

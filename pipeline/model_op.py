@@ -18,6 +18,7 @@ restarted or rebalanced replica resumes the model:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,10 @@ class LagOperator:
         self.on_observations = on_observations
         self.on_topic_deleted = on_topic_deleted
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
+        self._touched: dict[str, float] = {}
+        self._next_sweep = 0.0
+        self.evict_after_s = 60.0
+        self._touched_now = 0.0
 
     @property
     def topics(self) -> int:
@@ -57,7 +62,21 @@ class LagOperator:
 
     # -- cache + state ---------------------------------------------------------------------
 
+    def _sweep(self) -> None:
+        """Drop cached models of topics this replica stopped receiving (a rebalance moved
+        them): memory stays bounded, and the store still holds them if they come back."""
+        now = time.monotonic()
+        self._touched_now = now
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.evict_after_s / 4
+        for topic in [t for t, at in self._touched.items() if now - at > self.evict_after_s]:
+            self._models.pop(topic, None)
+            del self._touched[topic]
+
     def _model(self, topic: str, state: Any) -> TopicModel:
+        self._sweep()
+        self._touched[topic] = self._touched_now
         gen = state.get("gen", 0)
         cached = self._models.get(topic)
         if cached is not None and cached[1] == gen:
@@ -105,6 +124,7 @@ class LagOperator:
         for k in ("hw", "groups"):
             state.delete(k)
         self._models.pop(topic, None)
+        self._touched.pop(topic, None)
         state.set("gen", state.get("gen", 0) + 1)
         if self.on_topic_deleted is not None:
             self.on_topic_deleted(topic)

@@ -25,6 +25,11 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:39092"
 class Settings:
     bootstrap: str = DEFAULT_BOOTSTRAP  # env KAFKA_BOOTSTRAP or LAGPILOT_BOOTSTRAP
     consumer_group: str = "lagpilot-pipeline"
+    # Static membership (group.instance.id): a restarted replica takes its partitions back at
+    # once instead of after session_timeout_ms. Give each replica a stable, unique id (the
+    # pod name of a StatefulSet); empty: dynamic membership.
+    instance_id: str = ""
+    session_timeout_ms: int = 10_000
     state_dir: str = ".lagpilot/state"
     auto_offset_reset: str = "earliest"  # read __consumer_offsets from its start once
     commit_interval_s: float = 1.0
@@ -50,6 +55,17 @@ class Settings:
     def broker_config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, **self.kafka}
 
+    def consumer_config(self) -> dict[str, Any]:
+        """Extra consumer settings for the pipeline's own consumer group."""
+        extra: dict[str, Any] = {
+            "session.timeout.ms": self.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, self.session_timeout_ms // 10),
+            "fetch.wait.max.ms": 50,
+        }
+        if self.instance_id:
+            extra["group.instance.id"] = self.instance_id
+        return extra
+
     def lag_config(self) -> LagConfig:
         return LagConfig(
             window_s=self.window_s,
@@ -62,6 +78,7 @@ class Settings:
 
 _BOUNDS: dict[str, tuple[float, float]] = {
     "commit_interval_s": (0.05, 60),
+    "session_timeout_ms": (3_000, 300_000),
     "sample_interval_ms": (20, 60_000),
     "metadata_refresh_ms": (100, 3_600_000),
     "window_s": (1, 3_600),

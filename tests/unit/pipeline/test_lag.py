@@ -87,9 +87,7 @@ def test_stopped_consumer_is_stop_within_one_second_without_more_commits():
     s.run(s.t0 + 10_000)
     stopped_at = s.last_ms
     obs = s.run(stopped_at + 3_000, consuming=False)
-    first_stop = next(
-        o[0].now_ms for o in obs if list(LagStatus)[o[0].status[0]] is LagStatus.STOP
-    )
+    first_stop = next(o[0].now_ms for o in obs if list(LagStatus)[o[0].status[0]] is LagStatus.STOP)
     assert first_stop - stopped_at <= 1000
     first_non_ok = next(o[0].now_ms for o in obs if o[0].status[0] != 0)
     assert first_non_ok - stopped_at <= 500
@@ -189,3 +187,19 @@ def test_outputs_validate_against_their_schemas():
     (o,) = s.run(s.t0 + 5_000)[-1]
     validate(to_dict(o.partition_lag(0)))
     validate(to_dict(o.summary(5)))
+
+
+def test_a_late_commit_corrects_the_window_rows_after_it():
+    m = TopicModel("t", CFG)
+    for i in range(8):
+        t = 1_000 + i * 250
+        if i < 4:
+            m.commit("g", 0, i * 25, t)
+        m.add_sample(t, [i * 50])
+        m.observe(t)
+    # commits made at 2_000 and 2_500 arrive only now (after a restart, replayed late)
+    m.commit("g", 0, 100, 2_000)
+    m.commit("g", 0, 125, 2_500)
+    w = m.groups["g"]
+    assert list(w.w_c[w.w_t >= 2_500, 0]) == [125, 125]
+    assert list(w.w_c[(w.w_t >= 2_000) & (w.w_t < 2_500), 0]) == [100, 100]

@@ -1,0 +1,230 @@
+"""Helpers for pipeline integration tests: run the real pipeline as a process, script
+producers and consumers with known rates, and read what it publishes on lagpilot.lag."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas import topics
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PipelineProcess:
+    """``python -m pipeline`` in a subprocess, watching only ``include``."""
+
+    def __init__(self, bootstrap: str, include: str, state_dir: Path, **env: str) -> None:
+        self.bootstrap = bootstrap
+        self.include = include
+        self.state_dir = state_dir
+        self.group = f"lagpilot-test-{uuid.uuid4().hex[:8]}"
+        self.metrics_port = free_port()
+        self.extra_env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = state_dir.parent / f"{state_dir.name}.log"
+
+    def start(self) -> PipelineProcess:
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP": self.bootstrap,
+            "LAGPILOT_CONSUMER_GROUP": self.group,
+            "LAGPILOT_STATE_DIR": str(self.state_dir),
+            "LAGPILOT_INCLUDE": self.include,
+            "LAGPILOT_METRICS_PORT": str(self.metrics_port),
+            "LAGPILOT_RUN_POLICY": "false",
+            **self.extra_env,
+        }
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process' life
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is None:
+            return
+        # the sampler runs in a child process of its own: kill the whole tree
+        children = _children(self.proc.pid)
+        self.proc.send_signal(sig)
+        for pid in children:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().split()
+            except OSError:
+                continue
+            if int(stat[3]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+class LagReader:
+    """Collects lagpilot.lag events of chosen groups in a background thread."""
+
+    def __init__(self, bootstrap: str, groups: set[str]) -> None:
+        self.groups = groups
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "latest",
+                "enable.auto.commit": False,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self, timeout_s: float = 60) -> LagReader:
+        """Assign every partition of lagpilot.lag at its end (no group join to wait for);
+        waits for the topic, which the pipeline creates when it starts."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = self._consumer.list_topics(topics.LAG, timeout=5).topics.get(topics.LAG)
+            if md is not None and md.error is None and md.partitions:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topics.LAG} never appeared: is the pipeline running?")
+            time.sleep(0.2)
+        parts = []
+        for p in md.partitions:
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(topics.LAG, p), timeout=5)
+            parts.append(TopicPartition(topics.LAG, p, high))
+        self._consumer.assign(parts)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(0.1)
+            if msg is None or msg.error():
+                continue
+            ev = orjson.loads(msg.value())
+            if ev.get("group") in self.groups:
+                ev["_received_ms"] = int(time.time() * 1000)
+                with self._lock:
+                    self.events.append(ev)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+    def select(self, pred: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.events if pred(e)]
+
+    def wait_for(
+        self, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = self.select(pred)
+            if found:
+                return found[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no matching lag event within {timeout_s}s")
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+
+
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit offsets for ``group`` as a scripted consumer would (no membership needed)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        )
+    finally:
+        c.close()
+
+
+class ScriptedCommitter:
+    """A consumer that commits offsets itself, at a known pace, on one long-lived client."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self._c = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+
+    def commit(self, topic: str, partition: int, offset: int) -> None:
+        self._c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+
+
+def produce_timestamps(
+    bootstrap: str, topic: str, partition: int, offsets: list[int]
+) -> dict[int, int]:
+    """The broker timestamps (ms) of the messages at ``offsets``."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ts-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+        }
+    )
+    out: dict[int, int] = {}
+    try:
+        for off in offsets:
+            c.assign([TopicPartition(topic, partition, off)])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is not None and not msg.error():
+                    out[off] = msg.timestamp()[1]
+                    break
+    finally:
+        c.close()
+    return out
