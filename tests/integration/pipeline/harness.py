@@ -3,6 +3,7 @@ producers and consumers with known rates, and read what it publishes on lagpilot
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -65,10 +66,8 @@ class PipelineProcess:
         children = _children(self.proc.pid)
         self.proc.send_signal(sig)
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
