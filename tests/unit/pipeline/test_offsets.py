@@ -9,6 +9,9 @@ properties over arbitrary bytes. Every decoded record is validated against its J
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
@@ -26,6 +29,7 @@ from schemas import (
     validate,
 )
 from tests.unit.pipeline.coordinator_schemas import (
+    VECTORS,
     encode,
     key_type,
     record_schema_names,
@@ -376,3 +380,36 @@ def test_hot_path_builds_through_the_twin_class_and_falls_back_without_it(
 def test_fixed_size_shortcuts_check_what_they_assume(value: str) -> None:
     raw = bytes.fromhex(value)
     assert decode_record(KEY_1, raw) == offsets._decode_slow(KEY_1, raw)
+
+
+def _kafka4x_key(path: Path) -> tuple[int, bytes, dict[str, object]]:
+    """A Kafka 4.x ``coordinator-key`` schema's record type, and a key built from its
+    fields (non-flexible keys: int16 apiKey, then int16-length strings and int32s)."""
+    doc = json.loads(re.sub(r"(?m)^\s*//.*$", "", path.read_text()))
+    assert doc["type"] == "coordinator-key"
+    out: bytes = doc["apiKey"].to_bytes(2, "big")
+    values: dict[str, object] = {}
+    for f in doc["fields"]:
+        if f["type"] == "string":
+            text = f"{f['name'].lower()}-x"
+            values[f["name"]] = text
+            out += len(text).to_bytes(2, "big") + text.encode()
+        else:
+            assert f["type"] == "int32", f
+            values[f["name"]] = 9
+            out += (9).to_bytes(4, "big")
+    return int(doc["apiKey"]), out, values
+
+
+@pytest.mark.parametrize(
+    "path", sorted((VECTORS / "kafka4x").glob("*Key.json")), ids=lambda p: p.stem
+)
+def test_kafka4x_coordinator_keys(path: Path) -> None:
+    rtype, key, values = _kafka4x_key(path)
+    got = decode_record(key, None)
+    if rtype in (0, 1):
+        assert got == OffsetDeleted(values["group"], values["topic"], 9)  # type: ignore[arg-type]
+    elif rtype == 2:
+        assert got == GroupRemoved(values["group"])  # type: ignore[arg-type]
+    else:  # KIP-848 (3), streams groups (17, 24): newer kinds, skipped and counted
+        assert isinstance(got, Skipped) and (got.reason, got.record_type) == ("unknown_type", rtype)
