@@ -222,5 +222,10 @@ class Worker(Engine):
             self._count("taken_back")
             log.info("took %s back from the pool at offset %d", tp, offset)
 
+    def _before_drain(self) -> None:
+        # a hand-off under way is completed, so the pool is not left waiting for the marker
+        for tp in list(self._handing):
+            self._finish_handoff(tp, self._close_timeout_s)
+
     def _before_close(self) -> None:
         self._peek.close()

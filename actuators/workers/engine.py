@@ -212,6 +212,7 @@ class Engine(abc.ABC):
     def _shutdown(self) -> None:
         try:
             if self._consumer is not None:
+                self._before_drain()
                 self._close_partitions(list(self._assigned), self._close_timeout_s)
                 self._before_close()
                 self._consumer.close()
@@ -244,6 +245,10 @@ class Engine(abc.ABC):
 
     def _metadata(self, tp: TopicPart) -> str:
         return ""
+
+    def _before_drain(self) -> None:
+        """Shutdown, before partitions are drained and committed."""
+        return None
 
     def _before_close(self) -> None:
         return None

@@ -102,7 +102,10 @@ class Dispatcher:
             pos = part.tracker.position
             if pos is not None and offset < pos:
                 return False  # an old fetch after a seek: already done or redelivered later
-            part.tracker.delivered(offset)
+            try:
+                part.tracker.delivered(offset)
+            except ValueError:
+                return False  # a repeat of an offset already queued: never run it twice
             lane = lane_for(message.key(), offset, part.lanes)
             part.queues[lane].append(message)
             self._kick(tp, part, lane)

@@ -177,3 +177,14 @@ def test_a_raising_process_does_not_wedge_the_partition() -> None:
         d.submit(Msg(o, b"a"))
     wait_for(lambda: d.position(("t", 0)) == 3)
     d.shutdown()
+
+
+def test_a_repeated_offset_is_not_run_twice() -> None:
+    rec = Recorder(gate=threading.Event())
+    d = Dispatcher(rec, max_workers=1, default_lanes=1)
+    assert d.submit(Msg(3, b"a"))
+    assert not d.submit(Msg(3, b"a"))
+    assert d.buffered() == {("t", 0): 1}
+    assert rec.gate is not None
+    rec.gate.set()
+    d.shutdown()
