@@ -22,8 +22,11 @@ def test_a_leadership_move_changes_the_leader_in_metadata(
     harness = Harness(cluster_bootstrap, unique_name)
     admin = AdminClient({"bootstrap.servers": cluster_bootstrap})
     topic = f"{unique_name}-lead"
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(timeout=10).brokers) < 3:  # all three registered
+        assert time.monotonic() < deadline, "the 3-broker cluster did not come up"
+        time.sleep(0.2)
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(20)
-    deadline = time.monotonic() + 20
     while (leader := leader_and_replicas(admin, topic)[0]) < 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     leader, replicas = leader_and_replicas(admin, topic)
