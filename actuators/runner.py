@@ -274,7 +274,11 @@ class Runner:
         """Fold new outcomes, end due leases, then process one batch of control events."""
         self._tail_outcomes()
         self._release_due_leases()
-        msgs = self._consumer.consume(self.settings.max_batch, timeout=POLL_TIMEOUT_S)
+        # consume(n, timeout) waits for n messages or the timeout: wait for the first only,
+        # then take what has already arrived, so one event never waits for a full batch.
+        msgs = self._consumer.consume(1, timeout=POLL_TIMEOUT_S)
+        if msgs and self.settings.max_batch > 1:
+            msgs += self._consumer.consume(self.settings.max_batch - 1, timeout=0)
         records: list[tuple[str, dict[str, Any]]] = []
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
