@@ -20,6 +20,8 @@ from actuators.testing import KEY, Harness, by_id
 QUOTA = 200_000  # bytes/s
 VALUE = b"x" * 10_000
 WINDOW_S = 10.5  # just under Kafka's quota window of 11 x 1 s
+#: "Restored": a 1 s rate no throttled client reaches (its bursts are at most QUOTA x 10 s).
+RESTORED = 25 * QUOTA
 
 
 def now_ms() -> int:
@@ -112,7 +114,7 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
     with Meter(harness.bootstrap, topic, f"{client}-free").running() as free_meter:
         free_meter.rate(0.5)  # connect and warm up
         free = free_meter.rate(1.0)
-    assert free > 5 * QUOTA, f"unthrottled rate {free:.0f} B/s is too low to show a throttle"
+    assert free > 2 * RESTORED, f"unthrottled rate {free:.0f} B/s is too low to show a throttle"
 
     # Kafka enforces a quota as an average over its rate window (quota.window.num = 11
     # samples of 1 s): a new client may send quota x 10 s at once, and is then held back
@@ -146,18 +148,18 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
         harness.send(renewal, release)
         wait_result(harness, release["id"], "applied")
         assert backend.quotas.producer_rate("client-id", released_client) is None
-        assert restored_within(released_meter, 3.0)
+        assert restored_within(released_meter, 4.0)
         released_meter.stop()  # unthrottled, it would take the CPU the other one needs
-        assert leased_meter.rate(0.5) < 2 * QUOTA  # still throttled: its lease holds
+        assert backend.quotas.producer_rate("client-id", leased_client) == QUOTA  # lease holds
         wait_result(harness, renewal["id"], "released")
         assert backend.quotas.producer_rate("client-id", leased_client) is None
-        assert restored_within(leased_meter, 3.0)
+        assert restored_within(leased_meter, 4.0)
 
 
 def restored_within(meter: Meter, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if meter.rate(0.25) > 3 * QUOTA:
+        if meter.rate(1.0) > RESTORED:
             return True
     return False
 
