@@ -54,3 +54,14 @@ lint: install
 
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache
+
+# lagpilot beside a 3-node Redpanda with Console, Prometheus and Grafana (deploy/compose/).
+COMPOSE := docker compose -f deploy/compose/compose.yaml
+.PHONY: up down
+up:
+	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { echo "error: no Docker engine answers (\`docker info\` failed): start Docker (or install it), then run \`make up\` again; without Docker, \`make demo\` runs lagpilot on the local Kafka broker" >&2; exit 2; }
+	$(COMPOSE) up -d --build
+	@echo "Console http://localhost:8080  Grafana http://localhost:3000  Prometheus http://localhost:9090"
+
+down:
+	$(COMPOSE) down
