@@ -52,6 +52,24 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+bench-decode: install
+	$(PY) bench/decode.py
+
+bench-detection: install
+	$(PY) bench/detection.py
+
+bench-ingest: install
+	$(PY) bench/ingest.py
+
+bench-scale: install
+	$(PY) bench/scale.py
+
+bench-actuation: install
+	$(PY) bench/actuation.py
+
+bench-war-story: install
+	$(PY) bench/war_story.py
+
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache
 

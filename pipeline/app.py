@@ -1,7 +1,7 @@
 """Wiring of lagpilot's Quix Streams application: topics and dataframes, nothing else.
 
-    __consumer_offsets --decode--> commits, re-keyed by topic --+
-    HighWatermarkSource --> lagpilot.watermarks (key = topic) <-+  one topic, one key
+    __consumer_offsets --CommitsSource: decode, coalesce--> commits batches --+
+    HighWatermarkSource -----------------> lagpilot.watermarks (key = topic) <-+
                                    |
                        LagOperator (state per topic) --> lagpilot.lag
                                    |  group_lag summaries
@@ -10,20 +10,22 @@
 
 Commits are re-keyed into ``lagpilot.watermarks`` itself, so the model reads ONE topic in
 which a topic's samples and commits share a key and a partition: no stream join and no
-time alignment between two inputs, and one watermark message serves every partition.
+time alignment between two inputs, one watermark message serves every partition, and one
+commits message carries every group-partition's latest commit since the last flush.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from quixstreams import Application
 from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
 
+from pipeline.commits import STATS_HEADER, CommitsSource
 from pipeline.metrics import PipelineMetrics
 from pipeline.model_op import LagOperator, lag_key
-from pipeline.offsets import CoordinatorKeyDeserializer, DecodeCounters, make_message_decoder
 from pipeline.settings import Settings
 from pipeline.watermarks import HighWatermarkSource
 from schemas import topics
@@ -31,33 +33,39 @@ from schemas import topics
 POLICY_TOPIC = "lagpilot.policy"  # internal: the policy's single-key input
 
 
-class CountingDecodeCounters(DecodeCounters):
-    """DecodeCounters that also feed the Prometheus counters."""
+class SourceStats:
+    """Folds the commits source's counters (carried in a header: it runs in another
+    process) into the Prometheus counters, by the increase since the last message."""
 
     def __init__(self, metrics: PipelineMetrics) -> None:
-        super().__init__()
-        self._metrics = metrics
+        self.metrics = metrics
+        self.seen: dict[str, float] = {}
 
-    def record(self, skipped: Any) -> None:
-        super().record(skipped)
-        self._metrics.decode_skipped.labels(
-            skipped.reason, str(skipped.record_type), str(skipped.version)
-        ).inc()
+    def __call__(self, value: Any, key: Any, timestamp: int, headers: Any) -> None:
+        if not headers:
+            return
+        for name, raw in headers:
+            if name != STATS_HEADER or not raw:
+                continue
+            for stat, total in orjson.loads(raw).items():
+                delta = total - self.seen.get(stat, 0)
+                if delta < 0:  # the source restarted: its counters began again
+                    delta = total
+                self.seen[stat] = total
+                if delta:
+                    self._count(stat, delta)
 
-
-def _count_kind(metrics: PipelineMetrics, counters: DecodeCounters) -> Any:
-    own_seen = [0]
-
-    def count(value: dict[str, Any] | None) -> bool:
-        if counters.own_group_filtered != own_seen[0]:
-            metrics.own_group_filtered.inc(counters.own_group_filtered - own_seen[0])
-            own_seen[0] = counters.own_group_filtered
-        if value is None:
-            return False
-        metrics.records.labels(value["event"]).inc()
-        return value["event"] in ("commit", "offset_deleted")
-
-    return count
+    def _count(self, stat: str, delta: float) -> None:
+        m = self.metrics
+        if stat.startswith("skipped|"):
+            _, reason, record_type, version = stat.split("|")
+            m.decode_skipped.labels(reason, record_type, version).inc(delta)
+        elif stat == "own_group":
+            m.own_group_filtered.inc(delta)
+        elif stat == "read_errors":
+            m.bad_messages.labels("read").inc(delta)
+        elif stat in ("commit", "offset_deleted", "group_metadata", "group_removed"):
+            m.records.labels(stat).inc(delta)
 
 
 def _skip_and_count(metrics: PipelineMetrics, stage: str) -> Any:
@@ -108,11 +116,6 @@ def build_app(
     def cfg(partitions: int, **extra: str) -> TopicConfig:
         return TopicConfig(num_partitions=partitions, replication_factor=rf, extra_config=extra)
 
-    offsets_topic = app.topic(
-        topics.CONSUMER_OFFSETS,
-        key_deserializer=CoordinatorKeyDeserializer(),
-        value_deserializer="bytes",
-    )
     wm_topic = app.topic(
         topics.WATERMARKS,
         key_deserializer="str",
@@ -125,26 +128,31 @@ def build_app(
         config=cfg(settings.topic_partitions, **{"retention.ms": str(6 * 3_600_000)}),
     )
 
-    # 1. __consumer_offsets -> commits keyed by their topic, into the watermarks topic
-    counters = CountingDecodeCounters(metrics)
-    commits = app.dataframe(topic=offsets_topic)
-    commits = commits.apply(make_message_decoder(counters=counters), metadata=True)
-    commits = commits.filter(_count_kind(metrics, counters))
-    commits.to_topic(wm_topic, key=lambda v: v["topic"])
-
-    # 2. watermark samples come from the sampler (a Quix Source in its own process)
+    # 1+2. __consumer_offsets -> decoded, coalesced commits keyed by their topic, and the
+    #      watermark samples, into one topic (one Source process: a clock to flush on)
+    sampler = None
     if settings.run_sampler:
-        app.add_source(
-            HighWatermarkSource(
-                "lagpilot-watermarks",
-                settings.broker_config(),
-                include=settings.include,
-                exclude=settings.exclude or None,
-                sample_interval_ms=settings.sample_interval_ms,
-                metadata_refresh_ms=settings.metadata_refresh_ms,
-            ),
-            topic=wm_topic,
+        sampler = HighWatermarkSource(
+            "lagpilot-watermarks",
+            settings.broker_config(),
+            include=settings.include,
+            exclude=settings.exclude or None,
+            sample_interval_ms=settings.sample_interval_ms,
+            metadata_refresh_ms=settings.metadata_refresh_ms,
         )
+    app.add_source(
+        CommitsSource(
+            "lagpilot-inputs",
+            settings.broker_config(),
+            consumer_group=f"{settings.consumer_group}.offsets",
+            offsets_topic=settings.offsets_topic,
+            instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
+            flush_ms=settings.commit_flush_ms,
+            auto_offset_reset=settings.auto_offset_reset,
+            sampler=sampler,
+        ),
+        topic=wm_topic,
+    )
 
     # 3. the model: one key per topic, samples and commits in one ordered stream
     def on_observations(obs: list[Any]) -> None:
@@ -158,8 +166,11 @@ def build_app(
         persist_interval_ms=settings.persist_interval_ms,
         on_observations=on_observations,
         on_topic_deleted=metrics.lag.forget_topic,
+        on_input=lambda event: metrics.model_inputs.labels(event).inc(),
+        on_commits=lambda n: metrics.model_inputs.labels("commit").inc(n),
     )
     model = app.dataframe(topic=wm_topic)
+    model = model.update(SourceStats(metrics), metadata=True)
     lag_events = model.apply(operator, stateful=True, metadata=True, expand=True)
     lag_events = lag_events.update(lambda v: metrics.lag_events.labels(v["event"]).inc())
     lag_events.to_topic(lag_topic, key=lag_key)

@@ -41,7 +41,10 @@ class LagConfig:
     warn_factor: float = 1.5  # WARN: no progress for warn_factor x the usual interval
     stop_factor: float = 4.0  # STOP: no progress for stop_factor x the usual interval...
     stop_min_s: float = 0.5  # ...and at least this long
-    warn_min_s: float = 0.2
+    warn_min_s: float = 0.15
+    # a commit reaches the model tens of ms after it was written (offsets topic -> source ->
+    # model) while samples are fresh: that much "no progress" is not evidence of a stall
+    commit_visibility_s: float = 0.05
     initial_interval_s: float = 1.0  # usual progress interval before one is learned
     max_interval_s: float = 60.0
     interval_alpha: float = 0.3  # EWMA weight of the newest progress interval
@@ -166,33 +169,35 @@ class GroupModel:
     def empty(self) -> bool:
         return not bool((self.committed >= 0).any())
 
-    def to_state(self) -> dict[str, Any]:
+    _POSITION = ("committed", "commit_ms", "progress_ms", "interval_s", "rewind_ms")
+    _WINDOW = ("w_t", "w_hw", "w_c", "last_status")
+
+    def position_state(self) -> dict[str, Any]:
+        """What a commit changes: small, written on every commit batch."""
+        return {"width": self.width, **{k: _enc(getattr(self, k)) for k in self._POSITION}}
+
+    def window_state(self) -> dict[str, Any]:
+        """The rate window: larger, written periodically (a lost row only thins the fit)."""
         return {
             "width": self.width,
             "last_snapshot_ms": self.last_snapshot_ms,
-            **{
-                k: _enc(getattr(self, k))
-                for k in (
-                    "committed",
-                    "commit_ms",
-                    "progress_ms",
-                    "interval_s",
-                    "rewind_ms",
-                    "w_t",
-                    "w_hw",
-                    "w_c",
-                    "last_status",
-                )
-            },
+            **{k: _enc(getattr(self, k)) for k in self._WINDOW},
         }
 
     @classmethod
-    def from_state(cls, d: dict[str, Any]) -> GroupModel:
-        g = cls(int(d["width"]))
-        g.last_snapshot_ms = int(d.get("last_snapshot_ms", 0))
-        for k, v in d.items():
-            if isinstance(v, dict):
-                setattr(g, k, _dec(v))
+    def from_state(
+        cls, position: dict[str, Any], window: dict[str, Any] | None = None
+    ) -> GroupModel:
+        g = cls(int(position["width"]))
+        for k in cls._POSITION:
+            setattr(g, k, _dec(position[k]))
+        if window:
+            g.last_snapshot_ms = int(window.get("last_snapshot_ms", 0))
+            for k in cls._WINDOW:
+                setattr(g, k, _dec(window[k]))
+        width = max(int(position["width"]), int(window["width"]) if window else 0)
+        g.width = -1  # arrays saved at different widths: pad every one of them to ``width``
+        g.widen(width)
         return g
 
 
@@ -336,8 +341,9 @@ def classify(
        idle: Burrow's false alarm on idle topics does not happen here.
     """
     usual = np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
-    stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual)
-    warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual)
+    slack = cfg.commit_visibility_s
+    stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual) + slack
+    warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual) + slack
     waiting = lag > 0
     stuck = np.minimum(since_progress_s, time_lag)  # how long data has waited with no progress
     rules = [

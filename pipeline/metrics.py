@@ -153,6 +153,12 @@ class PipelineMetrics:
             "Commits of lagpilot's own consumer groups, ignored (feedback loop).",
             registry=r,
         )
+        self.model_inputs = Counter(
+            "lagpilot_model_inputs_total",
+            "Messages the lag model consumed, by event (watermarks, commit, offset_deleted).",
+            ["event"],
+            registry=r,
+        )
         self.samples = Counter(
             "lagpilot_watermark_samples_total",
             "Watermark samples modelled (one per topic per tick).",

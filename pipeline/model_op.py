@@ -1,15 +1,18 @@
 """The stateful operator that runs the lag model inside Quix Streams, one topic per key.
 
 Messages arrive keyed by topic name: watermark samples (one per topic per tick) and
-commits/offset deletions re-keyed from ``__consumer_offsets``. The ``TopicModel`` of each
+``commits`` batches (the latest commits and offset deletions of that topic, coalesced by
+``pipeline.commits.CommitsSource`` from ``__consumer_offsets``). The ``TopicModel`` of each
 key lives in memory between messages (numpy arrays are not re-read from the state store on
 every message) and is written to the Quix state store (RocksDB + changelog), so a
 restarted or rebalanced replica resumes the model:
 
-- ``g:<group>`` on every commit: a commit must never be lost across a crash, because a
-  group that commits once and goes idle would otherwise look lagging forever;
-- ``hw`` (the HWM history) at most every ``persist_interval_ms``: a lost sample is only a
-  thinner history, and the samples since are replayed (at-least-once) anyway;
+- ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
+  crash, because a group that commits once and goes idle would otherwise look lagging
+  forever;
+- ``hw`` (the HWM history) and ``w:<group>`` (rate windows) at most every
+  ``persist_interval_ms``: a lost row only thins the fit, and the samples since are
+  replayed (at-least-once) anyway;
 - ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
   the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
   model is reloaded from the store.
@@ -44,12 +47,16 @@ class LagOperator:
         persist_interval_ms: int = 1000,
         on_observations: Callable[[list[Observation]], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
+        on_input: Callable[[str], None] | None = None,
+        on_commits: Callable[[int], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
         self.persist_interval_ms = persist_interval_ms
         self.on_observations = on_observations
         self.on_topic_deleted = on_topic_deleted
+        self.on_input = on_input
+        self.on_commits = on_commits
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
@@ -86,9 +93,9 @@ class LagOperator:
         if hw:
             model.load_hw_state(hw)
         for name in state.get("groups", []):
-            g = state.get(f"g:{name}")
-            if g:
-                model.groups[name] = GroupModel.from_state(g)
+            position = state.get(f"c:{name}")
+            if position:
+                model.groups[name] = GroupModel.from_state(position, state.get(f"w:{name}"))
         self._models[topic] = (model, gen, model.last_sample_ms)
         if gen:
             log.info("model of %s restored: %d group(s)", topic, len(model.groups))
@@ -100,27 +107,30 @@ class LagOperator:
         state.set("gen", gen)
         self._models[topic] = (model, gen, prev_saved if saved_ms is None else saved_ms)
 
-    def _save_group(self, topic: str, model: TopicModel, state: Any, group: str) -> None:
-        g = model.groups.get(group)
+    def _save_positions(self, topic: str, model: TopicModel, state: Any, groups: set[str]) -> None:
+        """After commits: every touched group's positions (small), and the group list."""
         names = sorted(model.groups)
         if names != state.get("groups", []):
             state.set("groups", names)
-        if g is None:
-            state.delete(f"g:{group}")
-        else:
-            state.set(f"g:{group}", g.to_state())
+        for group in groups:
+            g = model.groups.get(group)
+            if g is None:
+                state.delete(f"c:{group}")
+                state.delete(f"w:{group}")
+            else:
+                state.set(f"c:{group}", g.position_state())
         self._bump(topic, model, state)
 
     def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
         state.set("hw", model.hw_state())
-        state.set("groups", sorted(model.groups))
         for name, g in model.groups.items():
-            state.set(f"g:{name}", g.to_state())
+            state.set(f"w:{name}", g.window_state())
         self._bump(topic, model, state, saved_ms=now_ms)
 
     def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
         for name in model.groups:
-            state.delete(f"g:{name}")
+            state.delete(f"c:{name}")
+            state.delete(f"w:{name}")
         for k in ("hw", "groups"):
             state.delete(k)
         self._models.pop(topic, None)
@@ -137,15 +147,21 @@ class LagOperator:
         if not isinstance(value, dict) or not isinstance(key, str):
             return []
         event = value.get("event")
+        if self.on_input is not None:
+            self.on_input(str(event))
         topic = key
         model = self._model(topic, state)
-        if event == "commit":
-            model.commit(value["group"], value["partition"], value["offset"], value["commit_ts_ms"])
-            self._save_group(topic, model, state, value["group"])
-            return []
-        if event == "offset_deleted":
-            model.forget(value["group"], value["partition"])
-            self._save_group(topic, model, state, value["group"])
+        if event == "commits":  # a coalesced batch from CommitsSource
+            touched = set()
+            for group, partition, offset, ts_ms in value["commits"]:
+                model.commit(group, partition, offset, ts_ms)
+                touched.add(group)
+            for group, partition in value.get("deleted", ()):
+                model.forget(group, partition)
+                touched.add(group)
+            if self.on_commits is not None:
+                self.on_commits(len(value["commits"]))
+            self._save_positions(topic, model, state, touched)
             return []
         if event != "watermarks":
             return []

@@ -31,8 +31,10 @@ class Settings:
     instance_id: str = ""
     session_timeout_ms: int = 10_000
     state_dir: str = ".lagpilot/state"
+    offsets_topic: str = "__consumer_offsets"  # another name only for benchmarks and replays
     auto_offset_reset: str = "earliest"  # read __consumer_offsets from its start once
     commit_interval_s: float = 1.0
+    commit_flush_ms: int = 50  # commits are coalesced per topic for at most this long
     sample_interval_ms: int = 250
     metadata_refresh_ms: int = 5000
     include: str = ".*"
@@ -79,6 +81,7 @@ class Settings:
 _BOUNDS: dict[str, tuple[float, float]] = {
     "commit_interval_s": (0.05, 60),
     "session_timeout_ms": (3_000, 300_000),
+    "commit_flush_ms": (1, 5_000),
     "sample_interval_ms": (20, 60_000),
     "metadata_refresh_ms": (100, 3_600_000),
     "window_s": (1, 3_600),

@@ -174,7 +174,7 @@ def test_group_state_round_trips():
     s = Script(produce_per_s=1000, consume_per_s=600)
     s.run(s.t0 + 5_000)
     g = s.model.groups["g"]
-    g2 = GroupModel.from_state(g.to_state())
+    g2 = GroupModel.from_state(g.position_state(), g.window_state())
     for k in ("committed", "commit_ms", "progress_ms", "w_t", "w_hw", "w_c"):
         assert np.array_equal(getattr(g, k), getattr(g2, k))
     m2 = TopicModel("t", CFG)

@@ -1,0 +1,215 @@
+"""Reads ``__consumer_offsets``, decodes it, and forwards commits coalesced per topic.
+
+Commits only matter to the model as "the latest committed offset of each group-partition
+at the next tick", so this source keeps, per topic, the latest commit of every
+group-partition it has read and forwards them as ONE ``commits`` message per topic, keyed
+by the topic, into the topic the watermark samples go to. At 25,000 commits/s over 20
+topics and a 50 ms flush, that is 400 messages/s instead of 25,000 through the framework.
+
+It is a Quix Streams Source (its own process: the second core decodes while the first
+models; the watermark sampler runs in a thread of the same process, since Quix lets only
+one source write a topic) rather than a dataframe because coalescing needs a clock: a
+dataframe function runs only when a message arrives, so the last commits of a burst would
+wait for the next one. Here an empty poll flushes at once, so at low rates nothing waits at all.
+
+Delivery is at-least-once: consumer offsets are committed only after the batches holding
+every record read so far are acknowledged; a crash replays, and the model ignores commits
+older than what it has. Own groups (``lagpilot*``) are filtered: reading our own commits
+would feed our consumption back into our lag model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from quixstreams.sources import Source
+
+from pipeline.offsets import Skipped, decode_record, is_own_group
+from schemas import OffsetCommit, OffsetDeleted, topics
+
+log = logging.getLogger(__name__)
+
+STATS_HEADER = "lagpilot-offsets"
+
+
+@dataclass
+class Coalescer:
+    """Latest commit per (group, partition) per topic since the last drain (pure)."""
+
+    commits: dict[str, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
+    deleted: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    first_ms: int = 0  # when the oldest pending record was added
+    pending: int = 0
+
+    def add(self, record: OffsetCommit | OffsetDeleted, now_ms: int) -> None:
+        key = (record.group, record.partition)
+        if not self.pending:
+            self.first_ms = now_ms
+        self.pending += 1
+        if isinstance(record, OffsetCommit):
+            per = self.commits.setdefault(record.topic, {})
+            prev = per.get(key)
+            if prev is None or record.commit_ts_ms >= prev[1]:
+                per[key] = (record.offset, record.commit_ts_ms)
+            self.deleted.get(record.topic, set()).discard(key)
+        else:
+            self.commits.get(record.topic, {}).pop(key, None)
+            self.deleted.setdefault(record.topic, set()).add(key)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """One ``commits`` event per topic with anything pending; empties the buffer."""
+        out = []
+        for topic in self.commits.keys() | self.deleted.keys():
+            commits = self.commits.get(topic, {})
+            deleted = self.deleted.get(topic, set())
+            if not commits and not deleted:
+                continue
+            out.append(
+                {
+                    "event": "commits",
+                    "v": 1,
+                    "topic": topic,
+                    "commits": [[g, p, o, ts] for (g, p), (o, ts) in commits.items()],
+                    "deleted": [[g, p] for g, p in sorted(deleted)],
+                }
+            )
+        self.commits, self.deleted, self.pending = {}, {}, 0
+        return out
+
+
+class CommitsSource(Source):
+    """``__consumer_offsets`` -> coalesced ``commits`` events keyed by topic.
+
+    The constructor holds plain data only (Quix pickles it into a spawned process); the
+    consumer is built in ``run``. Counters travel to the parent process in the
+    ``lagpilot-offsets`` header of every message (Prometheus lives there).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        broker_config: dict[str, Any],
+        *,
+        consumer_group: str,
+        offsets_topic: str = topics.CONSUMER_OFFSETS,
+        own_prefix: str = topics.OWN_GROUP_PREFIX,
+        instance_id: str = "",
+        flush_ms: int = 50,
+        max_pending: int = 20_000,
+        auto_offset_reset: str = "earliest",
+        sampler: Source | None = None,
+        shutdown_timeout: float = 10,
+    ) -> None:
+        super().__init__(name=name, shutdown_timeout=shutdown_timeout)
+        self.broker_config = dict(broker_config)
+        self.consumer_group = consumer_group
+        self.offsets_topic = offsets_topic
+        self.own_prefix = own_prefix
+        self.instance_id = instance_id
+        self.flush_ms = flush_ms
+        self.max_pending = max_pending
+        self.auto_offset_reset = auto_offset_reset
+        self.stats: Counter[str] = Counter()
+        self.sampler = sampler
+        # consume() waits this long for a full batch: short, so a lone commit is forwarded
+        # within ~10 ms (detection time counts it); bursts are batched by flush_ms instead
+        self.poll_timeout_s = min(0.01, flush_ms / 1000)
+
+    def stop(self) -> None:
+        super().stop()
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def _start_sampler(self) -> threading.Thread | None:
+        """Runs the watermark sampler in a thread of this process, producing to this
+        source's topic: Quix lets one source, not two, write a topic, and the model needs
+        samples and commits in one topic under one key."""
+        sampler = self.sampler
+        if sampler is None:
+            return None
+        sampler.configure(topic=self.producer_topic, producer=self.producer)
+        thread = threading.Thread(target=sampler.start, name="watermark-sampler", daemon=True)
+        thread.start()
+        return thread
+
+    def _consumer(self) -> Any:
+        from confluent_kafka import Consumer
+
+        conf = {
+            **self.broker_config,
+            "group.id": self.consumer_group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": self.auto_offset_reset,
+            "session.timeout.ms": 10_000,
+            "fetch.wait.max.ms": 10,
+        }
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        return Consumer(conf)
+
+    def run(self) -> None:
+        sampler_thread = self._start_sampler()
+        consumer = self._consumer()
+        buffer = Coalescer()
+
+        def flush(consumer: Any = consumer) -> None:
+            now_ms = int(time.time() * 1000)
+            batches = buffer.drain()
+            header = [(STATS_HEADER, orjson.dumps(dict(self.stats)))]
+            for batch in batches:
+                self.produce(
+                    key=batch["topic"], value=orjson.dumps(batch), headers=header,
+                    timestamp=now_ms,
+                )
+            self.stats["batches"] += len(batches)
+            self.flush()  # acknowledged before the offsets that fed them are committed
+            try:
+                consumer.commit(asynchronous=False)
+            except Exception as exc:  # nothing to commit yet, or a rebalance: replay is safe
+                log.debug("offsets commit skipped: %s", exc)
+
+        def on_revoke(c: Any, partitions: Any) -> None:
+            if buffer.pending:
+                flush(c)
+
+        consumer.subscribe([self.offsets_topic], on_revoke=on_revoke)
+        try:
+            while self.running:
+                msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
+                now_ms = int(time.time() * 1000)
+                for msg in msgs:
+                    if msg.error():
+                        self.stats["read_errors"] += 1
+                        continue
+                    record = decode_record(msg.key(), msg.value())
+                    if isinstance(record, Skipped):
+                        kind = f"{record.reason}|{record.record_type}|{record.version}"
+                        self.stats[f"skipped|{kind}"] += 1
+                        continue
+                    if isinstance(record, OffsetCommit | OffsetDeleted):
+                        if is_own_group(record.group, self.own_prefix):
+                            self.stats["own_group"] += 1
+                            continue
+                        self.stats[record.event] += 1
+                        buffer.add(record, now_ms)
+                    else:
+                        self.stats[record.event] += 1  # group metadata: not needed for lag
+                if buffer.pending and (
+                    not msgs
+                    or now_ms - buffer.first_ms >= self.flush_ms
+                    or buffer.pending >= self.max_pending
+                ):
+                    flush()
+            if buffer.pending:
+                flush()
+        finally:
+            consumer.close()
+            if sampler_thread is not None and self.sampler is not None:
+                self.sampler.stop()
+                sampler_thread.join(timeout=5)
