@@ -53,7 +53,10 @@ class Partitions:
         self.stalled: dict[int, float] = {}  # partition -> onset (epoch s)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._produce), threading.Thread(target=self._commit)]
+        self._threads = [
+            threading.Thread(target=self._produce),
+            threading.Thread(target=self._commit),
+        ]
 
     def __enter__(self) -> Partitions:
         for t in self._threads:
@@ -101,13 +104,17 @@ class Partitions:
             self.stalled.pop(partition, None)
 
 
-def run(bootstrap: str, trials: int, partitions: int, rate: int, sample_ms: int) -> dict[str, object]:
+def run(
+    bootstrap: str, trials: int, partitions: int, rate: int, sample_ms: int
+) -> dict[str, object]:
     run_id = uuid.uuid4().hex[:6]
     topic, group = f"bench-det-{run_id}", f"bench-det-{run_id}"
     create_topic(bootstrap, topic, partitions)
     with tempfile.TemporaryDirectory() as tmp:
         pipe = PipelineProcess(
-            bootstrap, f"{topic}$", Path(tmp) / "state",
+            bootstrap,
+            f"{topic}$",
+            Path(tmp) / "state",
             LAGPILOT_SAMPLE_INTERVAL_MS=str(sample_ms),
         ).start()
         reader = LagReader(bootstrap, {group}).start()
@@ -115,8 +122,11 @@ def run(bootstrap: str, trials: int, partitions: int, rate: int, sample_ms: int)
         try:
             with Partitions(bootstrap, topic, group, partitions, rate) as load:
                 reader.wait_for(
-                    lambda e: e["event"] == "group_lag" and e["partitions"] == partitions
-                    and e["status"] == "OK",
+                    lambda e: (
+                        e["event"] == "group_lag"
+                        and e["partitions"] == partitions
+                        and e["status"] == "OK"
+                    ),
                     timeout_s=120,
                 )
                 time.sleep(3)  # the model learns each partition's commit interval
@@ -126,22 +136,30 @@ def run(bootstrap: str, trials: int, partitions: int, rate: int, sample_ms: int)
                     onset = load.stall(part)
                     onset_ms = onset * 1000
                     ev = reader.wait_for(
-                        lambda e, p=part, o=onset_ms: e["event"] == "partition_lag"
-                        and e["partition"] == p and e["status"] != "OK"
-                        and e["_received_ms"] >= o,
+                        lambda e, p=part, o=onset_ms: (
+                            e["event"] == "partition_lag"
+                            and e["partition"] == p
+                            and e["status"] != "OK"
+                            and e["_received_ms"] >= o
+                        ),
                         timeout_s=15,
                     )
                     received.append(ev["_received_ms"] - onset_ms)
                     observed.append(ev["observed_at_ms"] - onset_ms)
                     load.resume(part)
                     reader.wait_for(
-                        lambda e, p=part, o=onset_ms: e["event"] == "partition_lag"
-                        and e["partition"] == p and e["status"] == "OK"
-                        and e["observed_at_ms"] > o + 200,
+                        lambda e, p=part, o=onset_ms: (
+                            e["event"] == "partition_lag"
+                            and e["partition"] == p
+                            and e["status"] == "OK"
+                            and e["observed_at_ms"] > o + 200
+                        ),
                         timeout_s=15,
                     )
-                    print(f"trial {i + 1:>3}: partition {part:>2} detected after "
-                          f"{received[-1]:6.0f} ms ({ev['status']})")
+                    print(
+                        f"trial {i + 1:>3}: partition {part:>2} detected after "
+                        f"{received[-1]:6.0f} ms ({ev['status']})"
+                    )
         finally:
             reader.close()
             pipe.stop()
@@ -164,7 +182,9 @@ def run(bootstrap: str, trials: int, partitions: int, rate: int, sample_ms: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--partitions", type=int, default=4)
@@ -177,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args.bootstrap, trials, args.partitions, args.rate, args.sample_interval_ms)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    print(f"detection over {result['trials']} trials: p50 {result['p50_ms']} ms, "
-          f"p99 {result['p99_ms']} ms (target < {TARGET_P99_MS} ms)")
+    print(
+        f"detection over {result['trials']} trials: p50 {result['p50_ms']} ms, "
+        f"p99 {result['p99_ms']} ms (target < {TARGET_P99_MS} ms)"
+    )
     return 0
 
 

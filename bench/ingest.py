@@ -46,7 +46,9 @@ def _s(x: str) -> bytes:
     return struct.pack(">h", len(b)) + b
 
 
-def commit_record(group: str, topic: str, partition: int, offset: int, ts_ms: int) -> tuple[bytes, bytes]:
+def commit_record(
+    group: str, topic: str, partition: int, offset: int, ts_ms: int
+) -> tuple[bytes, bytes]:
     key = struct.pack(">h", 1) + _s(group) + _s(topic) + struct.pack(">i", partition)
     value = struct.pack(">hqi", 3, offset, -1) + _s("") + struct.pack(">q", ts_ms)
     return key, value
@@ -55,8 +57,15 @@ def commit_record(group: str, topic: str, partition: int, offset: int, ts_ms: in
 def prefill(bootstrap: str, topic: str, n: int, groups: int, topics: int, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 16, 1)])[topic].result(timeout=30)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 1_000_000, "compression.type": "lz4"})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "lz4",
+        }
+    )
     ts = int(time.time() * 1000) - 60_000
     offsets: dict[tuple[int, int, int], int] = {}
     for i in range(n):
@@ -72,8 +81,14 @@ def prefill(bootstrap: str, topic: str, n: int, groups: int, topics: int, partit
 
 
 def raw_rps(bootstrap: str, topic: str, n: int) -> float:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex[:6]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"raw-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     md = c.list_topics(topic, timeout=10).topics[topic]
     c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
     seen, t0 = 0, 0.0
@@ -113,8 +128,9 @@ def pipeline_rps(bootstrap: str, topic: str, n: int, timeout_s: float) -> dict[s
             "LAGPILOT_METRICS_PORT": str(port),
             "LAGPILOT_RUN_POLICY": "false",
         }
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "--log-level", "WARNING"],
-                                cwd=ROOT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "--log-level", "WARNING"], cwd=ROOT, env=env
+        )
         try:
             # from the last scrape that saw no commit consumed to the one that saw all
             idle_t: float | None = None
@@ -141,7 +157,9 @@ def pipeline_rps(bootstrap: str, topic: str, n: int, timeout_s: float) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--groups", type=int, default=50)

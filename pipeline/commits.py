@@ -164,7 +164,9 @@ class CommitsSource(Source):
             header = [(STATS_HEADER, orjson.dumps(dict(self.stats)))]
             for batch in batches:
                 self.produce(
-                    key=batch["topic"], value=orjson.dumps(batch), headers=header,
+                    key=batch["topic"],
+                    value=orjson.dumps(batch),
+                    headers=header,
                     timestamp=now_ms,
                 )
             self.stats["batches"] += len(batches)

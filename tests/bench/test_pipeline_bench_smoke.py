@@ -13,9 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(script: str, out: Path, bootstrap: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), "--smoke", "--out", str(out),
-         "--bootstrap", bootstrap],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "bench" / script),
+            "--smoke",
+            "--out",
+            str(out),
+            "--bootstrap",
+            bootstrap,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return orjson.loads(out.read_bytes())
