@@ -372,17 +372,29 @@ def _release(c: _Ctx, target: str, th: Throttle, why: str) -> None:
     c.state.released_ms[target] = c.now
 
 
-def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | None:
-    """The partition with the most time lag, if above enter and ``ratio`` times the next one.
+def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartition]:
+    """The partitions far worse than the rest: a hotspot, not a slow group.
 
-    ``worst`` comes ordered by status first, so it is re-ordered by time lag here.
+    Hot: above the enter level and at least ``ratio`` times the time lag of the worst
+    partition that is not above it (the "rest" baseline). At most a quarter of the topic's
+    partitions (and at least one) may be hot: when more lag, the group is slow, and
+    spreading is not the fix (scale_consumers is). ``worst`` comes ordered by status first,
+    so it is re-ordered by time lag here.
     """
     if s.topic_partitions < 2 or len(s.worst) < 2:
-        return None
-    first, second = sorted(s.worst, key=lambda w: -w.time_lag_s)[:2]
-    if first.time_lag_s >= t.time_lag_s and first.time_lag_s >= ratio * second.time_lag_s:
-        return first
-    return None
+        return []
+    ranked = sorted(s.worst, key=lambda w: -w.time_lag_s)
+    above = [w for w in ranked if w.time_lag_s >= t.time_lag_s]
+    rest = ranked[len(above)] if len(above) < len(ranked) else None
+    if rest is None or len(above) > max(1, s.topic_partitions // 4):
+        return []
+    return [w for w in above if w.time_lag_s >= ratio * rest.time_lag_s]
+
+
+def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | None:
+    """The hottest of ``hot_partitions``, if any."""
+    hot = hot_partitions(s, t, ratio)
+    return hot[0] if hot else None
 
 
 def rule_spread(c: _Ctx) -> None:
@@ -392,15 +404,19 @@ def rule_spread(c: _Ctx) -> None:
         for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key]:
             _restore(c, target, "incident cleared")
         return
-    hot = hot_partition(c.summary, c.thresholds, c.config.hot_ratio)
-    if hot is None:
-        return
+    for hot in hot_partitions(c.summary, c.thresholds, c.config.hot_ratio):
+        _spread(c, hot)
+
+
+def _spread(c: _Ctx, hot: WorstPartition) -> None:
+    s, g, topic = c.state, c.summary.group, c.summary.topic
     target = f"group:{g}/topic:{topic}/{hot.partition}"
     if target in s.spreads:
         return
     params = {"group": g, "topic": topic, "partition": hot.partition,
               "lanes": c.config.spread_lanes, "pool": c.config.spread_pool}  # fmt: skip
-    next_lag = sorted(w.time_lag_s for w in c.summary.worst)[-2]
+    below = [w.time_lag_s for w in c.summary.worst if w.time_lag_s < hot.time_lag_s]
+    next_lag = max(below, default=0.0)
     reason = c.reason("spread_partition", partition=hot.partition, hot_ratio=c.config.hot_ratio,
                       partition_time_lag_s=round(hot.time_lag_s, 3),
                       next_worst_time_lag_s=round(next_lag, 3))  # fmt: skip

@@ -365,3 +365,20 @@ def test_replayed_decisions_get_identical_ids_and_every_action_validates() -> No
     for _, action in first:
         assert action["signature"] == ""
         validate(sign(action, KEY))
+
+
+def test_two_hot_partitions_are_both_hot_but_a_slow_group_is_not_a_hotspot() -> None:
+    from pipeline.policy import hot_partitions
+
+    t = Thresholds(time_lag_s=5.0)
+    two_hot = replace(
+        gl(20.0), topic_partitions=16,
+        worst=(wp(4, 20.0), wp(11, 19.0), wp(0, 0.3), wp(1, 0.2), wp(2, 0.1)),
+    )  # fmt: skip
+    assert [w.partition for w in hot_partitions(two_hot, t, 4.0)] == [4, 11]
+    # only what stands `ratio` times above the rest is hot
+    close = replace(two_hot, worst=(wp(4, 20.0), wp(11, 19.0), wp(0, 4.9)))
+    assert [w.partition for w in hot_partitions(close, t, 4.0)] == [4]
+    # everything lags: a slow group (scale it), not a hotspot to spread
+    slow = replace(two_hot, topic_partitions=4, worst=tuple(wp(p, 20.0) for p in range(4)))
+    assert hot_partitions(slow, t, 4.0) == []
