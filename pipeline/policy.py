@@ -399,7 +399,7 @@ def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | 
 
 def rule_spread(c: _Ctx) -> None:
     """Tell the group's workers to spread a hot partition; restore it when the incident ends."""
-    s, g, topic = c.state, c.summary.group, c.summary.topic
+    s = c.state
     if not c.incident.active:
         for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key]:
             _restore(c, target, "incident cleared")
