@@ -178,7 +178,7 @@ def build_app(
     # 4. the policy: every summary and every halt/resume under one key
     if settings.run_policy and policy is not None:
         control_topic = app.topic(
-            topics.CONTROL, key_serializer="str", key_deserializer="str", config=cfg(1)
+            settings.control_topic, key_serializer="str", key_deserializer="str", config=cfg(1)
         )
         policy_topic = app.topic(
             POLICY_TOPIC,

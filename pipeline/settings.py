@@ -49,6 +49,7 @@ class Settings:
     topic_partitions: int = 16  # partitions of lagpilot.watermarks (the unit of parallelism)
     replication_factor: int = 1
     metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
+    control_topic: str = "lagpilot.control"  # the actuator and workers must read the same
     policy_file: str = ""  # empty: built-in policy defaults (mode recommend)
     run_sampler: bool = True
     run_policy: bool = True

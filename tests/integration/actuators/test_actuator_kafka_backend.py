@@ -142,15 +142,15 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
         for rate in rates:
             assert abs(rate - QUOTA) <= 0.2 * QUOTA, f"{rate:.0f} B/s under {QUOTA}"
 
-        # A renewal replaces the 60 s lease with a 2 s one; nobody renews it after that.
-        renewal = T.throttle(leased_client, QUOTA, key=KEY, now_ms=now_ms(), lease_s=2.0)
+        # A renewal replaces the 60 s lease with a short one; nobody renews it after that.
+        renewal = T.throttle(leased_client, QUOTA, key=KEY, now_ms=now_ms(), lease_s=6.0)
         release = T.release(released_client, key=KEY, now_ms=now_ms())
         harness.send(renewal, release)
         wait_result(harness, release["id"], "applied")
+        assert backend.quotas.producer_rate("client-id", leased_client) == QUOTA  # lease holds
         assert backend.quotas.producer_rate("client-id", released_client) is None
         assert restored_within(released_meter, 4.0)
         released_meter.stop()  # unthrottled, it would take the CPU the other one needs
-        assert backend.quotas.producer_rate("client-id", leased_client) == QUOTA  # lease holds
         wait_result(harness, renewal["id"], "released")
         assert backend.quotas.producer_rate("client-id", leased_client) is None
         assert restored_within(leased_meter, 4.0)
