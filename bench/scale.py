@@ -1,0 +1,643 @@
+"""Scale benchmark: how many commits/s one pipeline process (and two replicas) keep up with.
+
+Shape (default): 20 topics x 50 partitions = 1,000 partitions, 50 consumer groups, the
+watermarks sampled every 250 ms, every group committing every partition it consumes every
+5 s = 10,000 commits/s steady. Everything is real:
+
+- a **generator** process writes ``OffsetCommit`` records (key type 1, value v3: the bytes
+  Kafka writes) into this run's own offsets topic (50 partitions, compacted, a group's
+  records in one partition, like ``__consumer_offsets``) at a scheduled rate, with offsets
+  that advance below each partition's high watermark: it also produces a trickle (1
+  message/s) into each of the 1,000 partitions, so the high watermarks move;
+- the **pipeline** is ``python -m pipeline`` (policy off) reading that topic as its
+  ``LAGPILOT_OFFSETS_TOPIC``, with its watermark sampler on the 1,000 partitions. Its
+  internal topics get run-unique names (the runner sets ``schemas.topics.WATERMARKS`` and
+  ``LAG`` before start), so the benchmark neither reads nor floods the shared
+  ``lagpilot.*`` topics that other pipelines on the same broker use.
+
+The commit rate steps up (doubling from ``--start-rate``, then one step between the last
+rate held and the first missed). A step holds when, over its measured window, the
+processing delay p99 (``lagpilot_processing_delay_seconds``: sample -> modelled) is
+<= 1 s and the model ends the window less than 1 s of commits behind the generator
+(``lagpilot_model_inputs_total{event="commit"}`` against commits produced). CPU is
+utime+stime of the pipeline's process tree (the Quix source runs in a child process) over
+the window, RSS the sum over the tree. Then the same with two replicas (same consumer
+group, distinct instance ids, state dirs and metrics ports), starting at one's rate.
+
+Writes ``bench/results/scale.json``. ``--smoke``: 2 topics x 4 partitions x 3 groups, one
+10 s step (the test suite runs it).
+
+    .venv/bin/python bench/scale.py [--smoke] [--out PATH] [--rates 10000,20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+OFFSETS_PARTITIONS = 50  # Kafka's __consumer_offsets default
+MAX_DELAY_P99_S = 1.0
+MAX_BEHIND_S = 1.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# value v3 with empty metadata: version, offset, leader_epoch, len(metadata)=0, commit_ts
+_V3 = struct.Struct(">hqihq")
+
+#: Runs the real pipeline entry point with this run's internal topic names.
+_RUNNER = (
+    "import sys; from schemas import topics; "
+    "topics.WATERMARKS, topics.LAG = sys.argv[1], sys.argv[2]; "
+    "from pipeline.__main__ import main; sys.exit(main(['--log-level', 'WARNING']))"
+)
+
+
+def _s(x: str) -> bytes:
+    b = x.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def commit_key(group: str, topic: str, partition: int) -> bytes:
+    """OffsetCommitKey (record type 1): group, topic, partition."""
+    return struct.pack(">h", 1) + _s(group) + _s(topic) + struct.pack(">i", partition)
+
+
+def commit_value(offset: int, commit_ts_ms: int) -> bytes:
+    """OffsetCommitValue v3: offset, leader_epoch -1, empty metadata, commit timestamp."""
+    return _V3.pack(3, offset, -1, 0, commit_ts_ms)
+
+
+# --------------------------------------------------------------------------- generator
+
+
+def generate(
+    bootstrap: str,
+    offsets_topic: str,
+    data_topics: list[str],
+    partitions: int,
+    groups: int,
+    group_prefix: str,
+    rate: Any,
+    sent: Any,
+    ready: Any,
+    stop: Any,
+) -> None:
+    """The generator process: a 1 msg/s trickle into every partition, and commits at
+    ``rate.value`` per second cycling over every (group, partition), each group's records
+    in the offsets partition ``group % 50``. Offsets never pass what the broker has
+    acknowledged for the partition (so they stay below its high watermark) and never go
+    back; group ``g`` trails the acknowledged end by ``g % 3`` messages."""
+    common = {"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"}
+    data = Producer({**common, "batch.num.messages": 1000})
+    commits = Producer(
+        {
+            **common,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    tps = [(t, p) for t in data_topics for p in range(partitions)]
+    index = {tp: i for i, tp in enumerate(tps)}
+    acked = [0] * len(tps)
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[index[(msg.topic(), msg.partition())]] = msg.offset() + 1
+
+    for t, p in tps:  # one message each first: every partition has a high watermark
+        data.produce(t, b"x" * 100, partition=p, on_delivery=delivered)
+    data.flush(30)
+    keys = [[commit_key(f"{group_prefix}{g}", t, p) for t, p in tps] for g in range(groups)]
+    trail = [g % 3 for g in range(groups)]
+    committed = [[0] * len(tps) for _ in range(groups)]
+    pack = _V3.pack
+    produce = commits.produce
+    n_tps, n_pairs = len(tps), groups * len(tps)
+    ready.set()
+
+    cursor, trickle_cursor, count = 0, 0, 0
+    cur_rate, rate_t0, rate_base = -1.0, 0.0, 0
+    trickle_t0 = time.monotonic()
+    while not stop.is_set():
+        now = time.monotonic()
+        if rate.value != cur_rate:
+            cur_rate, rate_t0, rate_base = rate.value, now, count
+        # the trickle: every partition once a second, spread over the second
+        due_trickle = int((now - trickle_t0) * n_tps) - trickle_cursor
+        for _ in range(min(due_trickle, n_tps)):
+            t, p = tps[trickle_cursor % n_tps]
+            data.produce(t, b"x" * 100, partition=p, on_delivery=delivered)
+            trickle_cursor += 1
+        if due_trickle > n_tps:
+            trickle_cursor += due_trickle - n_tps
+        data.poll(0)
+        due = rate_base + int((now - rate_t0) * cur_rate) - count
+        ts_ms = int(time.time() * 1000)
+        for _ in range(min(due, 20_000)):
+            g, i = divmod(cursor, n_tps)
+            off = acked[i] - trail[g]
+            row = committed[g]
+            if off < row[i]:
+                off = row[i]
+            row[i] = off
+            try:
+                produce(offsets_topic, pack(3, off, -1, 0, ts_ms), keys[g][i], g % 50)
+            except BufferError:
+                commits.poll(0.05)
+                continue
+            cursor = (cursor + 1) % n_pairs
+            count += 1
+        sent.value = count
+        commits.poll(0)
+        time.sleep(0.005)
+    commits.flush(30)
+    data.flush(30)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Scrape:
+    commits: float = 0.0  # lagpilot_model_inputs_total{event="commit"}
+    watermarks: float = 0.0  # lagpilot_model_inputs_total{event="watermarks"}
+    decoded: float = 0.0  # lagpilot_coordinator_records_total{kind="commit"}
+    samples: float = 0.0
+    sample_age_s: float = -1.0
+    buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
+
+
+_LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
+
+
+def scrape(port: int) -> Scrape:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = Scrape()
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        if name == "lagpilot_model_inputs_total" and 'event="commit"' in labels:
+            out.commits = value
+        elif name == "lagpilot_model_inputs_total" and 'event="watermarks"' in labels:
+            out.watermarks = value
+        elif name == "lagpilot_coordinator_records_total" and 'kind="commit"' in labels:
+            out.decoded = value
+        elif name == "lagpilot_watermark_samples_total":
+            out.samples = value
+        elif name == "lagpilot_last_sample_age_seconds":
+            out.sample_age_s = value
+        elif name == "lagpilot_processing_delay_seconds_bucket":
+            le = re.search(r'le="([^"]+)"', labels)
+            if le:
+                out.buckets[float(le.group(1))] = value
+    return out
+
+
+def quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float:
+    """``histogram_quantile`` over the increase of cumulative buckets (linear in a bucket;
+    the top finite bound when it falls in +Inf); NaN when nothing was observed."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return math.nan
+    rank, lo, prev = q * total, 0.0, 0.0
+    for bound, cum in zip(bounds, counts, strict=True):
+        if cum >= rank:
+            if math.isinf(bound):
+                return lo
+            return lo + (bound - lo) * (rank - prev) / max(cum - prev, 1e-9)
+        lo, prev = bound, cum
+    return lo
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and all its descendants, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(parents.get(pid, []))
+    return tree
+
+
+def cpu_ticks(pids: list[int]) -> dict[int, int]:
+    """utime + stime (clock ticks) of each live pid."""
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    return total
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class Pipeline:
+    """One ``python -m pipeline`` replica with this run's topic names."""
+
+    def __init__(self, bootstrap: str, run: str, group: str, offsets_topic: str, i: int) -> None:
+        self.state = tempfile.mkdtemp(prefix=f"scale-{i}-")
+        self.port = _free_port()
+        self.log = Path(self.state) / "pipeline.log"
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP": bootstrap,
+            "LAGPILOT_OFFSETS_TOPIC": offsets_topic,
+            "LAGPILOT_CONSUMER_GROUP": group,
+            "LAGPILOT_INSTANCE_ID": f"{group}-r{i}",
+            "LAGPILOT_STATE_DIR": self.state,
+            "LAGPILOT_INCLUDE": f"{run}-t.*",
+            "LAGPILOT_METRICS_PORT": str(self.port),
+            "LAGPILOT_RUN_POLICY": "false",
+            "LAGPILOT_SAMPLE_INTERVAL_MS": "250",
+        }
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _RUNNER, f"{run}.watermarks", f"{run}.lag"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def scrape(self) -> Scrape:
+        return scrape(self.port)
+
+    def stop(self) -> None:
+        tree = process_tree(self.proc.pid)
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            self.proc.wait()
+        shutil.rmtree(self.state, ignore_errors=True)
+
+    def tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+        return ""
+
+
+def wait_modelling(replicas: list[Pipeline], timeout_s: float) -> None:
+    """Until every replica's model has taken in watermark samples for 3 s in a row.
+
+    Nothing is committed yet: every commit the generator writes afterwards is then read
+    by a running source, so none is coalesced away in a start-up backlog and the count of
+    commits modelled can be held against the count produced."""
+    deadline, steady_since = time.monotonic() + timeout_s, None
+    last = [0.0] * len(replicas)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        try:
+            now = [r.scrape().watermarks for r in replicas]
+        except OSError:
+            now = [0.0] * len(replicas)
+        if all(n > prev > 0 for n, prev in zip(now, last, strict=True)):
+            steady_since = steady_since or time.monotonic()
+            if time.monotonic() - steady_since >= 3:
+                return
+        else:
+            steady_since = None
+        last = now
+        for r in replicas:
+            if r.proc.poll() is not None:
+                raise SystemExit(f"pipeline exited ({r.proc.returncode}):\n{r.tail()}")
+    raise SystemExit(f"pipeline not modelling after {timeout_s}s:\n{replicas[0].tail()}")
+
+
+def measure_step(
+    replicas: list[Pipeline],
+    rate: Any,
+    sent: Any,
+    commits_per_s: int,
+    warmup_s: float,
+    window_s: float,
+    deficit0: float = 0.0,
+) -> dict[str, Any]:
+    """Set the rate, let it settle for ``warmup_s``, then measure ``window_s``.
+
+    ``deficit0``: commits produced but not modelled when the previous step had drained
+    (commits coalesced in a backlog, or never caught up): not this step's doing."""
+    rate.value = float(commits_per_s)
+    time.sleep(warmup_s)
+    trees = [process_tree(r.proc.pid) for r in replicas]
+    cpu0 = [cpu_ticks(t) for t in trees]
+    s0 = [r.scrape() for r in replicas]
+    sent0, t0 = sent.value, time.monotonic()
+    max_age, rss = 0.0, 0
+    end = t0 + window_s
+    while time.monotonic() < end:
+        time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        ages = [r.scrape().sample_age_s for r in replicas]
+        max_age = max(max_age, *ages)
+        rss = max(rss, sum(rss_bytes(process_tree(r.proc.pid)) for r in replicas))
+    s1 = [r.scrape() for r in replicas]
+    sent1, elapsed = sent.value, time.monotonic() - t0
+    cpu1 = [cpu_ticks(process_tree(r.proc.pid)) for r in replicas]
+    ticks = sum(c1[p] - c0[p] for c0, c1 in zip(cpu0, cpu1, strict=True) for p in c1 if p in c0)
+    before: dict[float, float] = {}
+    after: dict[float, float] = {}
+    for a, b in zip(s0, s1, strict=True):
+        for le, v in a.buckets.items():
+            before[le] = before.get(le, 0.0) + v
+        for le, v in b.buckets.items():
+            after[le] = after.get(le, 0.0) + v
+    consumed = sum(b.commits - a.commits for a, b in zip(s0, s1, strict=True))
+    behind = sent1 - sum(b.commits for b in s1) - deficit0
+    p99 = quantile(0.99, before, after)
+    sustained = (
+        not math.isnan(p99)
+        and p99 <= MAX_DELAY_P99_S
+        and behind <= max(commits_per_s * MAX_BEHIND_S, 1)
+    )
+    return {
+        "commits_per_s": commits_per_s,
+        "produced_per_s": round((sent1 - sent0) / elapsed),
+        "consumed_per_s": round(consumed / elapsed),
+        "produced": sent1 - sent0,
+        "consumed": round(consumed),
+        "behind_commits": round(behind),
+        "delay_p50_s": round(quantile(0.5, before, after), 3),
+        "delay_p99_s": round(p99, 3),
+        "max_last_sample_age_s": round(max_age, 3),
+        "cpu_cores": round(ticks / CLK_TCK / elapsed, 3),
+        "rss_mib": round(rss / 2**20, 1),
+        "sustained": sustained,
+    }
+
+
+def drain(
+    replicas: list[Pipeline], rate: Any, sent: Any, timeout_s: float
+) -> tuple[float | None, float]:
+    """Stop committing; seconds until the model has taken in every commit produced (None
+    if it has not within ``timeout_s``), and the commits still missing then."""
+    rate.value = 0.0
+    time.sleep(0.05)  # the generator's current tick ends
+    t0 = time.monotonic()
+    missing = 0.0
+    while time.monotonic() - t0 < timeout_s:
+        missing = sent.value - sum(r.scrape().commits for r in replicas)
+        if missing <= 0:
+            return round(time.monotonic() - t0, 2), missing
+        time.sleep(0.1)
+    return None, missing
+
+
+def ladder(
+    replicas: list[Pipeline],
+    rate: Any,
+    sent: Any,
+    start: int,
+    fixed: list[int] | None,
+    warmup_s: float,
+    window_s: float,
+    max_steps: int,
+    drain_s: float = 15.0,
+) -> list[dict[str, Any]]:
+    """Doubling steps from ``start`` until one is missed, then one between the two."""
+    steps: list[dict[str, Any]] = []
+    todo = list(fixed) if fixed else [start]
+    deficit = 0.0
+    while todo and len(steps) < max_steps:
+        r = todo.pop(0)
+        step = measure_step(replicas, rate, sent, r, warmup_s, window_s, deficit)
+        steps.append(step)
+        step["caught_up_after_s"], deficit = drain(replicas, rate, sent, drain_s)
+        step["not_modelled_after_drain"] = round(deficit)
+        print(f"  {len(replicas)} replica(s) {r:>7,}/s: {_brief(step)}", flush=True)
+        if fixed:
+            continue
+        held = [s["commits_per_s"] for s in steps if s["sustained"]]
+        missed = [s["commits_per_s"] for s in steps if not s["sustained"]]
+        if not missed:
+            todo.append(r * 2)
+        elif not held and r == start and start > 1000:
+            todo.append(start // 2)  # missed at the start: look below it once
+        elif held and max(held) < min(missed):
+            mid = (max(held) + min(missed)) // 2
+            if mid not in (s["commits_per_s"] for s in steps) and min(missed) / max(held) > 1.2:
+                todo.append(mid)
+    rate.value = 0.0
+    return steps
+
+
+def _brief(s: dict[str, Any]) -> str:
+    return (
+        f"consumed {s['consumed_per_s']:,}/s of {s['produced_per_s']:,}/s, "
+        f"behind {s['behind_commits']:,}, p99 {s['delay_p99_s']} s, "
+        f"age<= {s['max_last_sample_age_s']} s, cpu {s['cpu_cores']}, rss {s['rss_mib']} MiB"
+        f", caught up {s['caught_up_after_s']} s after -> {'held' if s['sustained'] else 'MISSED'}"
+    )
+
+
+def run_phase(
+    args: argparse.Namespace,
+    run: str,
+    n_replicas: int,
+    start: int,
+    fixed: list[int] | None,
+) -> list[dict[str, Any]]:
+    """Fresh offsets topic and group; generator + replicas; the step ladder."""
+    phase = f"{run}-x{n_replicas}"
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    offsets_topic = f"{phase}.offsets"
+    admin.create_topics(
+        [NewTopic(offsets_topic, OFFSETS_PARTITIONS, 1, config={"cleanup.policy": "compact"})]
+    )[offsets_topic].result(timeout=30)
+    ctx = mp.get_context("spawn")
+    rate, sent = ctx.Value("d", 0.0, lock=False), ctx.Value("q", 0, lock=False)
+    ready, stop = ctx.Event(), ctx.Event()
+    data_topics = [f"{run}-t{i}" for i in range(args.topics)]
+    gen = ctx.Process(
+        target=generate,
+        args=(
+            args.bootstrap,
+            offsets_topic,
+            data_topics,
+            args.partitions,
+            args.groups,
+            f"{run}-g",
+            rate,
+            sent,
+            ready,
+            stop,
+        ),
+        daemon=True,
+    )
+    gen.start()
+    if not ready.wait(60):
+        raise SystemExit("generator did not start in 60 s")
+    group = f"scale-{phase}"  # not lagpilot*: the offsets it reads are not its own
+    replicas = [Pipeline(args.bootstrap, run, group, offsets_topic, i) for i in range(n_replicas)]
+    try:
+        wait_modelling(replicas, timeout_s=90)
+        return ladder(
+            replicas, rate, sent, start, fixed, args.warmup_s, args.window_s, args.max_steps
+        )
+    finally:
+        for r in replicas:
+            r.stop()
+        stop.set()
+        gen.join(60)
+        if gen.is_alive():
+            gen.kill()
+        admin.delete_topics([offsets_topic])
+
+
+def max_held(steps: list[dict[str, Any]]) -> int:
+    """The highest rate held, below every rate missed (a lucky step above a miss
+    does not count)."""
+    missed = min((s["commits_per_s"] for s in steps if not s["sustained"]), default=math.inf)
+    held = [s["commits_per_s"] for s in steps if s["sustained"] and s["commits_per_s"] < missed]
+    return max(held, default=0)
+
+
+def replicas_needed(
+    max_per_replica: float, partitions: int, groups: int, commit_s: float, headroom: float = 0.7
+) -> int:
+    """Replicas for a cluster whose groups commit every partition every ``commit_s``,
+    each replica loaded to ``headroom`` of the rate it was measured to hold."""
+    rate = partitions * groups / commit_s
+    return max(1, math.ceil(rate / (max_per_replica * headroom)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--topics", type=int, default=20)
+    ap.add_argument("--partitions", type=int, default=50)
+    ap.add_argument("--groups", type=int, default=50)
+    ap.add_argument("--commit-interval-s", type=float, default=5.0)
+    ap.add_argument("--warmup-s", type=float, default=8.0)
+    ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument("--max-steps", type=int, default=5)
+    ap.add_argument("--rates", help="fixed one-replica steps, e.g. 10000,20000 (no ladder)")
+    ap.add_argument("--no-two", action="store_true", help="skip the two-replica phase")
+    ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.topics, args.partitions, args.groups = 2, 4, 3
+        args.warmup_s, args.window_s, args.no_two = 3.0, 10.0, True
+    steady = round(args.topics * args.partitions * args.groups / args.commit_interval_s)
+    fixed = [int(x) for x in args.rates.split(",")] if args.rates else None
+    if args.smoke:
+        fixed = [steady]
+    run = f"scale-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    data_topics = [f"{run}-t{i}" for i in range(args.topics)]
+    for f in admin.create_topics([NewTopic(t, args.partitions, 1) for t in data_topics]).values():
+        f.result(timeout=60)
+    print(
+        f"{args.topics} topics x {args.partitions} partitions x {args.groups} groups, "
+        f"steady {steady:,} commits/s",
+        flush=True,
+    )
+    try:
+        one = run_phase(args, run, 1, steady, fixed)
+        one_max = max_held(one)
+        two: list[dict[str, Any]] = []
+        if not args.no_two:
+            two = run_phase(args, run, 2, max(one_max, steady), None)
+    finally:
+        leftovers = [
+            t for t in admin.list_topics(timeout=10).topics if t.startswith(run) or run in t
+        ]
+        with contextlib.suppress(Exception):
+            admin.delete_topics(leftovers)
+    at_steady = next((s for s in one if s["commits_per_s"] == steady), one[0])
+    two_max = max_held(two) if two else None
+    # the capacity one more replica adds: the lower of one alone and half of two together
+    per_replica = min(one_max, two_max / 2) if two_max else one_max
+    result: dict[str, Any] = {
+        "partitions": args.topics * args.partitions,
+        "groups": args.groups,
+        "sample_interval_ms": 250,
+        "steady_commit_rate": steady,
+        "one_replica": {
+            "max_sustained_commits_per_s": one_max,
+            "cpu_cores": at_steady["cpu_cores"],
+            "rss_mib": at_steady["rss_mib"],
+            "delay_p99_s": at_steady["delay_p99_s"],
+            "max_last_sample_age_s": at_steady["max_last_sample_age_s"],
+            "steady_held": at_steady["sustained"],
+            "steps": one,
+        },
+        "two_replicas": {"max_sustained_commits_per_s": two_max, "steps": two},
+        "scaling_ratio": round(two_max / one_max, 2) if two_max and one_max else None,
+        "replicas_for_10k_x_100": (
+            replicas_needed(per_replica, 10_000, 100, args.commit_interval_s)
+            if per_replica
+            else None
+        ),
+        "criteria": {"delay_p99_s_max": MAX_DELAY_P99_S, "behind_s_max": MAX_BEHIND_S},
+        "window_s": args.window_s,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    print(
+        f"one replica: {one_max:,} commits/s held; two replicas: {two_max}; "
+        f"ratio {result['scaling_ratio']}; 10k x 100 needs {result['replicas_for_10k_x_100']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""A tiny run of the scale benchmark so it cannot rot (figures come from make bench-scale)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+
+KEYS = {
+    "partitions",
+    "groups",
+    "sample_interval_ms",
+    "steady_commit_rate",
+    "one_replica",
+    "two_replicas",
+    "scaling_ratio",
+    "replicas_for_10k_x_100",
+}
+
+
+def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "scale.py"),
+            "--smoke",
+            "--out",
+            str(out),
+            "--bootstrap",
+            kafka_bootstrap,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    r = orjson.loads(out.read_bytes())
+    assert r.keys() >= KEYS
+    assert (r["partitions"], r["groups"]) == (8, 3)
+    one = r["one_replica"]
+    assert {"max_sustained_commits_per_s", "cpu_cores", "rss_mib", "delay_p99_s"} <= one.keys()
+    assert "max_sustained_commits_per_s" in r["two_replicas"]
+    [step] = one["steps"]
+    # the generator really committed at the scheduled rate, and the model consumed every
+    # commit it produced once committing stopped
+    assert step["produced"] >= 0.8 * r["steady_commit_rate"] * r["window_s"]
+    assert step["caught_up_after_s"] is not None, step
+    assert step["sustained"], step
+    assert one["max_sustained_commits_per_s"] == r["steady_commit_rate"]
+    assert one["cpu_cores"] > 0 and 0 < one["rss_mib"] < 1024
