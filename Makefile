@@ -44,6 +44,10 @@ test: install
 	trap '[ $$started = 1 ] && $(BROKER) down' EXIT; \
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The README's main command: the avalanche incident and lagpilot fixing it, live.
+demo: install
+	@$(PY) bench/demo.py
+
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 

@@ -30,7 +30,10 @@ from pipeline.settings import Settings
 from pipeline.watermarks import HighWatermarkSource
 from schemas import topics
 
-POLICY_TOPIC = "lagpilot.policy"  # internal: the policy's single-key input
+
+def policy_topic_name(consumer_group: str) -> str:
+    """The policy's single-key input: internal to one pipeline (its consumer group)."""
+    return f"{consumer_group}.policy"
 
 
 class SourceStats:
@@ -120,7 +123,7 @@ def build_app(
         topics.WATERMARKS,
         key_deserializer="str",
         key_serializer="str",
-        config=cfg(settings.topic_partitions, **{"retention.ms": str(3_600_000)}),
+        config=cfg(settings.topic_partitions, **{"retention.ms": str(600_000)}),
     )
     lag_topic = app.topic(
         topics.LAG,
@@ -148,7 +151,7 @@ def build_app(
             offsets_topic=settings.offsets_topic,
             instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
             flush_ms=settings.commit_flush_ms,
-            auto_offset_reset=settings.auto_offset_reset,
+            auto_offset_reset="earliest",
             sampler=sampler,
         ),
         topic=wm_topic,
@@ -181,7 +184,7 @@ def build_app(
             settings.control_topic, key_serializer="str", key_deserializer="str", config=cfg(1)
         )
         policy_topic = app.topic(
-            POLICY_TOPIC,
+            policy_topic_name(settings.consumer_group),
             key_serializer="str",
             key_deserializer="str",
             config=cfg(1, **{"retention.ms": str(3_600_000)}),

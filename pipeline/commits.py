@@ -46,6 +46,21 @@ class Coalescer:
     deleted: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     first_ms: int = 0  # when the oldest pending record was added
     pending: int = 0
+    # the latest live commit of every group-partition read so far, to re-send: bounded by
+    # the cluster's live group-partitions (deleted offsets leave it)
+    known: dict[str, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
+
+    def resend_known(self, now_ms: int) -> None:
+        """Queue every known commit again. The model ignores what it already has, and
+        learns what it missed: a new pipeline whose model joined after the first batches,
+        or a state store restored from an old changelog."""
+        for topic, per in self.known.items():
+            if not per:
+                continue
+            if not self.pending:
+                self.first_ms = now_ms
+            self.pending += len(per)
+            self.commits.setdefault(topic, {}).update(per)
 
     def add(self, record: OffsetCommit | OffsetDeleted, now_ms: int) -> None:
         key = (record.group, record.partition)
@@ -57,9 +72,11 @@ class Coalescer:
             prev = per.get(key)
             if prev is None or record.commit_ts_ms >= prev[1]:
                 per[key] = (record.offset, record.commit_ts_ms)
+                self.known.setdefault(record.topic, {})[key] = per[key]
             self.deleted.get(record.topic, set()).discard(key)
         else:
             self.commits.get(record.topic, {}).pop(key, None)
+            self.known.get(record.topic, {}).pop(key, None)
             self.deleted.setdefault(record.topic, set()).add(key)
 
     def drain(self) -> list[dict[str, Any]]:
@@ -104,6 +121,8 @@ class CommitsSource(Source):
         max_pending: int = 20_000,
         auto_offset_reset: str = "earliest",
         sampler: Source | None = None,
+        resend_first_s: float = 5.0,
+        resend_every_s: float = 60.0,
         shutdown_timeout: float = 10,
     ) -> None:
         super().__init__(name=name, shutdown_timeout=shutdown_timeout)
@@ -117,6 +136,8 @@ class CommitsSource(Source):
         self.auto_offset_reset = auto_offset_reset
         self.stats: Counter[str] = Counter()
         self.sampler = sampler
+        self.resend_first_s = resend_first_s
+        self.resend_every_s = resend_every_s
         # consume() waits this long for a full batch: short, so a lone commit is forwarded
         # within ~10 ms (detection time counts it); bursts are batched by flush_ms instead
         self.poll_timeout_s = min(0.01, flush_ms / 1000)
@@ -181,8 +202,12 @@ class CommitsSource(Source):
                 flush(c)
 
         consumer.subscribe([self.offsets_topic], on_revoke=on_revoke)
+        next_resend = time.monotonic() + self.resend_first_s
         try:
             while self.running:
+                if time.monotonic() >= next_resend:
+                    buffer.resend_known(int(time.time() * 1000))
+                    next_resend = time.monotonic() + self.resend_every_s
                 msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
                 now_ms = int(time.time() * 1000)
                 for msg in msgs:

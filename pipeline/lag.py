@@ -48,6 +48,7 @@ class LagConfig:
     initial_interval_s: float = 1.0  # usual progress interval before one is learned
     max_interval_s: float = 60.0
     interval_alpha: float = 0.3  # EWMA weight of the newest progress interval
+    growth_ratio: float = 0.05  # WARN when the lag grows faster than this share of produce
     rewind_hold_s: float = 5.0  # REWIND is reported this long after an offset went back
     worst_n: int = 5
 
@@ -327,6 +328,8 @@ def classify(
     since_rewind_s: np.ndarray,
     interval_s: np.ndarray,
     cfg: LagConfig,
+    lag_rate: np.ndarray | None = None,
+    produce_rate: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -336,7 +339,9 @@ def classify(
        been waiting for ``stop_factor`` x the usual progress interval (>= ``stop_min_s``):
        seen from the growing time lag, without waiting for another commit.
     4. ERR: the oldest waiting message waited ``err_time_lag_s``.
-    5. WARN: no progress for ``warn_factor`` x the usual interval, or ``warn_time_lag_s``.
+    5. WARN: no progress for ``warn_factor`` x the usual interval, or ``warn_time_lag_s``,
+       or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
+       ``growth_ratio`` of the produce rate) with data waiting longer than the warn level.
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
     """
@@ -346,12 +351,20 @@ def classify(
     warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual) + slack
     waiting = lag > 0
     stuck = np.minimum(since_progress_s, time_lag)  # how long data has waited with no progress
+    growing = np.zeros_like(waiting)
+    if lag_rate is not None and produce_rate is not None:
+        growing = (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate)) & (
+            time_lag > warn_after
+        )
     rules = [
         (since_rewind_s < cfg.rewind_hold_s, LagStatus.REWIND),
         (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
         (waiting & (stuck > stop_after), LagStatus.STOP),
         (waiting & (time_lag >= cfg.err_time_lag_s), LagStatus.ERR),
-        (waiting & ((stuck > warn_after) | (time_lag >= cfg.warn_time_lag_s)), LagStatus.WARN),
+        (
+            waiting & ((stuck > warn_after) | (time_lag >= cfg.warn_time_lag_s) | growing),
+            LagStatus.WARN,
+        ),
     ]
     return np.select(
         [cond for cond, _ in rules], [SEVERITY[s] for _, s in rules], SEVERITY[LagStatus.OK]
@@ -480,6 +493,8 @@ class TopicModel:
                 since_rewind_s=np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
                 interval_s=g.interval_s[cols],
                 cfg=cfg,
+                lag_rate=lag_rate,
+                produce_rate=produce,
             )
             out.append(
                 Observation(

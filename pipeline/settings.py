@@ -32,7 +32,10 @@ class Settings:
     session_timeout_ms: int = 10_000
     state_dir: str = ".lagpilot/state"
     offsets_topic: str = "__consumer_offsets"  # another name only for benchmarks and replays
-    auto_offset_reset: str = "earliest"  # read __consumer_offsets from its start once
+    # where a NEW pipeline group starts its topics: "latest" skips old samples in the
+    # shared watermarks topic; the commits source always reads __consumer_offsets from the
+    # start and re-sends what it knows periodically, so no group's position is missed
+    auto_offset_reset: str = "latest"
     commit_interval_s: float = 1.0
     commit_flush_ms: int = 50  # commits are coalesced per topic for at most this long
     sample_interval_ms: int = 250

@@ -203,3 +203,13 @@ def test_a_late_commit_corrects_the_window_rows_after_it():
     w = m.groups["g"]
     assert list(w.w_c[w.w_t >= 2_500, 0]) == [125, 125]
     assert list(w.w_c[(w.w_t >= 2_000) & (w.w_t < 2_500), 0]) == [100, 100]
+
+
+def test_a_growing_lag_warns_before_the_time_lag_level():
+    s = Script(produce_per_s=1000, consume_per_s=1000)
+    s.run(s.t0 + 10_000)
+    s.consume_per_s = 700.0  # still progressing, but falling behind
+    obs = s.run(s.t0 + 13_000)
+    o = obs[-1][0]
+    assert o.time_lag_s[0] < CFG.warn_time_lag_s
+    assert list(LagStatus)[o.status[0]] is LagStatus.WARN

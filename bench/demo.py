@@ -1,0 +1,197 @@
+"""``make demo``: the incident lagpilot exists for, live, on a laptop, in about two minutes.
+
+Starts the local Kafka broker if none answers (and stops it at the end), then runs an agent
+swarm (bench/swarm.py) into ``agent-perception-stream``, lagpilot's pipeline in ``act``
+mode (deploy/policy.demo.toml) and its actuator. Halfway through warm-up an avalanche of
+heavy documents hits partitions 4 and 11; the screen shows every partition's lag, time lag
+and status, the worker lanes, and each action lagpilot takes with its outcome, then a
+summary. Ctrl-C stops everything cleanly; nothing is left running.
+
+    .venv/bin/python bench/demo.py [--avalanche-s 30] [--no-screen]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.swarm import SwarmConfig  # noqa: E402
+from bench.war_story import one_run  # noqa: E402
+
+KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
+
+
+class Tail:
+    """Events appended to a topic from now on (no consumer group), in a thread."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.events: list[dict[str, Any]] = []
+        group = f"demo-{uuid.uuid4().hex[:6]}"
+        self._c = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            md = self._c.list_topics(self.topic, timeout=2).topics.get(self.topic)
+            if md is not None and md.error is None and md.partitions:
+                self._c.assign([TopicPartition(self.topic, p, 0) for p in md.partitions])
+                break
+            time.sleep(0.5)
+        while not self._stop.is_set():
+            msg = self._c.poll(0.2)
+            if msg is not None and not msg.error():
+                self.events.append(orjson.loads(msg.value()))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(3)
+        self._c.close()
+
+
+class Screen:
+    """The live view: partitions, lanes, actions and outcomes."""
+
+    def __init__(self, bootstrap: str, enabled: bool) -> None:
+        self.bootstrap = bootstrap
+        self.enabled = enabled
+        self.tails: dict[str, Tail] = {}
+        self.started = time.monotonic()
+
+    def _tail(self, topic: str) -> Tail:
+        if topic not in self.tails:
+            self.tails[topic] = Tail(self.bootstrap, topic)
+        return self.tails[topic]
+
+    def __call__(self, reader: Any, swarm: Any, cfg: SwarmConfig, phase: str) -> None:
+        actions = self._tail(cfg.control_topic).events
+        outcomes = self._tail(cfg.control_topic.replace("control", "outcomes")).events
+        latest: dict[int, dict[str, Any]] = {}
+        for e in reader.select(lambda e: e["event"] == "partition_lag"):
+            latest[e["partition"]] = e
+        t = time.monotonic() - self.started
+        start = swarm.produced.avalanche_start_ms
+        if start and not swarm.produced.avalanche_end_ms:
+            age_s = (time.time() * 1000 - start) / 1000
+            when = f"AVALANCHE on {list(cfg.hot_partitions)} for {age_s:4.1f}s"
+        elif swarm.produced.avalanche_end_ms:
+            when = "avalanche over"
+        else:
+            when = "warm-up"
+        lines = [
+            f"lagpilot demo  |  {cfg.topic}  ({cfg.partitions} partitions, group {cfg.group})",
+            f"{phase:<10} t={t:5.1f}s  {when}",
+            "",
+            f"{'P':>3}  {'STATUS':<7} {'LAG':>6} {'TIME LAG s':>10} {'LAG RATE/s':>10} "
+            f"{'LANES':>5}",
+        ]
+        for p in range(cfg.partitions):
+            e = latest.get(p)
+            lanes = swarm.worker.lanes(cfg.topic, p)
+            hot = "  <- hot" if p in cfg.hot_partitions else ""
+            if e is None:
+                lines.append(f"{p:>3}  {'-':<7}{'':>6} {'':>10} {'':>10} {lanes:>5}{hot}")
+                continue
+            lines.append(
+                f"{p:>3}  {e['status']:<7} {e['lag_offsets']:>6} {e['time_lag_s']:>10.2f} "
+                f"{e['lag_rate_per_s']:>10.1f} {lanes:>5}{hot}"
+            )
+        res_by_id = {o.get("action_id"): o.get("result") for o in outcomes}
+        lines += ["", "actions (lagpilot.control -> outcome):"]
+        for a in actions[-8:]:
+            if a.get("event") != "action":
+                continue
+            at = (a["issued_at"] - start) / 1000 if start else 0.0
+            params = a["params"]
+            detail = f"partition {params.get('partition')} lanes={params.get('lanes', '-')}"
+            lines.append(
+                f"  +{at:5.1f}s {a['type']:<18} {detail:<26} {a['reason'].get('rule', '')}"
+                f" -> {res_by_id.get(a['id'], 'pending')}"
+            )
+        done = len({r[0] for r in swarm.ledger.rows()})
+        lines += ["", f"processed {done:,} of {len(swarm.produced.ids):,} produced"]
+        if self.enabled:
+            sys.stdout.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
+            sys.stdout.flush()
+
+    def close(self) -> None:
+        for t in self.tails.values():
+            t.close()
+
+
+def broker(bootstrap: str | None) -> tuple[str, bool]:
+    """A reachable bootstrap, and whether this demo started the local broker."""
+    if bootstrap:
+        return bootstrap, False
+    status = subprocess.run([str(KAFKA_SH), "status"], capture_output=True, text=True)
+    if status.returncode == 0:
+        return status.stdout.strip(), False
+    print("starting the local Kafka broker (deploy/local/kafka.sh up) ...", flush=True)
+    up = subprocess.run([str(KAFKA_SH), "up"], capture_output=True, text=True)
+    if up.returncode != 0:
+        sys.exit(f"could not start the local broker:\n{up.stderr}")
+    return up.stdout.strip().splitlines()[-1], True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP"))
+    ap.add_argument("--avalanche-s", type=float, default=30.0)
+    ap.add_argument("--no-screen", action="store_true", help="no live screen (logs only)")
+    args = ap.parse_args(argv)
+    bootstrap, started = broker(args.bootstrap)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    screen = Screen(bootstrap, enabled=not args.no_screen and sys.stdout.isatty())
+    cfg = SwarmConfig(bootstrap=bootstrap, avalanche_s=args.avalanche_s)
+    t0 = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = one_run(cfg, balancer=True, workdir=Path(tmp), view=screen,
+                          log=lambda *_: None)  # fmt: skip
+        print("\nsummary")
+        print(f"  messages: {res['produced']:,} produced, {res['processed']:,} processed, "
+              f"lost {res['lost']}, duplicate side effects {res['duplicates']}")  # fmt: skip
+        print(f"  end-to-end latency: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
+              f"max {res['max_ms']} ms")  # fmt: skip
+        print(f"  detection: {res['detection_ms']} ms after the avalanche began")
+        for a in res["actions"]:
+            print(f"  action +{a['at_ms'] / 1000:.1f}s {a['type']} {a['target']} ({a['mode']})")
+        print(f"  outcomes: {[o['result'] for o in res['outcomes']]}")
+        print(
+            f"  took {time.monotonic() - t0:.0f} s; `make bench-war-story` compares with "
+            "lagpilot off"
+        )
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopped the swarm, pipeline and actuator")
+    finally:
+        screen.close()
+        if started:
+            subprocess.run([str(KAFKA_SH), "down"], capture_output=True)
+            print("stopped the local broker this demo started")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

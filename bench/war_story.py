@@ -1,0 +1,294 @@
+"""The war story: the same avalanche twice, lagpilot's balancer off and on, in one run.
+
+Each run gets a fresh topic, consumer group and control topic. Off: the pipeline models
+lag (for the plot and the detection time) but the policy is off, so nothing acts. On: the
+pipeline's policy runs in ``act`` mode with ``deploy/policy.demo.toml`` and the actuator
+runs; the workers (worker SDK) obey the ``spread_partition`` it sends for the hot
+partitions. Both runs wait until every produced message has been processed.
+
+Reported: P50/P99/max end-to-end latency, worst time lag, detection time (avalanche onset
+to the first non-OK status of a hot partition on lagpilot.lag), actions taken, messages
+lost and duplicate side effects. Writes ``bench/results/war_story.json`` (``off_p99_ms``,
+``on_p99_ms``, ``ratio`` = off/on, ``lost``, ``duplicates``, ``detection_ms``) and
+``bench/results/war_story.png`` (time lag per partition over time, off vs on).
+Targets: ratio >= 10, lost = 0, duplicates = 0, detection < 1 s.
+
+    .venv/bin/python bench/war_story.py [--partitions 16] [--hot 4,11] [--producers 50]
+        [--rate 250] [--heavy-rate 10] [--heavy-work-ms 150] [--avalanche-s 30] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
+from tests.integration.pipeline.harness import LagReader, PipelineProcess, free_port  # noqa: E402
+
+DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
+DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"
+
+
+def start_actuator(
+    bootstrap: str, control: str, outcomes: str, log: Path
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP": bootstrap,
+        "LAGPILOT_CONTROL_TOPIC": control,
+        "LAGPILOT_OUTCOMES_TOPIC": outcomes,
+        "LAGPILOT_POLICY_FILE": str(DEMO_POLICY),
+        "LAGPILOT_ACTUATOR_BACKEND": "kafka",
+        "LAGPILOT_ACTUATOR_ID": f"war-story-{uuid.uuid4().hex[:6]}",
+        "LAGPILOT_ACTUATOR_METRICS_PORT": str(free_port()),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "actuators"],
+        cwd=ROOT,
+        env=env,
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ws-{uuid.uuid4().hex[:6]}",
+                  "enable.partition.eof": True, "enable.auto.commit": False})  # fmt: skip
+    out: list[dict[str, Any]] = []
+    try:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            return out
+        c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+        eof: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(eof) < len(md.partitions) and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                eof.add(msg.partition())
+                continue
+            out.append(orjson.loads(msg.value()))
+    finally:
+        c.close()
+    return out
+
+
+def one_run(
+    cfg: SwarmConfig,
+    balancer: bool,
+    workdir: Path,
+    log: Any = print,
+    view: Any = None,
+) -> dict[str, Any]:
+    """One avalanche on fresh topics; ``view(reader, swarm, phase)`` is called ~4x a second
+    while it runs (the demo's live screen)."""
+    run_id = uuid.uuid4().hex[:6]
+    cfg = replace(
+        cfg,
+        topic=f"{cfg.topic}.{'on' if balancer else 'off'}-{run_id}",
+        group=f"agent-workers-{run_id}",
+        control_topic=f"lagpilot.control.ws-{run_id}",
+    )
+    outcomes = f"lagpilot.outcomes.ws-{run_id}"
+    ensure_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
+    ensure_topic(cfg.bootstrap, cfg.control_topic, 1)  # the workers read it from the start
+    os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
+    pipe = PipelineProcess(
+        cfg.bootstrap,
+        f"{cfg.topic}$",
+        workdir / f"state-{run_id}",
+        LAGPILOT_RUN_POLICY="true" if balancer else "false",
+        LAGPILOT_POLICY_FILE=str(DEMO_POLICY),
+        LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
+        LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
+    ).start()
+    actuator = start_actuator(cfg.bootstrap, cfg.control_topic, outcomes,
+                              workdir / f"actuator-{run_id}.log") if balancer else None  # fmt: skip
+    reader = LagReader(cfg.bootstrap, {cfg.group}).start()
+    rundir = workdir / run_id
+    rundir.mkdir()
+    swarm = Swarm(cfg, rundir)
+    try:
+        wait_modelling(pipe)  # the clock starts once the pipeline samples the topic
+        swarm.start_workers()
+        tick = _throttled(view, reader, swarm, cfg)
+        swarm.run_producers(on_tick=(lambda _s: tick("producing")) if view else None)
+        drained = swarm.wait_drained(
+            timeout_s=cfg.avalanche_s * 4 + 60,
+            on_tick=(lambda: tick("draining")) if view else None,
+        )
+        time.sleep(1.0)
+    finally:
+        swarm.stop()
+        reader.close()
+        pipe.stop()
+        if actuator is not None:
+            actuator.terminate()
+            actuator.wait(30)
+    res = swarm.results()
+    res["drained"] = drained
+    start = swarm.produced.avalanche_start_ms
+    hot = set(cfg.hot_partitions)
+    events = reader.select(lambda e: e["event"] == "partition_lag")
+    detected = [e for e in events if e["partition"] in hot and e["status"] != "OK"
+                and e["observed_at_ms"] >= start]  # fmt: skip
+    res["detection_ms"] = (min(e["_received_ms"] for e in detected) - start) if detected else None
+    res["max_time_lag_s"] = max((e["time_lag_s"] for e in events), default=0.0)
+    res["timeline"] = [
+        [e["observed_at_ms"] - start, e["partition"], e["time_lag_s"]] for e in events
+    ]
+    actions = [
+        a for a in read_topic(cfg.bootstrap, cfg.control_topic) if a.get("event") == "action"
+    ]
+    res["actions"] = [
+        {"at_ms": a["issued_at"] - start, "type": a["type"], "target": a["target"],
+         "mode": a["mode"]} for a in actions
+    ]  # fmt: skip
+    res["outcomes"] = [
+        {"result": o["result"], "type": o.get("action_type")}
+        for o in read_topic(cfg.bootstrap, outcomes) if o.get("event") == "outcome"
+    ] if balancer else []  # fmt: skip
+    log(f"balancer {'on ' if balancer else 'off'}: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
+        f"max {res['max_ms']} ms, lost {res['lost']}, duplicates {res['duplicates']}, "
+        f"detection {res['detection_ms']} ms, actions {len(res['actions'])}")  # fmt: skip
+    return res
+
+
+def _throttled(view: Any, reader: LagReader, swarm: Swarm, cfg: SwarmConfig) -> Any:
+    last = [0.0]
+
+    def tick(phase: str) -> None:
+        if view is not None and time.monotonic() - last[0] >= 0.25:
+            last[0] = time.monotonic()
+            view(reader, swarm, cfg, phase)
+
+    return tick
+
+
+def wait_modelling(pipe: PipelineProcess, timeout_s: float = 120) -> None:
+    """Until the pipeline's model has consumed a watermark sample (it is caught up)."""
+    import re
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            url = f"http://127.0.0.1:{pipe.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=2) as r:
+                text = r.read().decode()
+            if re.search(r'lagpilot_model_inputs_total\{event="watermarks"\} [1-9]', text):
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"the pipeline never modelled a sample:\n{pipe.log_tail()}")
+
+
+def plot(off: dict[str, Any], on: dict[str, Any], hot: tuple[int, ...], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+    for ax, (name, res) in zip(axes, (("balancer off", off), ("balancer on", on)), strict=True):
+        by_part: dict[int, list[tuple[float, float]]] = {}
+        for t_ms, part, tl in res["timeline"]:
+            by_part.setdefault(part, []).append((t_ms / 1000, tl))
+        for part, pts in sorted(by_part.items()):
+            pts.sort()
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, lw=2.0 if part in hot else 0.8,
+                    label=f"p{part}" if part in hot else None,
+                    color=None if part in hot else "0.7")  # fmt: skip
+        for a in res["actions"]:
+            ax.axvline(a["at_ms"] / 1000, color="tab:green", lw=0.8, ls="--")
+        ax.set_title(f"{name}: p99 {res['p99_ms'] / 1000:.2f} s")
+        ax.set_xlabel("seconds since the avalanche began")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left")
+    axes[0].set_ylabel("time lag per partition (s)")
+    fig.suptitle("agent-perception-stream: time lag per partition (dashed: lagpilot actions)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--hot", default="4,11", help="comma-separated hot partitions")
+    ap.add_argument("--producers", type=int, default=50)
+    ap.add_argument("--rate", type=float, default=250.0, help="normal events/s, all producers")
+    ap.add_argument(
+        "--heavy-rate", type=float, default=10.0, help="heavy events/s per hot partition"
+    )
+    ap.add_argument("--heavy-work-ms", type=float, default=150.0)
+    ap.add_argument("--avalanche-s", type=float, default=30.0)
+    ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "war_story.json"))
+    args = ap.parse_args(argv)
+    cfg = SwarmConfig(
+        bootstrap=args.bootstrap, partitions=args.partitions,
+        hot_partitions=tuple(int(p) for p in args.hot.split(",")),
+        producers=args.producers, rate_per_s=args.rate, heavy_rate_per_s=args.heavy_rate,
+        heavy_work_ms=args.heavy_work_ms, avalanche_s=args.avalanche_s,
+    )  # fmt: skip
+    if args.smoke:
+        cfg = replace(cfg, partitions=4, hot_partitions=(1,), rate_per_s=40, warmup_s=3,
+                      avalanche_s=5, heavy_rate_per_s=12)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        off = one_run(cfg, balancer=False, workdir=Path(tmp))
+        on = one_run(cfg, balancer=True, workdir=Path(tmp))
+    ratio = off["p99_ms"] / on["p99_ms"] if off["p99_ms"] and on["p99_ms"] else None
+    result = {
+        "off_p99_ms": off["p99_ms"],
+        "on_p99_ms": on["p99_ms"],
+        "ratio": round(ratio, 2) if ratio else None,
+        "lost": off["lost"] + on["lost"],
+        "duplicates": off["duplicates"] + on["duplicates"],
+        "detection_ms": on["detection_ms"],
+        "off": {k: v for k, v in off.items() if k != "timeline"},
+        "on": {k: v for k, v in on.items() if k != "timeline"},
+        "shape": {
+            "partitions": cfg.partitions,
+            "hot": list(cfg.hot_partitions),
+            "producers": cfg.producers,
+            "rate_per_s": cfg.rate_per_s,
+            "heavy_rate_per_s": cfg.heavy_rate_per_s,
+            "heavy_work_ms": cfg.heavy_work_ms,
+            "avalanche_s": cfg.avalanche_s,
+        },
+        "targets": {"ratio": 10, "lost": 0, "duplicates": 0, "detection_ms": 1000},
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    plot(off, on, cfg.hot_partitions, out.with_suffix(".png"))
+    print(f"off p99 {result['off_p99_ms']} ms / on p99 {result['on_p99_ms']} ms = "
+          f"ratio {result['ratio']} (target >= 10); lost {result['lost']}, "
+          f"duplicates {result['duplicates']}, detection {result['detection_ms']} ms")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

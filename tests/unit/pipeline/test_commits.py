@@ -1,0 +1,47 @@
+"""The commits coalescer: latest per group-partition per topic, deletions, re-sends."""
+
+from __future__ import annotations
+
+from pipeline.commits import Coalescer
+from schemas import OffsetCommit, OffsetDeleted
+
+
+def c(group: str, topic: str, p: int, off: int, ts: int) -> OffsetCommit:
+    return OffsetCommit(group, topic, p, off, ts)
+
+
+def test_latest_commit_per_group_partition_one_batch_per_topic() -> None:
+    b = Coalescer()
+    b.add(c("g", "t", 0, 10, 1), 100)
+    b.add(c("g", "t", 0, 20, 2), 101)
+    b.add(c("g", "t", 1, 5, 2), 102)
+    b.add(c("h", "u", 0, 7, 3), 103)
+    b.add(c("g", "t", 0, 15, 1), 104)  # an older record (replay) does not win
+    assert b.pending == 5 and b.first_ms == 100
+    out = {e["topic"]: e for e in b.drain()}
+    assert sorted(out["t"]["commits"]) == [["g", 0, 20, 2], ["g", 1, 5, 2]]
+    assert out["u"]["commits"] == [["h", 0, 7, 3]]
+    assert b.pending == 0 and b.drain() == []
+
+
+def test_a_deletion_replaces_a_pending_commit_and_a_later_commit_replaces_it() -> None:
+    b = Coalescer()
+    b.add(c("g", "t", 0, 10, 1), 100)
+    b.add(OffsetDeleted("g", "t", 0), 101)
+    (e,) = b.drain()
+    assert e["commits"] == [] and e["deleted"] == [["g", 0]]
+    b.add(OffsetDeleted("g", "t", 1), 102)
+    b.add(c("g", "t", 1, 3, 5), 103)
+    (e,) = b.drain()
+    assert e["commits"] == [["g", 1, 3, 5]] and e["deleted"] == []
+
+
+def test_resend_known_queues_every_live_commit_again_but_not_deleted_ones() -> None:
+    b = Coalescer()
+    b.add(c("g", "t", 0, 10, 1), 100)
+    b.add(c("g", "t", 1, 11, 1), 100)
+    b.add(OffsetDeleted("g", "t", 1), 100)
+    b.drain()
+    b.resend_known(200)
+    (e,) = b.drain()
+    assert e["commits"] == [["g", 0, 10, 1]]
