@@ -1,0 +1,33 @@
+"""A tiny war story (both runs, 4 partitions, a 5 s avalanche) so the benchmark cannot rot;
+the figures come from `make bench-war-story`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "war_story.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "war_story.py"), "--smoke", "--out", str(out),
+         "--bootstrap", kafka_bootstrap],
+        cwd=ROOT, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    r = orjson.loads(out.read_bytes())
+    for key in ("off_p99_ms", "on_p99_ms", "ratio", "lost", "duplicates", "detection_ms"):
+        assert key in r
+    # nothing lost or repeated, whatever the balancer did
+    assert r["lost"] == 0 and r["duplicates"] == 0
+    assert r["off"]["drained"] and r["on"]["drained"]
+    assert r["off"]["processed"] == r["off"]["produced"] > 0
+    # the balancer acted on the hot partition, and the workers obeyed
+    assert any(a["type"] == "spread_partition" for a in r["on"]["actions"])
+    assert r["on"]["worker"].get("obeyed_spread_partition", 0) >= 1
+    assert out.with_suffix(".png").stat().st_size > 10_000
