@@ -35,13 +35,17 @@ broker-status:
 	@$(BROKER) status
 
 # Starts the local broker unless KAFKA_BOOTSTRAP names one (or one is already up), runs
-# pytest, stops only what it started, and returns pytest's status.
+# pytest with KAFKA_BOOTSTRAP set to it, stops only what it started, returns pytest's status.
 test: install
 	@started=0; \
-	if [ -z "$$KAFKA_BOOTSTRAP" ] && ! $(BROKER) status >/dev/null 2>&1; then \
-	  $(BROKER) up --brokers 1 >/dev/null || exit 1; started=1; \
+	if [ -z "$$KAFKA_BOOTSTRAP" ]; then \
+	  if ! $(BROKER) status >/dev/null 2>&1; then \
+	    $(BROKER) up --brokers 1 >/dev/null || exit 1; started=1; \
+	  fi; \
+	  export KAFKA_BOOTSTRAP=$$($(BROKER) status); \
 	fi; \
 	trap '[ $$started = 1 ] && $(BROKER) down' EXIT; \
+	echo "testing against $$KAFKA_BOOTSTRAP"; \
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The README's main command: the avalanche incident and lagpilot fixing it, live.
