@@ -39,6 +39,7 @@ class LagConfig:
     warn_time_lag_s: float = 5.0  # WARN when the oldest unconsumed message waited this long
     err_time_lag_s: float = 30.0  # ERR beyond this
     warn_factor: float = 1.5  # WARN: no progress for warn_factor x the usual interval
+    time_lag_factor: float = 2.5  # WARN: the oldest waiting message waited this x the interval
     stop_factor: float = 4.0  # STOP: no progress for stop_factor x the usual interval...
     stop_min_s: float = 0.5  # ...and at least this long
     warn_min_s: float = 0.15
@@ -339,7 +340,9 @@ def classify(
        been waiting for ``stop_factor`` x the usual progress interval (>= ``stop_min_s``):
        seen from the growing time lag, without waiting for another commit.
     4. ERR: the oldest waiting message waited ``err_time_lag_s``.
-    5. WARN: no progress for ``warn_factor`` x the usual interval, or ``warn_time_lag_s``,
+    5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
+       message waited ``time_lag_factor`` x the usual interval (a partition that still
+       progresses but falls behind: a hotspot), or ``warn_time_lag_s``,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
        ``growth_ratio`` of the produce rate) with data waiting longer than the warn level.
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
@@ -349,6 +352,7 @@ def classify(
     slack = cfg.commit_visibility_s
     stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual) + slack
     warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual) + slack
+    behind_after = np.maximum(cfg.warn_min_s, cfg.time_lag_factor * usual) + slack
     waiting = lag > 0
     stuck = np.minimum(since_progress_s, time_lag)  # how long data has waited with no progress
     growing = np.zeros_like(waiting)
@@ -362,7 +366,13 @@ def classify(
         (waiting & (stuck > stop_after), LagStatus.STOP),
         (waiting & (time_lag >= cfg.err_time_lag_s), LagStatus.ERR),
         (
-            waiting & ((stuck > warn_after) | (time_lag >= cfg.warn_time_lag_s) | growing),
+            waiting
+            & (
+                (stuck > warn_after)
+                | (time_lag > behind_after)
+                | (time_lag >= cfg.warn_time_lag_s)
+                | growing
+            ),
             LagStatus.WARN,
         ),
     ]
