@@ -40,6 +40,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -48,6 +49,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,12 +68,24 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 # value v3 with empty metadata: version, offset, leader_epoch, len(metadata)=0, commit_ts
 _V3 = struct.Struct(">hqihq")
 
-#: Runs the real pipeline entry point with this run's internal topic names.
-_RUNNER = (
-    "import sys; from schemas import topics; "
-    "topics.WATERMARKS, topics.LAG = sys.argv[1], sys.argv[2]; "
-    "from pipeline.__main__ import main; sys.exit(main(['--log-level', 'WARNING']))"
-)
+#: Runs the real pipeline entry point with this run's internal topic names; with
+#: ``SCALE_PROFILE=<path>`` in its environment, under cProfile (the main thread: the model)
+#: until SIGUSR1 writes the profile.
+_RUNNER = """
+import cProfile, os, signal, sys
+from schemas import topics
+topics.WATERMARKS, topics.LAG = sys.argv[1], sys.argv[2]
+from pipeline.__main__ import main
+out = os.environ.get("SCALE_PROFILE")
+prof = cProfile.Profile() if out else None
+def dump(*_):
+    prof.disable()
+    prof.dump_stats(out)
+if prof:
+    signal.signal(signal.SIGUSR1, dump)  # the bench sends it before it stops the pipeline
+    prof.enable()
+sys.exit(main(["--log-level", "WARNING"]))
+"""
 
 
 def _s(x: str) -> bytes:
@@ -200,7 +214,7 @@ _LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
 
 
 def scrape(port: int) -> Scrape:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as r:
         text = r.read().decode()
     out = Scrape()
     for line in text.splitlines():
@@ -285,25 +299,40 @@ def rss_bytes(pids: list[int]) -> int:
 class Pipeline:
     """One ``python -m pipeline`` replica with this run's topic names."""
 
-    def __init__(self, bootstrap: str, run: str, group: str, offsets_topic: str, i: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        run: str,
+        name: str,
+        offsets_topic: str,
+        i: int,
+        profile: str = "",
+        reset: str = "earliest",
+    ) -> None:
+        """``name`` names its consumer group and internal topics (not ``lagpilot*``: the
+        commits it reads are not its own); ``reset`` where a new group starts."""
         self.state = tempfile.mkdtemp(prefix=f"scale-{i}-")
         self.port = _free_port()
         self.log = Path(self.state) / "pipeline.log"
+        self.profile, self.i = profile, i
         env = {
             **os.environ,
             "KAFKA_BOOTSTRAP": bootstrap,
             "LAGPILOT_OFFSETS_TOPIC": offsets_topic,
-            "LAGPILOT_CONSUMER_GROUP": group,
-            "LAGPILOT_INSTANCE_ID": f"{group}-r{i}",
+            "LAGPILOT_CONSUMER_GROUP": name,
+            "LAGPILOT_INSTANCE_ID": f"{name}-r{i}",
             "LAGPILOT_STATE_DIR": self.state,
             "LAGPILOT_INCLUDE": f"{run}-t.*",
             "LAGPILOT_METRICS_PORT": str(self.port),
             "LAGPILOT_RUN_POLICY": "false",
             "LAGPILOT_SAMPLE_INTERVAL_MS": "250",
+            "LAGPILOT_AUTO_OFFSET_RESET": reset,
         }
+        if profile:
+            env["SCALE_PROFILE"] = f"{profile}.{i}.prof"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _RUNNER, f"{run}.watermarks", f"{run}.lag"],
+                [sys.executable, "-c", _RUNNER, f"{name}.watermarks", f"{name}.lag"],
                 cwd=ROOT,
                 env=env,
                 stdout=log,
@@ -315,6 +344,14 @@ class Pipeline:
 
     def stop(self) -> None:
         tree = process_tree(self.proc.pid)
+        if self.profile:
+            out = Path(f"{self.profile}.{self.i}.prof")
+            out.unlink(missing_ok=True)
+            self.proc.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 60
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(2)  # written through
         self.proc.terminate()
         try:
             self.proc.wait(30)
@@ -331,12 +368,33 @@ class Pipeline:
         return ""
 
 
-def wait_modelling(replicas: list[Pipeline], timeout_s: float) -> None:
-    """Until every replica's model has taken in watermark samples for 3 s in a row.
+def sources_assigned(bootstrap: str, group: str, members: int, offsets_topic: str) -> bool:
+    """The commits sources' consumer group is stable, ``members`` strong, and holds every
+    partition of the offsets topic."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        d = admin.describe_consumer_groups([group])[group].result(timeout=5)
+    except Exception:  # not created yet, or the coordinator is moving: ask again
+        return False
+    parts = {
+        tp.partition
+        for m in d.members
+        for tp in m.assignment.topic_partitions
+        if tp.topic == offsets_topic
+    }
+    return len(d.members) == members and len(parts) == OFFSETS_PARTITIONS
+
+
+def wait_modelling(
+    replicas: list[Pipeline], timeout_s: float, bootstrap: str, name: str, offsets_topic: str
+) -> None:
+    """Until every replica's model has taken in watermark samples for 3 s in a row and the
+    commits sources hold every offsets partition.
 
     Nothing is committed yet: every commit the generator writes afterwards is then read
-    by a running source, so none is coalesced away in a start-up backlog and the count of
-    commits modelled can be held against the count produced."""
+    by a running source (a fresh replica set reads from the end), so none is coalesced
+    away in a start-up backlog and the count of commits modelled can be held against the
+    count produced."""
     deadline, steady_since = time.monotonic() + timeout_s, None
     last = [0.0] * len(replicas)
     while time.monotonic() < deadline:
@@ -347,7 +405,10 @@ def wait_modelling(replicas: list[Pipeline], timeout_s: float) -> None:
             now = [0.0] * len(replicas)
         if all(n > prev > 0 for n, prev in zip(now, last, strict=True)):
             steady_since = steady_since or time.monotonic()
-            if time.monotonic() - steady_since >= 3:
+            if time.monotonic() - steady_since >= 3 and sources_assigned(
+                bootstrap, f"{name}.offsets", len(replicas), offsets_topic
+            ):
+                time.sleep(1)  # positions are resolved just after the assignment
                 return
         else:
             steady_since = None
@@ -377,17 +438,21 @@ def measure_step(
     cpu0 = [cpu_ticks(t) for t in trees]
     s0 = [r.scrape() for r in replicas]
     sent0, t0 = sent.value, time.monotonic()
-    max_age, rss = 0.0, 0
+    rss = 0
     end = t0 + window_s
-    while time.monotonic() < end:
+    while time.monotonic() < end:  # no scrapes in between: see scrape_s
         time.sleep(min(1.0, max(0.0, end - time.monotonic())))
-        ages = [r.scrape().sample_age_s for r in replicas]
-        max_age = max(max_age, *ages)
         rss = max(rss, sum(rss_bytes(process_tree(r.proc.pid)) for r in replicas))
+    t_scrape = time.monotonic()
     s1 = [r.scrape() for r in replicas]
+    scrape_s = (time.monotonic() - t_scrape) / len(replicas)
     sent1, elapsed = sent.value, time.monotonic() - t0
     cpu1 = [cpu_ticks(process_tree(r.proc.pid)) for r in replicas]
     ticks = sum(c1[p] - c0[p] for c0, c1 in zip(cpu0, cpu1, strict=True) for p in c1 if p in c0)
+    main_ticks = sum(
+        c1.get(r.proc.pid, 0) - c0.get(r.proc.pid, 0)
+        for r, c0, c1 in zip(replicas, cpu0, cpu1, strict=True)
+    )
     before: dict[float, float] = {}
     after: dict[float, float] = {}
     for a, b in zip(s0, s1, strict=True):
@@ -412,8 +477,10 @@ def measure_step(
         "behind_commits": round(behind),
         "delay_p50_s": round(quantile(0.5, before, after), 3),
         "delay_p99_s": round(p99, 3),
-        "max_last_sample_age_s": round(max_age, 3),
+        "last_sample_age_s": round(max(b.sample_age_s for b in s1), 3),
+        "scrape_s": round(scrape_s, 2),
         "cpu_cores": round(ticks / CLK_TCK / elapsed, 3),
+        "cpu_cores_model_process": round(main_ticks / CLK_TCK / elapsed, 3),
         "rss_mib": round(rss / 2**20, 1),
         "sustained": sustained,
     }
@@ -432,12 +499,12 @@ def drain(
         missing = sent.value - sum(r.scrape().commits for r in replicas)
         if missing <= 0:
             return round(time.monotonic() - t0, 2), missing
-        time.sleep(0.1)
+        time.sleep(0.5)
     return None, missing
 
 
 def ladder(
-    replicas: list[Pipeline],
+    start_replicas: Callable[[int], list[Pipeline]],
     rate: Any,
     sent: Any,
     start: int,
@@ -447,30 +514,43 @@ def ladder(
     max_steps: int,
     drain_s: float = 15.0,
 ) -> list[dict[str, Any]]:
-    """Doubling steps from ``start`` until one is missed, then one between the two."""
+    """Doubling steps from ``start`` until one is missed, then one between the two held
+    and missed (or, missed at once, halving down to a rate held). A step the model did
+    not catch up with is followed by fresh replicas (new group, reading from the end),
+    so its backlog does not weigh on the next step."""
     steps: list[dict[str, Any]] = []
     todo = list(fixed) if fixed else [start]
-    deficit = 0.0
-    while todo and len(steps) < max_steps:
-        r = todo.pop(0)
-        step = measure_step(replicas, rate, sent, r, warmup_s, window_s, deficit)
-        steps.append(step)
-        step["caught_up_after_s"], deficit = drain(replicas, rate, sent, drain_s)
-        step["not_modelled_after_drain"] = round(deficit)
-        print(f"  {len(replicas)} replica(s) {r:>7,}/s: {_brief(step)}", flush=True)
-        if fixed:
-            continue
-        held = [s["commits_per_s"] for s in steps if s["sustained"]]
-        missed = [s["commits_per_s"] for s in steps if not s["sustained"]]
-        if not missed:
-            todo.append(r * 2)
-        elif not held and r == start and start > 1000:
-            todo.append(start // 2)  # missed at the start: look below it once
-        elif held and max(held) < min(missed):
-            mid = (max(held) + min(missed)) // 2
-            if mid not in (s["commits_per_s"] for s in steps) and min(missed) / max(held) > 1.2:
-                todo.append(mid)
-    rate.value = 0.0
+    deficit, generation = 0.0, 0
+    replicas = start_replicas(generation)
+    try:
+        while todo and len(steps) < max_steps:
+            r = todo.pop(0)
+            step = measure_step(replicas, rate, sent, r, warmup_s, window_s, deficit)
+            steps.append(step)
+            step["caught_up_after_s"], deficit = drain(replicas, rate, sent, drain_s)
+            step["not_modelled_after_drain"] = round(deficit)
+            print(f"  {len(replicas)} replica(s) {r:>7,}/s: {_brief(step)}", flush=True)
+            if not fixed:
+                held = [s["commits_per_s"] for s in steps if s["sustained"]]
+                missed = [s["commits_per_s"] for s in steps if not s["sustained"]]
+                if not missed:
+                    todo.append(r * 2)
+                elif not held and r >= 1000:
+                    todo.append(r // 2)
+                elif held and min(missed) / max(held) > 1.2:
+                    mid = (max(held) + min(missed)) // 2
+                    if mid not in (s["commits_per_s"] for s in steps):
+                        todo.append(mid)
+            if todo and len(steps) < max_steps and step["caught_up_after_s"] is None:
+                for p in replicas:
+                    p.stop()
+                generation += 1
+                replicas = start_replicas(generation)
+                deficit = float(sent.value)  # the new group starts at the end: all before
+    finally:
+        rate.value = 0.0
+        for p in replicas:
+            p.stop()
     return steps
 
 
@@ -478,7 +558,8 @@ def _brief(s: dict[str, Any]) -> str:
     return (
         f"consumed {s['consumed_per_s']:,}/s of {s['produced_per_s']:,}/s, "
         f"behind {s['behind_commits']:,}, p99 {s['delay_p99_s']} s, "
-        f"age<= {s['max_last_sample_age_s']} s, cpu {s['cpu_cores']}, rss {s['rss_mib']} MiB"
+        f"age {s['last_sample_age_s']} s, scrape {s['scrape_s']} s, "
+        f"cpu {s['cpu_cores']}, rss {s['rss_mib']} MiB"
         f", caught up {s['caught_up_after_s']} s after -> {'held' if s['sustained'] else 'MISSED'}"
     )
 
@@ -520,16 +601,29 @@ def run_phase(
     gen.start()
     if not ready.wait(60):
         raise SystemExit("generator did not start in 60 s")
-    group = f"scale-{phase}"  # not lagpilot*: the offsets it reads are not its own
-    replicas = [Pipeline(args.bootstrap, run, group, offsets_topic, i) for i in range(n_replicas)]
+
+    def start_replicas(generation: int) -> list[Pipeline]:
+        name = f"{phase}-{generation}"
+        reset = "earliest" if generation == 0 else "latest"
+        replicas = [
+            Pipeline(args.bootstrap, run, name, offsets_topic, i, args.profile, reset)
+            for i in range(n_replicas)
+        ]
+        wait_modelling(replicas, 90, args.bootstrap, name, offsets_topic)
+        return replicas
+
     try:
-        wait_modelling(replicas, timeout_s=90)
         return ladder(
-            replicas, rate, sent, start, fixed, args.warmup_s, args.window_s, args.max_steps
+            start_replicas,
+            rate,
+            sent,
+            start,
+            fixed,
+            args.warmup_s,
+            args.window_s,
+            args.max_steps,
         )
     finally:
-        for r in replicas:
-            r.stop()
         stop.set()
         gen.join(60)
         if gen.is_alive():
@@ -567,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--max-steps", type=int, default=5)
     ap.add_argument("--rates", help="fixed one-replica steps, e.g. 10000,20000 (no ladder)")
+    ap.add_argument("--profile", default="", help="cProfile the model to <PATH>.<i>.prof")
     ap.add_argument("--no-two", action="store_true", help="skip the two-replica phase")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
@@ -614,7 +709,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_cores": at_steady["cpu_cores"],
             "rss_mib": at_steady["rss_mib"],
             "delay_p99_s": at_steady["delay_p99_s"],
-            "max_last_sample_age_s": at_steady["max_last_sample_age_s"],
+            "last_sample_age_s": at_steady["last_sample_age_s"],
+            "scrape_s": at_steady["scrape_s"],
             "steady_held": at_steady["sustained"],
             "steps": one,
         },
@@ -627,6 +723,9 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "criteria": {"delay_p99_s_max": MAX_DELAY_P99_S, "behind_s_max": MAX_BEHIND_S},
         "window_s": args.window_s,
+        "pipeline_env": {  # pipeline settings this run overrode (LAGPILOT_* in its env)
+            k: v for k, v in sorted(os.environ.items()) if k.startswith("LAGPILOT_")
+        },
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
