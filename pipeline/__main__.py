@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
+from typing import Any
 
 from schemas import ConfigError, Mode, load_signing_key
 
@@ -67,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         ).start()
         log.info("metrics on :%d/metrics, health on /healthz and /readyz", server.port)
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
-    app, _ = build_app(settings, metrics, policy=policy)
+    try:
+        app = _build_with_retries(build_app, settings, metrics, policy)
+    except KeyboardInterrupt:
+        return 130
     try:
         app.run()
     except KeyboardInterrupt:
@@ -76,6 +81,27 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.stop()
     return 0
+
+
+def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) -> Any:
+    """Build the app, retrying while the broker cannot create or describe our topics yet
+    (a cluster still starting, brokers briefly fenced): a transient broker state must not
+    crash the pipeline at start. A configuration problem still fails at once."""
+    from confluent_kafka import KafkaException
+    from quixstreams.models.topics.exceptions import CreateTopicFailure, CreateTopicTimeout
+
+    delay_s = 0.5
+    for attempt in range(1, 13):
+        try:
+            app, _ = build(settings, metrics, policy=policy)
+            return app
+        except (CreateTopicFailure, CreateTopicTimeout, KafkaException) as exc:
+            if attempt == 12:
+                raise
+            log.warning("broker not ready for our topics (%s); retrying in %.1fs", exc, delay_s)
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 5.0)
+    raise AssertionError("unreachable")
 
 
 if __name__ == "__main__":
