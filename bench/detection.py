@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,73 +34,11 @@ sys.path.insert(0, str(ROOT))
 from tests.integration.pipeline.harness import (  # noqa: E402  (shared scripted parts)
     LagReader,
     PipelineProcess,
-    ScriptedCommitter,
+    ScriptedLoad,
     create_topic,
-    producer,
 )
 
 TARGET_P99_MS = 500
-
-
-class Partitions:
-    """Producers and committers for P partitions; ``stalled`` partitions stop committing."""
-
-    def __init__(self, bootstrap: str, topic: str, group: str, partitions: int, rate: int):
-        self.bootstrap, self.topic, self.group = bootstrap, topic, group
-        self.partitions, self.rate = partitions, rate
-        self.produced = [0] * partitions
-        self.stalled: dict[int, float] = {}  # partition -> onset (epoch s)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._produce),
-            threading.Thread(target=self._commit),
-        ]
-
-    def __enter__(self) -> Partitions:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
-
-    def _produce(self) -> None:
-        p = producer(self.bootstrap)
-        t0 = time.monotonic()
-        while not self._stop.is_set():
-            due = int((time.monotonic() - t0) * self.rate)
-            for part in range(self.partitions):
-                while self.produced[part] < due:
-                    p.produce(self.topic, b"x" * 64, partition=part)
-                    self.produced[part] += 1
-            p.poll(0)
-            time.sleep(0.005)
-        p.flush(10)
-
-    def _commit(self) -> None:
-        c = ScriptedCommitter(self.bootstrap, self.group)
-        try:
-            while not self._stop.is_set():
-                time.sleep(0.1)
-                with self._lock:
-                    live = [p for p in range(self.partitions) if p not in self.stalled]
-                for part in live:
-                    c.commit(self.topic, part, self.produced[part])
-        finally:
-            c.close()
-
-    def stall(self, partition: int) -> float:
-        with self._lock:
-            onset = time.time()
-            self.stalled[partition] = onset
-        return onset
-
-    def resume(self, partition: int) -> None:
-        with self._lock:
-            self.stalled.pop(partition, None)
 
 
 def run(
@@ -120,7 +57,7 @@ def run(
         reader = LagReader(bootstrap, {group}).start()
         received, observed = [], []
         try:
-            with Partitions(bootstrap, topic, group, partitions, rate) as load:
+            with ScriptedLoad(bootstrap, topic, group, rate, partitions=partitions) as load:
                 reader.wait_for(
                     lambda e: (
                         e["event"] == "group_lag"

@@ -227,3 +227,94 @@ def produce_timestamps(
     finally:
         c.close()
     return out
+
+
+class ScriptedLoad:
+    """Producers and a consumer with known rates on ``partitions`` partitions of a topic.
+
+    Each partition gets ``rate`` msgs/s; every 100 ms the consumer commits, per partition,
+    ``consume_rate`` msgs/s worth (``None``: keeps up with the producer). ``stall(p)`` freezes
+    one partition's commits (its producer goes on) and returns the onset; ``resume(p)``
+    lets it catch up; ``stop_consuming()`` stalls them all.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        rate: float,
+        consume_rate: float | None = None,
+        partitions: int = 1,
+    ) -> None:
+        self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.rate, self.consume_rate, self.partitions = rate, consume_rate, partitions
+        self.produced = [0] * partitions
+        self.committed = [0] * partitions
+        self.stalled: dict[int, float] = {}  # partition -> onset (epoch s)
+        self.stopped_consuming_ms = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce),
+            threading.Thread(target=self._commit),
+        ]
+
+    def __enter__(self) -> ScriptedLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def _produce(self) -> None:
+        p = producer(self.bootstrap)
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - t0) * self.rate)
+            for part in range(self.partitions):
+                while self.produced[part] < due:
+                    p.produce(self.topic, b"x" * 64, partition=part)
+                    self.produced[part] += 1
+            p.poll(0)
+            time.sleep(0.005)
+        p.flush(10)
+
+    def _commit(self) -> None:
+        c = ScriptedCommitter(self.bootstrap, self.group)
+        t0 = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                time.sleep(0.1)
+                with self._lock:
+                    live = [p for p in range(self.partitions) if p not in self.stalled]
+                for part in live:
+                    if self.consume_rate is None:
+                        target = self.produced[part]
+                    else:
+                        by_rate = int((time.monotonic() - t0) * self.consume_rate)
+                        target = min(by_rate, self.produced[part])
+                    if target > self.committed[part]:
+                        c.commit(self.topic, part, target)
+                        self.committed[part] = target
+        finally:
+            c.close()
+
+    def stall(self, partition: int) -> float:
+        with self._lock:
+            onset = time.time()
+            self.stalled[partition] = onset
+        return onset
+
+    def resume(self, partition: int) -> None:
+        with self._lock:
+            self.stalled.pop(partition, None)
+
+    def stop_consuming(self) -> None:
+        for part in range(self.partitions):
+            self.stall(part)
+        time.sleep(0.15)  # let an in-flight commit land
+        self.stopped_consuming_ms = int(time.time() * 1000)

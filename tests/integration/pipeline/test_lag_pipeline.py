@@ -7,7 +7,6 @@ committed offsets, time lag from the produce timestamps of the messages at those
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.request
 import uuid
@@ -22,6 +21,7 @@ from tests.integration.pipeline.harness import (
     LagReader,
     PipelineProcess,
     ScriptedCommitter,
+    ScriptedLoad,
     create_topic,
     produce_timestamps,
     producer,
@@ -58,69 +58,6 @@ def _wait_ready(p: PipelineProcess, timeout_s: float = 60) -> None:
     raise AssertionError(f"pipeline never became ready:\n{p.log_tail()}")
 
 
-class Load:
-    """Produce ``rate`` msgs/s to partition 0; commit every 100 ms at ``consume_rate``
-    (``None``: keep up with the producer); ``stop_consuming()`` freezes the commits."""
-
-    def __init__(self, bootstrap: str, topic: str, group: str, rate: int, consume_rate: int | None):
-        self.bootstrap, self.topic, self.group = bootstrap, topic, group
-        self.rate, self.consume_rate = rate, consume_rate
-        self.produced = 0
-        self.committed = 0
-        self.consuming = True
-        self.stopped_consuming_ms = 0
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._produce),
-            threading.Thread(target=self._commit),
-        ]
-
-    def __enter__(self) -> Load:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
-
-    def _produce(self) -> None:
-        p = producer(self.bootstrap)
-        t0 = time.monotonic()
-        while not self._stop.is_set():
-            due = int((time.monotonic() - t0) * self.rate)
-            while self.produced < due:
-                p.produce(self.topic, b"x" * 64, partition=0)
-                self.produced += 1
-            p.poll(0)
-            time.sleep(0.01)
-        p.flush(10)
-
-    def _commit(self) -> None:
-        c = ScriptedCommitter(self.bootstrap, self.group)
-        t0 = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                time.sleep(0.1)
-                if not self.consuming:
-                    continue
-                if self.consume_rate is None:
-                    target = self.produced
-                else:
-                    target = min(int((time.monotonic() - t0) * self.consume_rate), self.produced)
-                if target > self.committed:
-                    c.commit(self.topic, 0, target)
-                    self.committed = target
-        finally:
-            c.close()
-
-    def stop_consuming(self) -> None:
-        self.consuming = False
-        time.sleep(0.15)  # let an in-flight commit land
-        self.stopped_consuming_ms = int(time.time() * 1000)
-
-
 def _admin_lag(bootstrap: str, topic: str, group: str) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
@@ -138,7 +75,7 @@ def test_lag_rate_time_lag_and_offset_lag_match_the_truth(
     create_topic(kafka_bootstrap, topic, 1)
     reader = LagReader(kafka_bootstrap, {group}).start()
     try:
-        with Load(kafka_bootstrap, topic, group, rate=400, consume_rate=200):
+        with ScriptedLoad(kafka_bootstrap, topic, group, rate=400, consume_rate=200):
             reader.wait_for(lambda e: e["event"] == "partition_lag", timeout_s=60)
             time.sleep(6)
             snaps = reader.select(lambda e: e["event"] == "partition_lag")
@@ -176,7 +113,7 @@ def test_a_consumer_that_stops_is_stop_within_one_second(
     create_topic(kafka_bootstrap, topic, 1)
     reader = LagReader(kafka_bootstrap, {group}).start()
     try:
-        with Load(kafka_bootstrap, topic, group, rate=200, consume_rate=None) as load:
+        with ScriptedLoad(kafka_bootstrap, topic, group, rate=200) as load:
             reader.wait_for(lambda e: e["event"] == "partition_lag", timeout_s=60)
             time.sleep(3)
             ok_before = reader.select(lambda e: e["event"] == "partition_lag")
@@ -297,7 +234,7 @@ def test_kill_9_and_restart_resumes_the_model_without_a_gap_or_spike(
     reader = LagReader(kafka_bootstrap, {stopped, steady}).start()
     try:
         _wait_ready(pipe)
-        with Load(kafka_bootstrap, topic, steady, rate=300, consume_rate=200):
+        with ScriptedLoad(kafka_bootstrap, topic, steady, rate=300, consume_rate=200):
             ScriptedCommitter(kafka_bootstrap, stopped).commit(topic, 0, 1)  # then never again
             reader.wait_for(lambda e: e["event"] == "partition_lag", timeout_s=60)
             time.sleep(6)
