@@ -90,3 +90,22 @@ def test_produce_consume_commit_lands_in_consumer_offsets(
         assert 0 <= version <= 4
         # The committed offset (10) follows the version in every value version.
         assert struct.unpack_from(">q", value, 2)[0] == 10
+
+
+def test_three_broker_mode_has_three_brokers_and_replicates_three_ways(
+    cluster_bootstrap: str, unique_name: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster_bootstrap})
+    admin.create_topics([NewTopic(unique_name, 6, 3)])[unique_name].result(timeout=60)
+    md = admin.list_topics(timeout=10)
+    assert len(md.brokers) == 3
+    assert all(len(p.replicas) == 3 for p in md.topics[unique_name].partitions.values())
+    leaders = {p.leader for p in md.topics[unique_name].partitions.values()}
+    assert len(leaders) > 1  # leadership is spread, so moving it means something
+    # a group commit creates __consumer_offsets: 16 partitions like Redpanda, 3 replicas
+    c = Consumer({"bootstrap.servers": cluster_bootstrap, "group.id": f"{unique_name}-g"})
+    c.commit(offsets=[TopicPartition(unique_name, 0, 0)], asynchronous=False)
+    c.close()
+    offsets = admin.list_topics(timeout=10).topics["__consumer_offsets"]
+    assert len(offsets.partitions) == 16
+    assert all(len(p.replicas) == 3 for p in offsets.partitions.values())
