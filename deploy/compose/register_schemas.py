@@ -5,8 +5,8 @@ Console lists registered subjects under *Schema Registry*, which is where people
 the registry documents the contract and guards its evolution; ``schemas/*.json`` in the
 repository stays the source of truth.
 
-One topic carries several event kinds (``lagpilot.watermarks`` holds ``watermarks``,
-``commit`` and ``offset_deleted``), but a subject has one schema, so each ``<topic>-value``
+One topic carries several event kinds (``lagpilot.watermarks`` holds ``watermarks`` and
+``commits``), but a subject has one schema, so each ``<topic>-value``
 subject gets a ``oneOf`` of its events' schemas (every event pins ``event`` and ``v`` with
 ``const``, so exactly one branch matches). Events decoded but never published get a
 subject of their own, ``lagpilot.<event>.v<v>``, so that every schema file is registered.
@@ -36,13 +36,13 @@ from schemas import topics
 #: Which events go on which topic: the table at the top of docs/events.md
 #: (tests/unit/deploy/test_compose.py keeps the two equal).
 TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
-    topics.WATERMARKS: ("watermarks", "commit", "offset_deleted"),
+    topics.WATERMARKS: ("watermarks", "commits"),
     topics.LAG: ("partition_lag", "group_lag"),
     topics.CONTROL: ("action",),
     topics.OUTCOMES: ("outcome",),
 }
 #: Decoded from __consumer_offsets but published on no topic (docs/events.md says so).
-UNPUBLISHED_EVENTS = ("group_metadata", "group_removed")
+UNPUBLISHED_EVENTS = ("commit", "offset_deleted", "group_metadata", "group_removed")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 

@@ -45,3 +45,13 @@ def test_resend_known_queues_every_live_commit_again_but_not_deleted_ones() -> N
     b.resend_known(200)
     (e,) = b.drain()
     assert e["commits"] == [["g", 0, 10, 1]]
+
+
+def test_batches_validate_against_their_schema() -> None:
+    from schemas import validate
+
+    b = Coalescer()
+    b.add(c("g", "t", 0, 10, 1), 100)
+    b.add(OffsetDeleted("g", "t", 1), 100)
+    for event in b.drain():
+        validate(event)
