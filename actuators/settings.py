@@ -137,7 +137,7 @@ class Settings:
     stable across its restarts: it is the transactional id, so a restarted actuator fences
     its dead predecessor and aborts its open transaction at once."""
 
-    bootstrap: str = "127.0.0.1:39092"
+    bootstrap: str = "127.0.0.1:21092"
     backend: str = "kafka"
     actuator_id: str = field(default_factory=socket.gethostname)
     group_id: str = "lagpilot-actuator"

@@ -5,7 +5,7 @@ AlterClientQuotas on the broker) as a subprocess, produces N signed throttle eve
 time (each waits for its outcome, so this measures latency, not queueing), reads the
 committed outcomes (read_committed), and writes p50/p99 to bench/results/actuation.json.
 
-    python bench/actuation.py [--n 200] [--bootstrap 127.0.0.1:39092] [--smoke]
+    python bench/actuation.py [--n 200] [--bootstrap 127.0.0.1:21092] [--smoke]
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _wait_outcome(consumer: Consumer, action_id: str, timeout_s: float) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
     p.add_argument("--n", type=int, default=300)
     p.add_argument("--smoke", action="store_true", help="a tiny run (5 events) for the tests")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "actuation.json"))

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rate", type=int, default=200, help="msgs/s per partition")

@@ -43,7 +43,7 @@ from actuators.workers import Worker  # noqa: E402
 
 @dataclass
 class SwarmConfig:
-    bootstrap: str = "127.0.0.1:39092"
+    bootstrap: str = "127.0.0.1:21092"
     topic: str = "agent-perception-stream"
     group: str = "agent-workers"
     partitions: int = 16
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
     ap.add_argument("--topic", default="agent-perception-stream")
     ap.add_argument("--avalanche-s", type=float, default=20.0)
     args = ap.parse_args(argv)

@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--hot", default="4,11", help="comma-separated hot partitions")
     ap.add_argument("--producers", type=int, default=50)

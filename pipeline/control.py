@@ -37,7 +37,7 @@ from schemas import (
 )
 from schemas.topics import CONTROL, OUTCOMES
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:39092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:21092"
 #: tail's columns and their widths (the last one, detail, takes the rest of the line)
 COLUMNS = (("time(UTC)", 12), ("topic", 17), ("type", 19), ("target", 30), ("mode/result", 11),
            ("sig", 3), ("id", 12), ("detail", 0))  # fmt: skip

@@ -23,19 +23,46 @@ POLICY_KEY = "policy"
 class PolicyOperator:
     """``sdf.apply(PolicyOperator(...), stateful=True, metadata=True, expand=True)``."""
 
-    def __init__(self, config: PolicyConfig, signing_key: bytes, metrics: Any = None) -> None:
+    def __init__(
+        self,
+        config: PolicyConfig,
+        signing_key: bytes,
+        metrics: Any = None,
+        persist_interval_ms: int = 1000,
+    ) -> None:
         self.config = config
         self._key = signing_key
         self.metrics = metrics
         self.rejected_control = 0
+        self.persist_interval_ms = persist_interval_ms
+        # The state lives in memory between messages and is written to the store when an
+        # action leaves or a kill-switch event lands (never lost: cooldowns, budget,
+        # throttles), else at most every persist_interval_ms (hysteresis counters: a
+        # restart loses under a second of them). ``gen`` tells a stale cache apart.
+        self._cached: PolicyState | None = None
+        self._gen = 0
+        self._saved_ms = 0
+
+    def _load(self, state: Any) -> PolicyState:
+        gen = state.get("gen", 0)
+        if self._cached is None or gen != self._gen:
+            raw = state.get("state")
+            self._cached = PolicyState.from_dict(raw) if raw else PolicyState()
+            self._gen = gen
+        return self._cached
+
+    def _save(self, state: Any, new: PolicyState, now_ms: int) -> None:
+        self._gen += 1
+        state.set("state", new.to_dict())
+        state.set("gen", self._gen)
+        self._saved_ms = now_ms
 
     def __call__(
         self, value: Any, key: Any, timestamp: int, headers: Any, state: Any
     ) -> list[dict[str, Any]]:
         if not isinstance(value, dict):
             return []
-        raw = state.get("state")
-        current = PolicyState.from_dict(raw) if raw else PolicyState()
+        current = self._load(state)
         if value.get("event") == "action":
             try:
                 validate(value)
@@ -45,8 +72,9 @@ class PolicyOperator:
                 log.warning("ignored a %s on the control topic: %s", value.get("type"), exc)
                 return []
             new = apply_control(current, value, max(timestamp, current.clock_ms))
+            self._cached = new
             if new is not current:
-                state.set("state", new.to_dict())
+                self._save(state, new, new.clock_ms)
                 if self.metrics is not None:
                     self.metrics.policy_halted.set(1 if new.halted else 0)
             return []
@@ -54,8 +82,9 @@ class PolicyOperator:
             return []
         summary = group_lag_from_dict(value)
         actions, new = decide(summary, current, self.config, summary.observed_at_ms)
-        if new != current:
-            state.set("state", new.to_dict())
+        self._cached = new
+        if actions or summary.observed_at_ms - self._saved_ms >= self.persist_interval_ms:
+            self._save(state, new, summary.observed_at_ms)
         signed = [sign(a, self._key) for a in actions]
         if self.metrics is not None:
             for a in signed:

@@ -18,7 +18,7 @@ from schemas import ConfigError
 
 ENV_PREFIX = "LAGPILOT_"
 KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
-DEFAULT_BOOTSTRAP = "127.0.0.1:39092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:21092"
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,10 @@ class Settings:
     history_rows: int = 256
     warn_time_lag_s: float = 5.0
     err_time_lag_s: float = 30.0
-    partition_snapshot_interval_ms: int = 1000
+    # partition_lag snapshots per partition at most this often (and at once on a status
+    # change); group_lag summaries every sample while a group is not OK, else this often
+    partition_snapshot_interval_ms: int = 5000
+    ok_summary_interval_ms: int = 1000
     persist_interval_ms: int = 1000
     worst_n: int = 5
     topic_partitions: int = 16  # partitions of lagpilot.watermarks (the unit of parallelism)
@@ -93,6 +96,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "warn_time_lag_s": (0.1, 86_400),
     "err_time_lag_s": (0.1, 86_400),
     "partition_snapshot_interval_ms": (0, 3_600_000),
+    "ok_summary_interval_ms": (0, 60_000),
     "persist_interval_ms": (50, 600_000),
     "worst_n": (1, 100),
     "topic_partitions": (1, 10_000),

@@ -103,7 +103,7 @@ def render(summaries: dict[str, dict[str, Any]], partitions: dict[str, dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="lagpilot status", description=__doc__)
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
     ap.add_argument("--group", help="only this consumer group")
     ap.add_argument("--since-s", type=float, default=5.0, help="read this many seconds back")
     ap.add_argument("--partitions", action="store_true", help="also print every partition")

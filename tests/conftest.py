@@ -90,7 +90,7 @@ def cluster_bootstrap() -> Iterator[str]:
         yield env
         return
     run_dir = ROOT / "deploy" / "local" / ".run-cluster"
-    envs = {**os.environ, "LAGPILOT_BROKER_PORT": "39192", "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}
+    envs = {**os.environ, "LAGPILOT_BROKER_PORT": "21192", "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}
     proc = subprocess.run(
         [str(KAFKA_SH), "up", "--brokers", "3"], env=envs, capture_output=True, text=True
     )

@@ -5,7 +5,7 @@
 #   deploy/local/kafka.sh down                   stop what `up` started (by recorded PID)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
 #
-# Environment: LAGPILOT_BROKER_PORT (first client port, default 39092; node i uses
+# Environment: LAGPILOT_BROKER_PORT (first client port, default 21092; node i uses
 # port+2i for clients and port+2i+1 for its controller), LAGPILOT_BROKER_READY_TIMEOUT_S
 # (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe).
 set -euo pipefail
@@ -13,7 +13,9 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 LIBS="$HERE/.cache/libs"
 RUN=${LAGPILOT_BROKER_RUN_DIR:-"$HERE/.run"}
-PORT0=${LAGPILOT_BROKER_PORT:-39092}
+# Below Linux's ephemeral range (32768-60999): a port in it can be taken at any moment as
+# the local end of some client connection, and the broker then fails to bind.
+PORT0=${LAGPILOT_BROKER_PORT:-21092}
 READY_TIMEOUT_S=${LAGPILOT_BROKER_READY_TIMEOUT_S:-90}
 HEAP=${LAGPILOT_BROKER_HEAP:-768m}
 REPO=$(cd "$HERE/../.." && pwd)

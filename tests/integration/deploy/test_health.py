@@ -35,7 +35,7 @@ from tests.unit.deploy.facts import ROOT, dashboard_metrics, dashboard_queries, 
 
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 DASHBOARD = ROOT / "deploy" / "grafana" / "lagpilot.json"
-THROWAWAY_PORT = "39292"
+THROWAWAY_PORT = "21292"
 KEY = "integration-test-signing-key-0123456789"
 
 
@@ -184,7 +184,7 @@ def test_health_and_every_dashboard_metric_on_running_processes(
 
 @pytest.fixture
 def throwaway_broker(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]:
-    """Our own single Kafka broker on port 39292: the one test that may stop a broker."""
+    """Our own single Kafka broker on port 21292: the one test that may stop a broker."""
     env = {
         **os.environ,
         "PYTHON": sys.executable,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
-PORT = 39592  # clear of the session broker, the 3-broker cluster and the deploy tests
+PORT = 21592  # clear of the session broker, the 3-broker cluster and the deploy tests
 
 
 def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -51,6 +51,9 @@ class PipelineProcess:
             "LAGPILOT_INCLUDE": self.include,
             "LAGPILOT_METRICS_PORT": str(self.metrics_port),
             "LAGPILOT_RUN_POLICY": "false",
+            # tests read per-partition snapshots and every summary: publish them often
+            "LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS": "1000",
+            "LAGPILOT_OK_SUMMARY_INTERVAL_MS": "0",
             **self.extra_env,
         }
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process' life
