@@ -38,35 +38,38 @@ import math
 import multiprocessing as mp
 import os
 import platform
-import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFSETS_PARTITIONS = 50  # Kafka's __consumer_offsets default
+sys.path.insert(0, str(ROOT / "bench"))  # scale_support, also when imported by a test
+
+from scale_support import (  # noqa: E402
+    CLK_TCK,
+    OFFSETS_PARTITIONS,
+    Scrape,
+    cpu_ticks,
+    generate,
+    process_tree,
+    quantile,
+    rss_bytes,
+    scrape,
+)
+
 MAX_DELAY_P99_S = 1.0
 MAX_BEHIND_S = 1.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-# value v3 with empty metadata: version, offset, leader_epoch, len(metadata)=0, commit_ts
-_V3 = struct.Struct(">hqihq")
 
 #: Runs the real pipeline entry point with this run's internal topic names; with
 #: ``SCALE_PROFILE=<path>`` in its environment, under cProfile (the main thread: the model)
@@ -88,209 +91,10 @@ sys.exit(main(["--log-level", "WARNING"]))
 """
 
 
-def _s(x: str) -> bytes:
-    b = x.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def commit_key(group: str, topic: str, partition: int) -> bytes:
-    """OffsetCommitKey (record type 1): group, topic, partition."""
-    return struct.pack(">h", 1) + _s(group) + _s(topic) + struct.pack(">i", partition)
-
-
-def commit_value(offset: int, commit_ts_ms: int) -> bytes:
-    """OffsetCommitValue v3: offset, leader_epoch -1, empty metadata, commit timestamp."""
-    return _V3.pack(3, offset, -1, 0, commit_ts_ms)
-
-
-# --------------------------------------------------------------------------- generator
-
-
-def generate(
-    bootstrap: str,
-    offsets_topic: str,
-    data_topics: list[str],
-    partitions: int,
-    groups: int,
-    group_prefix: str,
-    rate: Any,
-    sent: Any,
-    ready: Any,
-    stop: Any,
-) -> None:
-    """The generator process: a 1 msg/s trickle into every partition, and commits at
-    ``rate.value`` per second cycling over every (group, partition), each group's records
-    in the offsets partition ``group % 50``. Offsets never pass what the broker has
-    acknowledged for the partition (so they stay below its high watermark) and never go
-    back; group ``g`` trails the acknowledged end by ``g % 3`` messages."""
-    common = {"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"}
-    data = Producer({**common, "batch.num.messages": 1000})
-    commits = Producer(
-        {
-            **common,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
-    tps = [(t, p) for t in data_topics for p in range(partitions)]
-    index = {tp: i for i, tp in enumerate(tps)}
-    acked = [0] * len(tps)
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is None:
-            acked[index[(msg.topic(), msg.partition())]] = msg.offset() + 1
-
-    for t, p in tps:  # one message each first: every partition has a high watermark
-        data.produce(t, b"x" * 100, partition=p, on_delivery=delivered)
-    data.flush(30)
-    keys = [[commit_key(f"{group_prefix}{g}", t, p) for t, p in tps] for g in range(groups)]
-    trail = [g % 3 for g in range(groups)]
-    committed = [[0] * len(tps) for _ in range(groups)]
-    pack = _V3.pack
-    produce = commits.produce
-    n_tps, n_pairs = len(tps), groups * len(tps)
-    ready.set()
-
-    cursor, trickle_cursor, count = 0, 0, 0
-    cur_rate, rate_t0, rate_base = -1.0, 0.0, 0
-    trickle_t0 = time.monotonic()
-    while not stop.is_set():
-        now = time.monotonic()
-        if rate.value != cur_rate:
-            cur_rate, rate_t0, rate_base = rate.value, now, count
-        # the trickle: every partition once a second, spread over the second
-        due_trickle = int((now - trickle_t0) * n_tps) - trickle_cursor
-        for _ in range(min(due_trickle, n_tps)):
-            t, p = tps[trickle_cursor % n_tps]
-            data.produce(t, b"x" * 100, partition=p, on_delivery=delivered)
-            trickle_cursor += 1
-        if due_trickle > n_tps:
-            trickle_cursor += due_trickle - n_tps
-        data.poll(0)
-        due = rate_base + int((now - rate_t0) * cur_rate) - count
-        ts_ms = int(time.time() * 1000)
-        for _ in range(min(due, 20_000)):
-            g, i = divmod(cursor, n_tps)
-            off = acked[i] - trail[g]
-            row = committed[g]
-            if off < row[i]:
-                off = row[i]
-            row[i] = off
-            try:
-                produce(offsets_topic, pack(3, off, -1, 0, ts_ms), keys[g][i], g % 50)
-            except BufferError:
-                commits.poll(0.05)
-                continue
-            cursor = (cursor + 1) % n_pairs
-            count += 1
-        sent.value = count
-        commits.poll(0)
-        time.sleep(0.005)
-    commits.flush(30)
-    data.flush(30)
-
-
-# --------------------------------------------------------------------------- measuring
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class Scrape:
-    commits: float = 0.0  # lagpilot_model_inputs_total{event="commit"}
-    watermarks: float = 0.0  # lagpilot_model_inputs_total{event="watermarks"}
-    decoded: float = 0.0  # lagpilot_coordinator_records_total{kind="commit"}
-    samples: float = 0.0
-    sample_age_s: float = -1.0
-    buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
-
-
-_LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
-
-
-def scrape(port: int) -> Scrape:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as r:
-        text = r.read().decode()
-    out = Scrape()
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-        if name == "lagpilot_model_inputs_total" and 'event="commit"' in labels:
-            out.commits = value
-        elif name == "lagpilot_model_inputs_total" and 'event="watermarks"' in labels:
-            out.watermarks = value
-        elif name == "lagpilot_coordinator_records_total" and 'kind="commit"' in labels:
-            out.decoded = value
-        elif name == "lagpilot_watermark_samples_total":
-            out.samples = value
-        elif name == "lagpilot_last_sample_age_seconds":
-            out.sample_age_s = value
-        elif name == "lagpilot_processing_delay_seconds_bucket":
-            le = re.search(r'le="([^"]+)"', labels)
-            if le:
-                out.buckets[float(le.group(1))] = value
-    return out
-
-
-def quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float:
-    """``histogram_quantile`` over the increase of cumulative buckets (linear in a bucket;
-    the top finite bound when it falls in +Inf); NaN when nothing was observed."""
-    bounds = sorted(after)
-    counts = [after[b] - before.get(b, 0.0) for b in bounds]
-    total = counts[-1] if counts else 0.0
-    if total <= 0:
-        return math.nan
-    rank, lo, prev = q * total, 0.0, 0.0
-    for bound, cum in zip(bounds, counts, strict=True):
-        if cum >= rank:
-            if math.isinf(bound):
-                return lo
-            return lo + (bound - lo) * (rank - prev) / max(cum - prev, 1e-9)
-        lo, prev = bound, cum
-    return lo
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its descendants, from /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(parents.get(pid, []))
-    return tree
-
-
-def cpu_ticks(pids: list[int]) -> dict[int, int]:
-    """utime + stime (clock ticks) of each live pid."""
-    out = {}
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[pid] = int(fields[11]) + int(fields[12])
-    return out
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-    return total
 
 
 # --------------------------------------------------------------------------- the run
@@ -613,7 +417,7 @@ def run_phase(
         return replicas
 
     try:
-        return ladder(
+        steps = ladder(
             start_replicas,
             rate,
             sent,
@@ -623,12 +427,34 @@ def run_phase(
             args.window_s,
             args.max_steps,
         )
+        stop.set()
+        gen.join(60)
+        written = offsets_written(args.bootstrap, offsets_topic)
+        print(f"  offsets topic holds {written:,} records; the generator sent {sent.value:,}")
+        if steps:
+            steps[-1]["offsets_topic_records"], steps[-1]["generator_sent"] = written, sent.value
+        return steps
     finally:
         stop.set()
         gen.join(60)
         if gen.is_alive():
             gen.kill()
         admin.delete_topics([offsets_topic])
+
+
+def offsets_written(bootstrap: str, topic: str) -> int:
+    """Records in the offsets topic (sum of its high watermarks): a check that what the
+    model counts was written once (no compaction has run in a benchmark's minutes)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scale-check-{uuid.uuid4().hex}"})
+    try:
+        return sum(
+            c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(OFFSETS_PARTITIONS)
+        )
+    finally:
+        c.close()
 
 
 def max_held(steps: list[dict[str, Any]]) -> int:
@@ -640,19 +466,27 @@ def max_held(steps: list[dict[str, Any]]) -> int:
 
 
 def replicas_needed(
-    max_per_replica: float, partitions: int, groups: int, commit_s: float, headroom: float = 0.7
+    group_partitions_per_replica: float,
+    commits_per_replica: float,
+    partitions: int,
+    groups: int,
+    commit_s: float,
+    headroom: float = 0.7,
 ) -> int:
-    """Replicas for a cluster whose groups commit every partition every ``commit_s``,
-    each replica loaded to ``headroom`` of the rate it was measured to hold."""
-    rate = partitions * groups / commit_s
-    return max(1, math.ceil(rate / (max_per_replica * headroom)))
+    """Replicas for ``partitions`` x ``groups`` committing every ``commit_s``: whichever
+    binds, the group-partitions a replica models at the sampling rate or the commits it
+    takes in, each replica loaded to ``headroom`` of what it was measured to hold."""
+    group_partitions = partitions * groups
+    by_model = group_partitions / (group_partitions_per_replica * headroom)
+    by_commits = group_partitions / commit_s / (commits_per_replica * headroom)
+    return max(1, math.ceil(max(by_model, by_commits)))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:39092"))
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
     ap.add_argument("--topics", type=int, default=20)
     ap.add_argument("--partitions", type=int, default=50)
     ap.add_argument("--groups", type=int, default=50)
@@ -697,8 +531,10 @@ def main(argv: list[str] | None = None) -> int:
             admin.delete_topics(leftovers)
     at_steady = next((s for s in one if s["commits_per_s"] == steady), one[0])
     two_max = max_held(two) if two else None
-    # the capacity one more replica adds: the lower of one alone and half of two together
-    per_replica = min(one_max, two_max / 2) if two_max else one_max
+    # what one more replica adds, from a measured scale-out only: the lower of one alone
+    # and half of two together; the shape's group-partitions only if its steady step held
+    per_replica = min(one_max, two_max / 2) if two_max else 0
+    gp_per_replica = args.topics * args.partitions * args.groups * min(1.0, per_replica / steady)
     result: dict[str, Any] = {
         "partitions": args.topics * args.partitions,
         "groups": args.groups,
@@ -717,8 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         "two_replicas": {"max_sustained_commits_per_s": two_max, "steps": two},
         "scaling_ratio": round(two_max / one_max, 2) if two_max and one_max else None,
         "replicas_for_10k_x_100": (
-            replicas_needed(per_replica, 10_000, 100, args.commit_interval_s)
-            if per_replica
+            replicas_needed(gp_per_replica, per_replica, 10_000, 100, args.commit_interval_s)
+            if per_replica and at_steady["sustained"]
             else None
         ),
         "criteria": {"delay_p99_s_max": MAX_DELAY_P99_S, "behind_s_max": MAX_BEHIND_S},
