@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ import orjson
 from quixstreams.sources import Source
 
 from pipeline.offsets import Skipped, decode_record, is_own_group
+from pipeline.watermarks import HighWatermarkSource
 from schemas import OffsetCommit, OffsetDeleted, topics
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,11 @@ class Coalescer:
         return out
 
 
+def owns_topic(topic: str, partitions: int, owned: frozenset[int]) -> bool:
+    """Whether the replica owning offsets partitions ``owned`` samples ``topic``."""
+    return partitions > 0 and zlib.crc32(topic.encode()) % partitions in owned
+
+
 class CommitsSource(Source):
     """``__consumer_offsets`` -> coalesced ``commits`` events keyed by topic.
 
@@ -120,7 +127,7 @@ class CommitsSource(Source):
         flush_ms: int = 50,
         max_pending: int = 20_000,
         auto_offset_reset: str = "earliest",
-        sampler: Source | None = None,
+        sampler: HighWatermarkSource | None = None,
         resend_first_s: float = 5.0,
         resend_every_s: float = 60.0,
         shutdown_timeout: float = 10,
@@ -138,6 +145,8 @@ class CommitsSource(Source):
         self.sampler = sampler
         self.resend_first_s = resend_first_s
         self.resend_every_s = resend_every_s
+        self._owned: list[frozenset[int]] = [frozenset()]  # assigned offsets partitions
+        self._offsets_partitions = 0
         # consume() waits this long for a full batch: short, so a lone commit is forwarded
         # within ~10 ms (detection time counts it); bursts are batched by flush_ms instead
         self.poll_timeout_s = min(0.01, flush_ms / 1000)
@@ -150,11 +159,17 @@ class CommitsSource(Source):
     def _start_sampler(self) -> threading.Thread | None:
         """Runs the watermark sampler in a thread of this process, producing to this
         source's topic: Quix lets one source, not two, write a topic, and the model needs
-        samples and commits in one topic under one key."""
+        samples and commits in one topic under one key.
+
+        Replicas split the sampling the way they split ``__consumer_offsets``: a topic is
+        sampled by the replica that owns offsets partition ``crc32(topic) % N``, so every
+        topic has exactly one sampler and adding replicas divides the work."""
         sampler = self.sampler
         if sampler is None:
             return None
         sampler.configure(topic=self.producer_topic, producer=self.producer)
+        owned = self._owned
+        sampler.owns_topic = lambda t: owns_topic(t, self._offsets_partitions, owned[0])
         thread = threading.Thread(target=sampler.start, name="watermark-sampler", daemon=True)
         thread.start()
         return thread
@@ -175,8 +190,10 @@ class CommitsSource(Source):
         return Consumer(conf)
 
     def run(self) -> None:
-        sampler_thread = self._start_sampler()
         consumer = self._consumer()
+        md = consumer.list_topics(self.offsets_topic, timeout=30).topics.get(self.offsets_topic)
+        self._offsets_partitions = len(md.partitions) if md is not None and md.partitions else 1
+        sampler_thread = self._start_sampler()
         buffer = Coalescer()
 
         def flush(consumer: Any = consumer) -> None:
@@ -197,11 +214,19 @@ class CommitsSource(Source):
             except Exception as exc:  # nothing to commit yet, or a rebalance: replay is safe
                 log.debug("offsets commit skipped: %s", exc)
 
+        def on_assign(c: Any, partitions: Any) -> None:
+            self._owned[0] = self._owned[0] | {tp.partition for tp in partitions}
+            if self.sampler is not None:
+                self.sampler.request_refresh()
+
         def on_revoke(c: Any, partitions: Any) -> None:
             if buffer.pending:
                 flush(c)
+            self._owned[0] = self._owned[0] - {tp.partition for tp in partitions}
+            if self.sampler is not None:
+                self.sampler.request_refresh()
 
-        consumer.subscribe([self.offsets_topic], on_revoke=on_revoke)
+        consumer.subscribe([self.offsets_topic], on_assign=on_assign, on_revoke=on_revoke)
         next_resend = time.monotonic() + self.resend_first_s
         try:
             while self.running:

@@ -22,7 +22,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -298,6 +298,9 @@ class HighWatermarkSource(Source):
         self._watched: dict[str, tuple[int, ...]] = {}
         self._request: dict[TopicPartition, OffsetSpec] = {}
         self._refresh_now = True
+        # Set by the process that runs this sampler when several replicas share the work:
+        # a topic is sampled only where ``owns_topic(topic)`` is true.
+        self.owns_topic: Callable[[str], bool] | None = None
         self._last_logged_ns: dict[str, int] = {}
 
     # -- lifecycle
@@ -366,6 +369,10 @@ class HighWatermarkSource(Source):
 
     # -- one metadata refresh, one tick
 
+    def request_refresh(self) -> None:
+        """Re-read metadata (and ``owns_topic``) before the next tick."""
+        self._refresh_now = True
+
     def _refresh_metadata(self) -> bool:
         """Re-read the cluster's topics; keep the old watch set if the broker fails us."""
         assert self._admin is not None and self._selector is not None
@@ -375,6 +382,9 @@ class HighWatermarkSource(Source):
             self._fail("metadata", exc, "keeping the previous topic list")
             return False
         watched = select_watched(cluster_from_metadata(metadata), self._selector)
+        owns = self.owns_topic
+        if owns is not None:  # replicas split the sampling: each topic has one sampler
+            watched = {t: leaders for t, leaders in watched.items() if owns(t)}
         if watched.keys() != self._watched.keys():
             added = sorted(watched.keys() - self._watched.keys())
             dropped = sorted(self._watched.keys() - watched.keys())

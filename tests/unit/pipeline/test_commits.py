@@ -55,3 +55,14 @@ def test_batches_validate_against_their_schema() -> None:
     b.add(OffsetDeleted("g", "t", 1), 100)
     for event in b.drain():
         validate(event)
+
+
+def test_every_topic_has_exactly_one_sampling_replica() -> None:
+    from pipeline.commits import owns_topic
+
+    topics = [f"topic-{i}" for i in range(200)]
+    replicas = [frozenset(range(0, 6)), frozenset(range(6, 11)), frozenset(range(11, 16))]
+    for t in topics:
+        assert sum(owns_topic(t, 16, r) for r in replicas) == 1
+    assert all(owns_topic(t, 16, frozenset(range(16))) for t in topics)  # one replica: all
+    assert not owns_topic("t", 16, frozenset())  # before its first assignment: none
