@@ -39,7 +39,7 @@ class LagConfig:
     warn_time_lag_s: float = 5.0  # WARN when the oldest unconsumed message waited this long
     err_time_lag_s: float = 30.0  # ERR beyond this
     warn_factor: float = 1.5  # WARN: no progress for warn_factor x the usual interval
-    time_lag_factor: float = 2.5  # WARN: the oldest waiting message waited this x the interval
+    time_lag_factor: float = 2.0  # WARN: the oldest waiting message waited this x the interval
     stop_factor: float = 4.0  # STOP: no progress for stop_factor x the usual interval...
     stop_min_s: float = 0.5  # ...and at least this long
     warn_min_s: float = 0.15
@@ -50,6 +50,9 @@ class LagConfig:
     max_interval_s: float = 60.0
     interval_alpha: float = 0.3  # EWMA weight of the newest progress interval
     growth_ratio: float = 0.05  # WARN when the lag grows faster than this share of produce
+    recent_s: float = 1.0  # ...or over the last second alone, faster than this share:
+    recent_growth_ratio: float = 0.5
+    recent_growth_min_per_s: float = 2.0
     rewind_hold_s: float = 5.0  # REWIND is reported this long after an offset went back
     worst_n: int = 5
 
@@ -337,6 +340,7 @@ def classify(
     cfg: LagConfig,
     lag_rate: np.ndarray | None = None,
     produce_rate: np.ndarray | None = None,
+    recent_lag_rate: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -366,6 +370,12 @@ def classify(
         growing = (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate)) & (
             time_lag > warn_after
         )
+        if recent_lag_rate is not None:
+            # the last second alone: an avalanche shows within a few samples, long before
+            # the full window's slope turns; half the produce rate is far above the noise
+            # of a healthy consumer's commit sawtooth
+            floor = np.maximum(cfg.recent_growth_min_per_s, cfg.recent_growth_ratio * produce_rate)
+            growing |= (recent_lag_rate > floor) & (time_lag > cfg.warn_min_s + slack)
     rules = [
         (since_rewind_s < cfg.rewind_hold_s, LagStatus.REWIND),
         (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
@@ -495,6 +505,8 @@ class TopicModel:
             consume = _slopes(t_s_v, wc.astype(np.float64))
             wlag = np.maximum(whw - wc, 0).astype(np.float64)
             lag_rate = _slopes(t_s_v, wlag)
+            recent = t_s_v >= t_s_v[-1] - cfg.recent_s if len(t_s_v) else t_s_v.astype(bool)
+            recent_rate = _slopes(t_s_v[recent], wlag[recent]) if recent.sum() >= 4 else None
             accel = _accels(t_s_v, wlag)
             tl = time_lag_s(self.t_ms, self.hw[:, cols], c, now_ms)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -511,6 +523,7 @@ class TopicModel:
                 cfg=cfg,
                 lag_rate=lag_rate,
                 produce_rate=produce,
+                recent_lag_rate=recent_rate,
             )
             out.append(
                 Observation(

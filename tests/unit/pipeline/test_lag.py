@@ -23,22 +23,24 @@ class Script:
         self.model = TopicModel("t", CFG)
         self.t0 = 1_000_000
         self.consumed = 0.0
+        self.produced = 0.0
         self.last_ms = self.t0
 
-    def hwm(self, t_ms: int) -> int:
-        return int(self.produce_per_s * (t_ms - self.t0) / 1000)
+    def hwm(self) -> int:
+        return int(self.produced + 1e-9)
 
     def run(self, until_ms: int, consuming: bool = True) -> list:
         obs = []
         t = self.last_ms
         while t < until_ms:
             t += 50
+            self.produced += self.produce_per_s * 0.05  # the rate may change mid-run
             if consuming:
-                self.consumed = min(self.consumed + self.consume_per_s * 0.05, self.hwm(t))
+                self.consumed = min(self.consumed + self.consume_per_s * 0.05, self.hwm())
             if consuming and (t - self.t0) % self.commit_every_ms == 0:
                 self.model.commit("g", 0, int(self.consumed), t)
             if (t - self.t0) % TICK_MS == 0:
-                self.model.add_sample(t, [self.hwm(t)])
+                self.model.add_sample(t, [self.hwm()])
                 obs.append(self.model.observe(t))
         self.last_ms = t
         return obs
@@ -213,3 +215,15 @@ def test_a_growing_lag_warns_before_the_time_lag_level():
     o = obs[-1][0]
     assert o.time_lag_s[0] < CFG.warn_time_lag_s
     assert list(LagStatus)[o.status[0]] is LagStatus.WARN
+
+
+def test_an_avalanche_warns_within_a_second_while_a_healthy_sawtooth_stays_ok():
+    s = Script(produce_per_s=16, consume_per_s=400, commit_every_ms=200)
+    obs = s.run(s.t0 + 15_000)
+    assert all(o[0].status[0] == 0 for o in obs[-20:])  # healthy: commits every 200 ms
+    onset = s.last_ms
+    s.produce_per_s = 26.0  # heavy documents arrive...
+    s.consume_per_s = 8.0  # ...and take 150 ms each
+    obs = s.run(onset + 2_000)
+    first = next(o[0].now_ms for o in obs if o[0].status[0] != 0)
+    assert first - onset <= 1_000
