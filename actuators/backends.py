@@ -16,6 +16,7 @@ window before its outcome is committed. Each returns a short sentence for the ou
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -104,12 +105,18 @@ class DryRunBackend:
 class KafkaBackend:
     name = "kafka"
 
-    def __init__(self, bootstrap: str, *, client_id: str) -> None:
+    def __init__(
+        self, bootstrap: str, *, client_id: str, kafka: Mapping[str, str] | None = None
+    ) -> None:
         from actuators.partitions import PartitionAdmin
         from actuators.quotas import QuotaClient
+        from actuators.settings import kafka_python_security
 
-        self.quotas = QuotaClient(bootstrap, client_id=client_id)
-        self.partitions = PartitionAdmin(bootstrap, client_id=client_id)
+        kafka = dict(kafka or {})
+        self.quotas = QuotaClient(
+            bootstrap, client_id=client_id, security=kafka_python_security(kafka)
+        )
+        self.partitions = PartitionAdmin(bootstrap, client_id=client_id, kafka=kafka)
 
     def throttle(self, entity: str, name: str, bytes_per_s: int) -> str:
         self.quotas.set_producer_rate(entity, name, bytes_per_s)
@@ -198,7 +205,7 @@ def make_backend(settings: Settings) -> Backend:
     if settings.backend == "dry-run":
         return DryRunBackend(settings.dry_run_log)
     if settings.backend == "kafka":
-        return KafkaBackend(settings.bootstrap, client_id=client_id)
+        return KafkaBackend(settings.bootstrap, client_id=client_id, kafka=settings.kafka)
     from actuators.redpanda_admin import RedpandaAdmin
 
     auth: dict[str, Any] = {}
@@ -212,4 +219,5 @@ def make_backend(settings: Settings) -> Backend:
         tls_verify=settings.redpanda_admin_tls_verify,
         **auth,
     )
-    return RedpandaBackend(admin, KafkaBackend(settings.bootstrap, client_id=client_id))
+    kafka = KafkaBackend(settings.bootstrap, client_id=client_id, kafka=settings.kafka)
+    return RedpandaBackend(admin, kafka)

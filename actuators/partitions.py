@@ -12,6 +12,7 @@ the same action twice changes nothing the second time.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -32,11 +33,24 @@ def confluent_error(op: str, exc: BaseException) -> ActuatorError:
 
 
 class PartitionAdmin:
-    def __init__(self, bootstrap: str, *, client_id: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str,
+        timeout_s: float = 10.0,
+        kafka: Mapping[str, str] | None = None,
+    ) -> None:
+        from actuators.settings import kafka_python_security
+
         self._bootstrap = bootstrap
         self._client_id = client_id
         self._timeout_s = timeout_s
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id})
+        self._kafka = dict(kafka or {})
+        self._security = kafka_python_security(self._kafka)
+        self._admin = AdminClient(
+            {"bootstrap.servers": bootstrap, "client.id": client_id, **self._kafka}
+        )
         self._kp_admin: Any = None
 
     def _kp(self) -> Any:
@@ -49,6 +63,7 @@ class PartitionAdmin:
                     bootstrap_servers=self._bootstrap.split(","),
                     client_id=self._client_id,
                     request_timeout_ms=int(self._timeout_s * 1000),
+                    **self._security,
                 )
             except kafka_errors.KafkaError as exc:
                 raise ActuatorError(

@@ -9,6 +9,7 @@ Redpanda extension that Apache Kafka rejects (its error is surfaced as it comes)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -50,12 +51,20 @@ def broker_error(op: str, entity: str, name: str, code: int, message: str | None
 class QuotaClient:
     """One connection pool to the cluster, used from one thread (the runner's loop)."""
 
-    def __init__(self, bootstrap: str, *, client_id: str, timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str,
+        timeout_ms: int = 5000,
+        security: Mapping[str, Any] | None = None,
+    ) -> None:
         self._timeout_ms = timeout_ms
         self._client = KafkaNetClient(
             bootstrap_servers=[b.strip() for b in bootstrap.split(",") if b.strip()],
             client_id=client_id,
             request_timeout_ms=timeout_ms,
+            **dict(security or {}),
         )
 
     def _send(self, request: object, op: str) -> object:

@@ -135,7 +135,7 @@ class Runner:
         self._release_retry_at: dict[str, float] = {}
         self._ready = False
         self._server: MetricsServer | None = None
-        base = {"bootstrap.servers": settings.bootstrap}
+        base = {"bootstrap.servers": settings.bootstrap, **settings.kafka}
         self._admin = AdminClient(base)
         self._producer = Producer(
             base

@@ -154,6 +154,13 @@ class Settings:
     redpanda_admin_username: str | None = None
     redpanda_admin_password: str | None = None
     redpanda_admin_tls_verify: bool | str = True
+    # librdkafka client settings for TLS/SASL, from LAGPILOT_KAFKA_<NAME> (as the pipeline):
+    # LAGPILOT_KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    def kafka_python_security(self) -> dict[str, Any]:
+        """The same settings as kafka-python keyword arguments (its admin clients)."""
+        return kafka_python_security(self.kafka)
 
     def validated(self) -> Settings:
         if self.backend not in BACKENDS:
@@ -205,6 +212,37 @@ def _coerce(name: str, raw: str) -> Any:
     return raw
 
 
+KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
+
+#: librdkafka setting -> kafka-python keyword, for the TLS/SASL settings both clients know
+_KAFKA_PYTHON_NAMES = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+}
+
+
+def kafka_python_security(kafka: Mapping[str, str]) -> dict[str, Any]:
+    """librdkafka TLS/SASL settings as kafka-python arguments; others have no equivalent
+    and are refused, so a setting is never silently ignored by half of the clients."""
+    out: dict[str, Any] = {}
+    for key, value in kafka.items():
+        if key in _KAFKA_PYTHON_NAMES:
+            out[_KAFKA_PYTHON_NAMES[key]] = value
+        elif key.startswith(("ssl.", "sasl.", "security.")):
+            raise ConfigError(
+                f"{KAFKA_ENV_PREFIX}{key.upper().replace('.', '_')}: the actuator's admin "
+                f"clients cannot use {key!r}; supported: {', '.join(sorted(_KAFKA_PYTHON_NAMES))}"
+            )
+    return out
+
+
 def from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Defaults, then environment, then explicit overrides (CLI flags); validated."""
     env = os.environ if env is None else env
@@ -212,5 +250,13 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     for key, name in ENV_KEYS.items():
         if env.get(key):
             values[name] = _coerce(name, env[key])
+    kafka = {
+        k[len(KAFKA_ENV_PREFIX) :].lower().replace("_", "."): v
+        for k, v in env.items()
+        if k.startswith(KAFKA_ENV_PREFIX)
+    }
+    if kafka:
+        kafka_python_security(kafka)  # refuse what half of the clients could not honour
+        values["kafka"] = kafka
     values.update({k: v for k, v in overrides.items() if v is not None})
     return replace(Settings(), **values).validated()

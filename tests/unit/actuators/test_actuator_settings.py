@@ -96,3 +96,35 @@ def test_env_overrides_defaults_and_flags_override_env() -> None:
 def test_settings_errors_name_the_key_and_fix(env: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         from_env(env)
+
+
+def test_kafka_tls_sasl_settings_pass_through_to_both_kinds_of_client() -> None:
+    from actuators.settings import from_env
+
+    s = from_env(
+        {
+            "LAGPILOT_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "LAGPILOT_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+            "LAGPILOT_KAFKA_SASL_USERNAME": "lagpilot",
+            "LAGPILOT_KAFKA_SASL_PASSWORD": "secret",
+            "LAGPILOT_KAFKA_SSL_CA_LOCATION": "/etc/ca.pem",
+        }
+    )
+    assert s.kafka["security.protocol"] == "SASL_SSL"
+    assert s.kafka_python_security() == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": "lagpilot",
+        "sasl_plain_password": "secret",
+        "ssl_cafile": "/etc/ca.pem",
+    }
+
+
+def test_a_security_setting_the_admin_clients_cannot_honour_is_refused() -> None:
+    import pytest
+
+    from actuators.settings import from_env
+    from schemas import ConfigError
+
+    with pytest.raises(ConfigError, match="LAGPILOT_KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM"):
+        from_env({"LAGPILOT_KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM": "none"})

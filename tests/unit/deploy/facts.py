@@ -46,6 +46,15 @@ def env_problem(name: str, command: str) -> str | None:
     if command == "actuate":
         if name in ACTUATOR_ENV:
             return None
+        if name.startswith(KAFKA_ENV_PREFIX):
+            from actuators.settings import ConfigError, kafka_python_security
+
+            key = name[len(KAFKA_ENV_PREFIX) :].lower().replace("_", ".")
+            try:
+                kafka_python_security({key: "x"})
+            except ConfigError as exc:
+                return str(exc)
+            return None  # passed to librdkafka and, mapped, to kafka-python
         return f"{name} is not an actuator setting (actuators/settings.py ENV_KEYS)"
     return f"{name}: unknown lagpilot command {command!r}"
 
