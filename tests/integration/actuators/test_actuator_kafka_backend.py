@@ -129,7 +129,9 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
     ]
     harness.send(*throttles)
     for t in throttles:
-        wait_result(harness, t["id"], "applied")
+        # the first event waits for the actuator's first partition assignment, which on a
+        # broker that has just started (a fresh `make test`) took over 15 s once
+        wait_result(harness, t["id"], "applied", timeout_s=60)
     assert backend.quotas.producer_rate("client-id", released_client) == QUOTA
     with (
         Meter(harness.bootstrap, topic, released_client).running() as released_meter,
