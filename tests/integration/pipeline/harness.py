@@ -89,14 +89,17 @@ class PipelineProcess:
 
 
 def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``, from /proc/<pid>/stat (the command name, in parentheses,
+    may hold spaces: the fields are read after its closing parenthesis)."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_text().split()
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat[3]) == pid:
+            fields = stat.rsplit(")", 1)[-1].split()
+            if len(fields) > 1 and fields[1].isdigit() and int(fields[1]) == pid:
                 out.append(int(entry.name))
     return out
 
