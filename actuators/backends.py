@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from actuators.errors import ActuatorError
+from actuators.partitions import leadership_noop
 from actuators.settings import Settings
 
 BACKENDS_HELP = (
@@ -170,14 +171,9 @@ class RedpandaBackend:
             state = self.admin.partition(topic, partition)
             leader = state.get("leader_id")
             replicas = [r.get("node_id") for r in state.get("replicas", [])]
-            if leader == target:
-                return f"{topic}/{partition}: broker {target} already leads; nothing to do"
-            if target not in replicas:
-                raise ActuatorError(
-                    f"broker {target} is not a replica of {topic}/{partition} (replicas "
-                    f"{replicas}); pick a target among the replicas or move replicas first",
-                    retriable=False,
-                )
+            done = leadership_noop(topic, partition, leader, replicas, target)
+            if done is not None:
+                return done
             self.admin.transfer_leadership(topic, partition, target)
         except ActuatorError:
             raise

@@ -32,6 +32,23 @@ def confluent_error(op: str, exc: BaseException) -> ActuatorError:
     return ActuatorError(f"{op}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))
 
 
+def leadership_noop(
+    topic: str, partition: int, leader: int | None, replicas: list[int], target: int
+) -> str | None:
+    """Why a leadership move to ``target`` needs nothing (it leads already), or None when it
+    must be done; raises when it cannot be (``target`` holds no replica). Idempotency of the
+    move, shared by the Kafka and Redpanda backends."""
+    if leader == target:
+        return f"{topic}/{partition}: broker {target} already leads; nothing to do"
+    if target not in replicas:
+        raise ActuatorError(
+            f"broker {target} is not a replica of {topic}/{partition} (replicas "
+            f"{replicas}); pick a target among the replicas or move replicas first",
+            retriable=False,
+        )
+    return None
+
+
 class PartitionAdmin:
     def __init__(
         self,
@@ -108,14 +125,9 @@ class PartitionAdmin:
                 f"{topic}/{partition} does not exist ({len(meta)} partitions)", retriable=False
             )
         leader, replicas = meta[partition]
-        if leader == target:
-            return f"{topic}/{partition}: broker {target} already leads; nothing to do"
-        if target not in replicas:
-            raise ActuatorError(
-                f"broker {target} is not a replica of {topic}/{partition} (replicas "
-                f"{replicas}); pick a target among the replicas or move replicas first",
-                retriable=False,
-            )
+        done = leadership_noop(topic, partition, leader, replicas, target)
+        if done is not None:
+            return done
         order = [target] + [r for r in replicas if r != target]
         from kafka.structs import TopicPartition
 
