@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml
 	@command -v $(firstword $(PYTHON_SYS)) >/dev/null || { echo "error: python3 not found; lagpilot needs Python 3.11+" >&2; exit 1; }
 	@$(PYTHON_SYS) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { echo "error: lagpilot needs Python 3.11+, found $$($(PYTHON_SYS) --version 2>&1); set PYTHON_SYS=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
+	@echo "installing lagpilot and its dependencies into $(VENV) (the first time takes a few minutes)"
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	set -o pipefail; $(PY) -m pip install --progress-bar off -e '.[dev]' | sed -n -E '/^(Collecting|Successfully)/p'
+	@$(PY) -c 'import pipeline.app, actuators.runner' || { echo "error: the install did not complete; run 'make install' again and read pip's output" >&2; exit 1; }
 	@touch $@
 
 broker-jars:
