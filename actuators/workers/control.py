@@ -10,11 +10,12 @@ and skipped; a forged or malformed event never changes what a worker does.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from schemas import WORKER_ACTIONS, ActionType, ConfigError, EventError, decode, validate, verify
 
@@ -136,7 +137,7 @@ class ControlReader:
         tps = []
         for p in sorted(info.partitions):
             try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+                high = _end_offset(consumer, TopicPartition(self.topic, p))
             except KafkaException as exc:
                 consumer.close()
                 raise ConnectionError(f"cannot read the end of {self.topic}[{p}]: {exc}") from exc
@@ -172,3 +173,27 @@ class ControlReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+_NO_LEADER_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+}
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> int:
+    """The partition's end offset, retried while the broker says it is retriable (a topic
+    created a moment ago has no leader yet: NOT_LEADER_FOR_PARTITION)."""
+    for attempt in range(attempts):
+        try:
+            _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = err is not None and (err.retriable() or err.code() in _NO_LEADER_YET)
+            if attempt == attempts - 1 or not transient:
+                raise
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+    raise AssertionError("unreachable")

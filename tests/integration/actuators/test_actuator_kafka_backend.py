@@ -137,10 +137,20 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
         Meter(harness.bootstrap, topic, released_client).running() as released_meter,
         Meter(harness.bootstrap, topic, leased_client).running() as leased_meter,
     ):
-        start = time.monotonic()
-        time.sleep(WINDOW_S)
-        rates = [m.acked / (time.monotonic() - start) for m in (released_meter, leased_meter)]
-        print(f"free {free:.0f} B/s, throttled {rates} B/s under a {QUOTA} B/s quota")
+        meters = (released_meter, leased_meter)
+        start, base = time.monotonic(), [0, 0]
+        for window in (1, 2):
+            time.sleep(WINDOW_S)
+            now = time.monotonic()
+            acked = [m.acked for m in meters]
+            rates = [(a - b) / (now - start) for a, b in zip(acked, base, strict=True)]
+            print(f"free {free:.0f} B/s, window {window}: {rates} B/s under {QUOTA} B/s")
+            if all(abs(rate - QUOTA) <= 0.2 * QUOTA for rate in rates):
+                break
+            # On a busy machine a broker can apply the quota a moment after the controller
+            # acknowledged it (the applied outcome): the clients then burst unthrottled at
+            # first. One more full window, in the steady state, must be at the quota.
+            start, base = now, acked
         for rate in rates:
             assert abs(rate - QUOTA) <= 0.2 * QUOTA, f"{rate:.0f} B/s under {QUOTA}"
 
