@@ -8,8 +8,10 @@ Then, in one run:
   client alone costs;
 - ``pipeline``: ``python -m pipeline`` (one process, sampler on) reads the same topic as its
   offsets topic: every record is decoded, re-keyed by topic, and applied to the lag model,
-  which emits lag on every sample. Measured from the first to the N-th commit consumed by
-  the model (``lagpilot_model_inputs_total{event="commit"}``).
+  which emits lag on every sample. Measured until the model has consumed the batch that
+  holds the N-th record (``lagpilot_coordinator_records_total{kind="commit"}``: the
+  source's count of decoded records travels in each batch's header). Counting the model's
+  commit entries instead would undercount: coalescing merges repeated group-partitions.
 
 Writes ``bench/results/ingest.json`` with ``pipeline_rps``, ``raw_rps`` and ``ratio``
 (raw / pipeline: the framework's cost). Target: ``pipeline_rps`` >= 25,000 commits/s.
@@ -109,7 +111,9 @@ def _scrape(port: int) -> dict[str, float]:
         text = r.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r'lagpilot_model_inputs_total\{event="(\w+)"\} ([0-9.e+]+)', line)
+        # records decoded by the commits source, as counted in the header of the batch the
+        # model consumed last: reaching N means the batch holding the N-th is modelled
+        m = re.match(r'lagpilot_coordinator_records_total\{kind="(\w+)"\} ([0-9.e+]+)', line)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out

@@ -153,6 +153,7 @@ def build_app(
             flush_ms=settings.commit_flush_ms,
             auto_offset_reset="earliest",
             sampler=sampler,
+            model_group=settings.consumer_group,
         ),
         topic=wm_topic,
     )

@@ -128,6 +128,7 @@ class CommitsSource(Source):
         max_pending: int = 20_000,
         auto_offset_reset: str = "earliest",
         sampler: HighWatermarkSource | None = None,
+        model_group: str = "",
         resend_first_s: float = 5.0,
         resend_every_s: float = 60.0,
         shutdown_timeout: float = 10,
@@ -143,6 +144,7 @@ class CommitsSource(Source):
         self.auto_offset_reset = auto_offset_reset
         self.stats: Counter[str] = Counter()
         self.sampler = sampler
+        self.model_group = model_group
         self.resend_first_s = resend_first_s
         self.resend_every_s = resend_every_s
         self._owned: list[frozenset[int]] = [frozenset()]  # assigned offsets partitions
@@ -189,7 +191,36 @@ class CommitsSource(Source):
             conf["group.instance.id"] = self.instance_id
         return Consumer(conf)
 
+    def _wait_for_model(self, timeout_s: float = 30.0) -> None:
+        """Until the pipeline's own consumer group (the model) is Stable with members.
+
+        A new pipeline group starts reading the watermarks topic at its end; batches sent
+        before the model had its partitions would be skipped (the periodic re-send would
+        restore them, seconds later). Waiting here costs one start-up, once."""
+        if not self.model_group:
+            return
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self.broker_config)
+        deadline = time.monotonic() + timeout_s
+        while self.running and time.monotonic() < deadline:
+            try:
+                desc = admin.describe_consumer_groups([self.model_group])[self.model_group]
+                group = desc.result(timeout=5)
+                if str(group.state).endswith("STABLE") and group.members:
+                    time.sleep(1.0)  # the members look up their start offsets on assignment
+                    return
+            except Exception as exc:  # not there yet, or the broker is busy: ask again
+                log.debug("waiting for the model's group: %s", exc)
+            time.sleep(0.2)
+        log.warning(
+            "the model's group %s is not stable after %.0fs; starting anyway",
+            self.model_group,
+            timeout_s,
+        )
+
     def run(self) -> None:
+        self._wait_for_model()
         consumer = self._consumer()
         md = consumer.list_topics(self.offsets_topic, timeout=30).topics.get(self.offsets_topic)
         self._offsets_partitions = len(md.partitions) if md is not None and md.partitions else 1
