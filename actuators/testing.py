@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from actuators.backends import Backend, DryRunBackend
 from actuators.runner import Runner
@@ -151,27 +151,42 @@ class Harness:
     def read_outcomes(
         self, until: int, timeout_s: float = 20.0, group: str | None = None
     ) -> list[dict[str, Any]]:
-        """Committed outcomes from the beginning, until ``until`` are read or time is up."""
+        """Committed outcomes from the beginning, until ``until`` are read or time is up.
+
+        The partitions are assigned, not subscribed: a group join takes a second or more on a
+        loaded broker, and a short read would end before its first fetch."""
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
-                "group.id": group or f"{self.name}-reader-{time.monotonic_ns()}",
+                "group.id": group or f"{self.name}-reader",
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
             }
         )
-        consumer.subscribe([self.outcomes])
         got: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout_s
         try:
-            while len(got) < until and time.monotonic() < deadline:
-                for msg in consumer.consume(500, timeout=0.2):
+            partitions = self._outcome_partitions(consumer, deadline)
+            consumer.assign(
+                [TopicPartition(self.outcomes, p, OFFSET_BEGINNING) for p in partitions]
+            )
+            while partitions and len(got) < until and time.monotonic() < deadline:
+                for msg in consumer.consume(500, timeout=0.1):
                     if msg.error() is None and msg.value() is not None:
                         got.append(orjson.loads(msg.value()))
         finally:
             consumer.close()
         return got
+
+    def _outcome_partitions(self, consumer: Consumer, deadline: float) -> list[int]:
+        while True:
+            topic = consumer.list_topics(self.outcomes, timeout=5).topics.get(self.outcomes)
+            if topic is not None and topic.error is None and topic.partitions:
+                return sorted(topic.partitions)
+            if time.monotonic() >= deadline:
+                return []
+            time.sleep(0.1)
 
 
 def by_id(outcomes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -12,8 +12,11 @@ from actuators.testing import KEY, Harness, by_id
 
 
 def leader_and_replicas(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
-    p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-    return p.leader, list(p.replicas)
+    """Partition 0's leader and replicas once metadata has them (-1, [] until then: a
+    just-created topic reaches each broker's metadata cache a moment later)."""
+    t = admin.list_topics(topic, timeout=10).topics.get(topic)
+    p = t.partitions.get(0) if t is not None and t.error is None else None
+    return (p.leader, list(p.replicas)) if p is not None else (-1, [])
 
 
 def test_a_leadership_move_changes_the_leader_in_metadata(
@@ -27,9 +30,11 @@ def test_a_leadership_move_changes_the_leader_in_metadata(
         assert time.monotonic() < deadline, "the 3-broker cluster did not come up"
         time.sleep(0.2)
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(20)
+    deadline = time.monotonic() + 30
     while (leader := leader_and_replicas(admin, topic)[0]) < 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     leader, replicas = leader_and_replicas(admin, topic)
+    assert leader >= 0 and len(replicas) == 3, f"no leader for {topic} in 30 s: {replicas}"
     target = next(r for r in replicas if r != leader)
     harness.start(KafkaBackend(cluster_bootstrap, client_id="lagpilot-test"))
     try:
@@ -39,6 +44,11 @@ def test_a_leadership_move_changes_the_leader_in_metadata(
         harness.send(move)
         [outcome] = by_id(harness.read_outcomes(until=1, timeout_s=30))[move["id"]]
         assert outcome["result"] == "applied", outcome
+        deadline = time.monotonic() + 15  # the brokers' metadata follows the controller
+        while (new_leader := leader_and_replicas(admin, topic)[0]) != target:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         new_leader, new_replicas = leader_and_replicas(admin, topic)
         assert new_leader == target != leader
         assert new_replicas[0] == target and sorted(new_replicas) == sorted(replicas)
