@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     if settings.metrics_port:
         server = HealthServer(
-            settings.metrics_port, metrics.registry, BrokerProbe(settings.broker_config())
+            settings.metrics_port,
+            metrics.registry,
+            BrokerProbe(settings.broker_config()),
+            extra=metrics.lag.render,
         ).start()
         log.info("metrics on :%d/metrics, health on /healthz and /readyz", server.port)
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)

@@ -24,6 +24,7 @@ from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
 
 from pipeline.commits import STATS_HEADER, CommitsSource
+from pipeline.lag import TopicObservation
 from pipeline.metrics import PipelineMetrics
 from pipeline.model_op import LagOperator, lag_key
 from pipeline.settings import Settings
@@ -159,10 +160,9 @@ def build_app(
     )
 
     # 3. the model: one key per topic, samples and commits in one ordered stream
-    def on_observations(obs: list[Any]) -> None:
+    def on_observations(obs: TopicObservation) -> None:
         metrics.lag.update(obs)
-        if obs:
-            metrics.sample_modelled(obs[0].now_ms)
+        metrics.sample_modelled(obs.now_ms)
 
     operator = LagOperator(
         settings.lag_config(),

@@ -20,6 +20,8 @@ its growing time lag without waiting for another commit.
 from __future__ import annotations
 
 import base64
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,11 +64,26 @@ class LagConfig:
 
 
 def _enc(a: np.ndarray) -> dict[str, Any]:
+    """An array as JSON-able text. Integer tables (offsets, times) are stored as their
+    differences down the rows and deflated: a window of 40 rows x 50 groups x 50 partitions
+    is 800 KB raw and a few KB this way, which matters when it is written every second."""
+    if a.ndim >= 2 and a.dtype.kind == "i" and a.shape[-2] > 1:
+        body = np.diff(a, axis=-2, prepend=np.zeros_like(a[..., :1, :]))
+        raw = zlib.compress(np.ascontiguousarray(body).tobytes(), 1)
+        return {
+            "d": str(a.dtype),
+            "s": list(a.shape),
+            "z": "diff",
+            "b": base64.b64encode(raw).decode(),
+        }
     return {"d": str(a.dtype), "s": list(a.shape), "b": base64.b64encode(a.tobytes()).decode()}
 
 
 def _dec(d: dict[str, Any]) -> np.ndarray:
     raw = base64.b64decode(d["b"])
+    if d.get("z") == "diff":
+        body = np.frombuffer(zlib.decompress(raw), dtype=np.dtype(d["d"])).reshape(d["s"])
+        return np.cumsum(body, axis=-2, dtype=body.dtype)
     return np.frombuffer(raw, dtype=np.dtype(d["d"])).reshape(d["s"]).copy()
 
 
@@ -78,138 +95,52 @@ def _widen(a: np.ndarray, width: int, fill: float | int) -> np.ndarray:
     return np.pad(a, pad, constant_values=fill)
 
 
-def _slopes(t_s: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least-squares slope of each column of ``y`` (rows at times ``t_s``), per second."""
-    if len(t_s) < 2:
-        return np.zeros(y.shape[1])
-    x = t_s - t_s.mean()
-    den = float(x @ x)
-    if den == 0.0:
-        return np.zeros(y.shape[1])
-    return (x @ (y - y.mean(axis=0))) / den
+class Fit:
+    """Least-squares fits of many series at once, each over its own rows.
 
+    ``x``: row times in seconds (R,); ``m``: 1.0 where a series has a value in a row, else
+    0.0, shaped (..., R) with the rows LAST, like the series. Every sum over the rows is one
+    matrix product with the powers of ``x``, so the window of every group x partition of a
+    topic is fitted in a few BLAS calls instead of a dozen numpy calls per group (numpy's
+    per-call overhead, not arithmetic, was the cost).
+    """
 
-def _accels(t_s: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Second derivative (per s^2) of a least-squares parabola through each column."""
-    if len(t_s) < 3 or np.ptp(t_s) == 0.0:
-        return np.zeros(y.shape[1])
-    x = t_s - t_s.mean()
-    # normal equations of [x^2, x, 1]: a 3x3 solve for every column at once (np.polyfit
-    # does an SVD per call, ten times the cost, on the hot path of every sample)
-    v = np.stack([x * x, x, np.ones_like(x)], axis=1)
-    gram = v.T @ v
-    if abs(np.linalg.det(gram)) < 1e-12:
-        return np.zeros(y.shape[1])
-    coef = np.linalg.solve(gram, v.T @ y.astype(np.float64))
-    return 2.0 * coef[0]
+    def __init__(self, x: np.ndarray, m: np.ndarray) -> None:
+        self.m = m
+        # (R, k): 1, x .. x^(k-1), contiguous (a sliced operand takes numpy off BLAS)
+        self.powers = {k: np.stack([x**i for i in range(k)], axis=1) for k in (2, 3, 5)}
+        moments = self._sums(m, 5)
+        self.s = [moments[..., k] for k in range(5)]  # s[k] = sum of x^k over a series' rows
 
+    def _sums(self, a: np.ndarray, k: int) -> np.ndarray:
+        rows = a.shape[-1]
+        return (a.reshape(-1, rows) @ self.powers[k]).reshape(*a.shape[:-1], k)
 
-@dataclass
-class GroupModel:
-    """One consumer group's progress on the partitions of one topic."""
+    def _t(self, y: np.ndarray, k: int) -> list[np.ndarray]:
+        t = self._sums(y, k)
+        return [t[..., i] for i in range(k)]
 
-    width: int
-    committed: np.ndarray = field(init=False)  # -1: no commit seen on this partition
-    commit_ms: np.ndarray = field(init=False)
-    progress_ms: np.ndarray = field(init=False)  # when the committed offset last advanced
-    interval_s: np.ndarray = field(init=False)  # EWMA of the time between advances (nan: unknown)
-    rewind_ms: np.ndarray = field(init=False)
-    w_t: np.ndarray = field(init=False)  # window rows: sample times (ms)
-    w_hw: np.ndarray = field(init=False)  # window rows: HWM per partition
-    w_c: np.ndarray = field(init=False)  # window rows: committed per partition
-    last_snapshot_ms: int = 0
-    last_status: np.ndarray = field(init=False)
+    def slope(self, y: np.ndarray) -> np.ndarray:
+        """Slope per second of each series ``y``, which must be 0 outside ``m`` (callers mask
+        once for several fits); 0 where fewer than two rows or a single time."""
+        n, s1, s2 = self.s[:3]
+        t0, t1 = self._t(y, 2)
+        den = n * s2 - s1 * s1
+        ok = (n >= 2) & (den > 1e-12)
+        return np.where(ok, (n * t1 - s1 * t0) / np.where(ok, den, 1.0), 0.0)
 
-    def __post_init__(self) -> None:
-        w = self.width
-        self.committed = np.full(w, -1, np.int64)
-        self.commit_ms = np.zeros(w, np.int64)
-        self.progress_ms = np.zeros(w, np.int64)
-        self.interval_s = np.full(w, np.nan)
-        self.rewind_ms = np.zeros(w, np.int64)
-        self.w_t = np.zeros(0, np.int64)
-        self.w_hw = np.zeros((0, w), np.int64)
-        self.w_c = np.zeros((0, w), np.int64)
-        self.last_status = np.zeros(w, np.int8)
-
-    def widen(self, width: int) -> None:
-        if width <= self.width:
-            return
-        self.committed = _widen(self.committed, width, -1)
-        self.commit_ms = _widen(self.commit_ms, width, 0)
-        self.progress_ms = _widen(self.progress_ms, width, 0)
-        self.interval_s = _widen(self.interval_s, width, np.nan)
-        self.rewind_ms = _widen(self.rewind_ms, width, 0)
-        self.w_hw = _widen(self.w_hw, width, 0)
-        self.w_c = _widen(self.w_c, width, -1)
-        self.last_status = _widen(self.last_status, width, 0)
-        self.width = width
-
-    def commit(self, partition: int, offset: int, ts_ms: int, alpha: float) -> None:
-        """Apply one commit. Replays (older than the last commit seen) change nothing."""
-        self.widen(partition + 1)
-        p = partition
-        if ts_ms < self.commit_ms[p]:
-            return
-        prev = int(self.committed[p])
-        if prev >= 0 and offset < prev:
-            self.rewind_ms[p] = ts_ms
-            self.progress_ms[p] = ts_ms
-        elif offset > prev:
-            if prev >= 0 and self.progress_ms[p] > 0:
-                dt_s = (ts_ms - int(self.progress_ms[p])) / 1000.0
-                old = self.interval_s[p]
-                self.interval_s[p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
-            self.progress_ms[p] = ts_ms
-            if len(self.w_t) and self.w_t[-1] >= ts_ms:
-                # a commit that arrives after samples taken later than it (a replay after a
-                # restart, a slow coordinator): correct the window rows it should have been in
-                late = self.w_t >= ts_ms
-                self.w_c[late, p] = np.maximum(self.w_c[late, p], offset)
-        self.commit_ms[p] = ts_ms
-        self.committed[p] = offset
-
-    def forget(self, partition: int) -> None:
-        """The offset was deleted (tombstone): stop modelling this partition."""
-        if partition < self.width:
-            self.committed[partition] = -1
-            self.interval_s[partition] = np.nan
-            self.rewind_ms[partition] = 0
-
-    @property
-    def empty(self) -> bool:
-        return not bool((self.committed >= 0).any())
-
-    _POSITION = ("committed", "commit_ms", "progress_ms", "interval_s", "rewind_ms")
-    _WINDOW = ("w_t", "w_hw", "w_c", "last_status")
-
-    def position_state(self) -> dict[str, Any]:
-        """What a commit changes: small, written on every commit batch."""
-        return {"width": self.width, **{k: _enc(getattr(self, k)) for k in self._POSITION}}
-
-    def window_state(self) -> dict[str, Any]:
-        """The rate window: larger, written periodically (a lost row only thins the fit)."""
-        return {
-            "width": self.width,
-            "last_snapshot_ms": self.last_snapshot_ms,
-            **{k: _enc(getattr(self, k)) for k in self._WINDOW},
-        }
-
-    @classmethod
-    def from_state(
-        cls, position: dict[str, Any], window: dict[str, Any] | None = None
-    ) -> GroupModel:
-        g = cls(int(position["width"]))
-        for k in cls._POSITION:
-            setattr(g, k, _dec(position[k]))
-        if window:
-            g.last_snapshot_ms = int(window.get("last_snapshot_ms", 0))
-            for k in cls._WINDOW:
-                setattr(g, k, _dec(window[k]))
-        width = max(int(position["width"]), int(window["width"]) if window else 0)
-        g.width = -1  # arrays saved at different widths: pad every one of them to ``width``
-        g.widen(width)
-        return g
+    def accel(self, y: np.ndarray) -> np.ndarray:
+        """Second derivative (per s^2) of the least-squares parabola through each series
+        (``y`` masked as for ``slope``):
+        the normal equations of [x^2, x, 1] solved by Cramer's rule for every series at once
+        (np.polyfit does an SVD per series)."""
+        s0, s1, s2, s3, s4 = self.s
+        t0, t1, t2 = self._t(y, 3)
+        minor = s2 * s0 - s1 * s1
+        det = s4 * minor - s3 * (s3 * s0 - s1 * s2) + s2 * (s3 * s1 - s2 * s2)
+        det_a = t2 * minor - s3 * (t1 * s0 - s1 * t0) + s2 * (t1 * s1 - s2 * t0)
+        ok = (s0 >= 3) & (np.abs(det) > 1e-12)
+        return np.where(ok, 2.0 * det_a / np.where(ok, det, 1.0), 0.0)
 
 
 @dataclass
@@ -289,44 +220,52 @@ class Observation:
 def time_lag_s(t_ms: np.ndarray, hw: np.ndarray, committed: np.ndarray, now_ms: int) -> np.ndarray:
     """Seconds since the high watermark passed each committed offset (0 when caught up).
 
-    ``hw`` rows are samples at ``t_ms`` (ascending; HWMs non-decreasing down each column).
+    ``hw`` rows are samples at ``t_ms`` (ascending; HWMs non-decreasing down each column);
+    ``committed`` is (P,) or (groups, P), -1 where nothing is committed (0 out).
     The message at offset c was written when the HWM went from <= c to c + 1: between the
     last row with hw <= c and the first with hw > c, interpolated linearly. Older than the
     table: extrapolated at the table's average produce rate. Never NaN, never negative.
     """
     n, width = hw.shape
-    out = np.zeros(width)
+    c2 = committed.reshape(-1, width)
+    out = np.zeros(c2.shape)
     if n == 0:
-        return out
-    cur = hw[-1]
-    behind = committed < cur
-    if not behind.any():
-        return out
-    # first row whose HWM is beyond c (exists: the last row is, for partitions behind)
-    idx = (hw <= committed[None, :]).sum(axis=0)
-    cols = np.nonzero(behind)[0]
-    i = idx[cols]
+        return out.reshape(committed.shape)
+    behind = (c2 >= 0) & (c2 < hw[-1])
+    gi, pi = np.nonzero(behind)
+    if not len(gi):
+        return out.reshape(committed.shape)
+    c = c2[gi, pi]
+    # i = the first row whose HWM is beyond c (exists: the last row is): one binary search
+    # per partition for all of its groups
+    i = np.empty(len(gi), np.int64)
+    order = np.argsort(pi, kind="stable")
+    parts, starts = np.unique(pi[order], return_index=True)
+    bounds = [*starts.tolist(), len(order)]
+    columns = np.ascontiguousarray(hw.T)
+    for k, p in enumerate(parts.tolist()):
+        sel = order[bounds[k] : bounds[k + 1]]
+        i[sel] = np.searchsorted(columns[p], c[sel], side="right")
     inside = i > 0
-    t_star = np.empty(len(cols))
+    t_star = np.empty(len(gi))
     # interpolated between rows i-1 and i
-    ci = cols[inside]
-    ii = i[inside]
-    h0, h1 = hw[ii - 1, ci].astype(np.float64), hw[ii, ci].astype(np.float64)
+    ii, pin, cin = i[inside], pi[inside], c[inside]
+    h0, h1 = hw[ii - 1, pin].astype(np.float64), hw[ii, pin].astype(np.float64)
     t0, t1 = t_ms[ii - 1].astype(np.float64), t_ms[ii].astype(np.float64)
-    frac = np.clip((committed[ci] + 1 - h0) / np.maximum(h1 - h0, 1.0), 0.0, 1.0)
+    frac = np.clip((cin + 1 - h0) / np.maximum(h1 - h0, 1.0), 0.0, 1.0)
     t_star[inside] = t0 + frac * (t1 - t0)
     # before the oldest row: extrapolate with the table's mean produce rate
-    co = cols[~inside]
-    if len(co):
+    po, co = pi[~inside], c[~inside]
+    if len(po):
         span_ms = float(t_ms[-1] - t_ms[0])
-        grown = (hw[-1, co] - hw[0, co]).astype(np.float64)
+        grown = (hw[-1, po] - hw[0, po]).astype(np.float64)
         rate_per_ms = np.where(span_ms > 0, grown / max(span_ms, 1.0), 0.0)
-        missing = (hw[0, co] - committed[co]).astype(np.float64)
+        missing = (hw[0, po] - co).astype(np.float64)
         safe_rate = np.where(rate_per_ms > 0, rate_per_ms, 1.0)
         back_ms = np.where(rate_per_ms > 0, missing / safe_rate, 0.0)
         t_star[~inside] = float(t_ms[0]) - back_ms
-    out[cols] = np.maximum(0.0, (now_ms - t_star) / 1000.0)
-    return out
+    out[gi, pi] = np.maximum(0.0, (now_ms - t_star) / 1000.0)
+    return out.reshape(committed.shape)
 
 
 def classify(
@@ -397,8 +336,141 @@ def classify(
     ).astype(np.int8)
 
 
+@dataclass
+class TopicObservation:
+    """One tick of one topic: every group's numbers as (groups x partitions) arrays.
+
+    ``mask`` marks the group-partitions that are modelled (the group committed there, and
+    the sampler knows the partition). Indexing gives per-group ``Observation`` views, built
+    only for the groups a caller looks at.
+    """
+
+    topic: str
+    now_ms: int
+    groups: list[str]
+    mask: np.ndarray
+    committed: np.ndarray
+    high_watermark: np.ndarray  # (P,)
+    lag: np.ndarray
+    lag_rate_per_s: np.ndarray
+    lag_accel_per_s2: np.ndarray
+    produce_rate_per_s: np.ndarray  # (P,)
+    consume_rate_per_s: np.ndarray
+    time_lag_s: np.ndarray
+    eta_drain_s: np.ndarray
+    status: np.ndarray
+    last_commit_ms: np.ndarray
+    leaders: np.ndarray  # (P,)
+    topic_partitions: int
+    active: np.ndarray = field(init=False)  # groups with at least one modelled partition
+
+    def __post_init__(self) -> None:
+        self.active = np.nonzero(self.mask.any(axis=1))[0] if self.mask.size else np.zeros(0, int)
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def __getitem__(self, k: int) -> Observation:
+        return self.view(int(self.active[k]))
+
+    def __iter__(self) -> Iterator[Observation]:
+        return (self.view(int(i)) for i in self.active)
+
+    def group_status(self) -> np.ndarray:
+        """Worst status code per group (0 for a group with nothing modelled)."""
+        if not self.mask.size:
+            return np.zeros(len(self.groups), np.int8)
+        return np.where(self.mask, self.status, 0).max(axis=1).astype(np.int8)
+
+    def view(self, g: int) -> Observation:
+        cols = np.nonzero(self.mask[g])[0]
+        return Observation(
+            group=self.groups[g],
+            topic=self.topic,
+            now_ms=self.now_ms,
+            partitions=cols,
+            committed=self.committed[g, cols],
+            high_watermark=self.high_watermark[cols],
+            lag=self.lag[g, cols],
+            lag_rate_per_s=self.lag_rate_per_s[g, cols],
+            lag_accel_per_s2=self.lag_accel_per_s2[g, cols],
+            produce_rate_per_s=self.produce_rate_per_s[cols],
+            consume_rate_per_s=self.consume_rate_per_s[g, cols],
+            time_lag_s=self.time_lag_s[g, cols],
+            eta_drain_s=self.eta_drain_s[g, cols],
+            status=self.status[g, cols],
+            last_commit_ms=self.last_commit_ms[g, cols],
+            leaders=self.leaders[cols],
+            topic_partitions=self.topic_partitions,
+        )
+
+    def partition_events(self, g: np.ndarray, p: np.ndarray) -> list[dict[str, Any]]:
+        """``partition_lag`` events (their JSON form, as ``to_dict(PartitionLag)`` gives it)
+        for the group-partition pairs ``(g[i], p[i])``, built column-wise."""
+        if not len(g):
+            return []
+        eta = self.eta_drain_s[g, p]
+        eta_l = np.round(np.nan_to_num(eta), 3).tolist()
+        has_eta = (~np.isnan(eta)).tolist()
+        cols = zip(
+            [self.groups[i] for i in g.tolist()],
+            p.tolist(),
+            self.committed[g, p].tolist(),
+            self.high_watermark[p].tolist(),
+            self.lag[g, p].tolist(),
+            np.round(self.lag_rate_per_s[g, p], 3).tolist(),
+            np.round(self.lag_accel_per_s2[g, p], 3).tolist(),
+            np.round(self.produce_rate_per_s[p], 3).tolist(),
+            np.round(self.consume_rate_per_s[g, p], 3).tolist(),
+            np.round(self.time_lag_s[g, p], 3).tolist(),
+            eta_l,
+            has_eta,
+            self.status[g, p].tolist(),
+            self.last_commit_ms[g, p].tolist(),
+            self.leaders[p].tolist(),
+            strict=True,
+        )
+        names = [s.value for s in _STATUS_BY_CODE]
+        return [
+            {
+                "group": grp,
+                "topic": self.topic,
+                "partition": part,
+                "observed_at_ms": self.now_ms,
+                "committed_offset": c,
+                "high_watermark": h,
+                "lag_offsets": lag,
+                "lag_rate_per_s": rate,
+                "lag_accel_per_s2": acc,
+                "produce_rate_per_s": prod,
+                "consume_rate_per_s": cons,
+                "time_lag_s": tl,
+                "eta_drain_s": e if ok else None,
+                "status": names[st],
+                "last_commit_ms": lc,
+                "leader": ld,
+                "event": "partition_lag",
+                "v": 1,
+            }
+            for grp, part, c, h, lag, rate, acc, prod, cons, tl, e, ok, st, lc, ld in cols
+        ]
+
+
+_POSITION = {  # per group x partition, what commits change; fill for a new row/column
+    "committed": -1,  # -1: no commit seen on this partition
+    "commit_ms": 0,
+    "progress_ms": 0,  # when the committed offset last advanced
+    "interval_s": np.nan,  # EWMA of the time between advances (nan: unknown)
+    "rewind_ms": 0,
+}
+_DTYPES = {"interval_s": np.float64}
+
+
 class TopicModel:
-    """The model of one topic: its HWM history and every group that commits on it."""
+    """The model of one topic: its HWM history and every group that commits on it.
+
+    Groups are rows of (groups x partitions) arrays, so a tick models all of them at once.
+    """
 
     def __init__(self, topic: str, cfg: LagConfig) -> None:
         self.topic = topic
@@ -406,31 +478,111 @@ class TopicModel:
         self.t_ms = np.zeros(0, np.int64)
         self.hw = np.zeros((0, 0), np.int64)
         self.leaders = np.zeros(0, np.int64)
-        self.groups: dict[str, GroupModel] = {}
+        self.groups: list[str] = []
+        self._index: dict[str, int] = {}
+        self._width = 0  # partitions known from samples or commits
+        for name, fill in _POSITION.items():
+            setattr(self, name, np.full((0, 0), fill, _DTYPES.get(name, np.int64)))
+        self.committed: np.ndarray
+        self.commit_ms: np.ndarray
+        self.progress_ms: np.ndarray
+        self.interval_s: np.ndarray
+        self.rewind_ms: np.ndarray
+        # the rate window: rows at each tick (time, HWM per partition, committed per group)
+        self.w_t = np.zeros(0, np.int64)
+        self.w_hw = np.zeros((0, 0), np.int64)
+        self.w_c = np.zeros((0, 0, 0), np.int64)
+        # what the operator last published per group-partition (the model does not use it)
+        self.last_status = np.zeros((0, 0), np.int8)
+        self.last_snapshot_ms = np.zeros(0, np.int64)
 
     @property
     def width(self) -> int:
+        """Partitions the sampler reported for this topic."""
         return int(self.hw.shape[1])
 
     @property
     def last_sample_ms(self) -> int:
         return int(self.t_ms[-1]) if len(self.t_ms) else 0
 
+    def __contains__(self, group: str) -> bool:
+        return group in self._index
+
+    # -- shape ----------------------------------------------------------------------------
+
+    def _widen(self, width: int) -> None:
+        if width <= self._width:
+            return
+        for name, fill in _POSITION.items():
+            setattr(self, name, _widen(getattr(self, name), width, fill))
+        self.w_c = _widen(self.w_c, width, -1)
+        self.last_status = _widen(self.last_status, width, 0)
+        self._width = width
+
+    def _group(self, name: str) -> int:
+        g = self._index.get(name)
+        if g is not None:
+            return g
+        g = self._index[name] = len(self.groups)
+        self.groups.append(name)
+        w = self._width
+
+        def row(a: np.ndarray, fill: float | int) -> np.ndarray:
+            return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
+
+        for key, fill in _POSITION.items():
+            setattr(self, key, row(getattr(self, key), fill))
+        self.w_c = np.concatenate([self.w_c, np.full((1, len(self.w_t), w), -1, np.int64)])
+        self.last_status = row(self.last_status, 0)
+        self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
+        return g
+
+    def _drop_group(self, g: int) -> None:
+        for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms"):
+            setattr(self, key, np.delete(getattr(self, key), g, axis=0))
+        del self.groups[g]
+        self._index = {name: i for i, name in enumerate(self.groups)}
+
     # -- inputs ---------------------------------------------------------------------------
 
     def commit(self, group: str, partition: int, offset: int, ts_ms: int) -> None:
-        g = self.groups.get(group)
-        if g is None:
-            g = self.groups[group] = GroupModel(max(self.width, partition + 1))
-        g.commit(partition, offset, ts_ms, self.cfg.interval_alpha)
+        """Apply one commit. Replays (older than the last commit seen) change nothing."""
+        self._widen(partition + 1)
+        g, p = self._group(group), partition
+        if ts_ms < self.commit_ms[g, p]:
+            return
+        prev = int(self.committed[g, p])
+        if prev >= 0 and offset < prev:
+            self.rewind_ms[g, p] = ts_ms
+            self.progress_ms[g, p] = ts_ms
+        elif offset > prev:
+            last_progress = int(self.progress_ms[g, p])
+            if prev >= 0 and last_progress > 0:
+                dt_s = (ts_ms - last_progress) / 1000.0
+                old = float(self.interval_s[g, p])
+                alpha = self.cfg.interval_alpha
+                self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
+            self.progress_ms[g, p] = ts_ms
+            if len(self.w_t) and self.w_t[-1] >= ts_ms:
+                # a commit that arrives after samples taken later than it (a replay after a
+                # restart, a slow coordinator): correct the window rows it should have been in
+                late = self.w_t >= ts_ms
+                self.w_c[g, late, p] = np.maximum(self.w_c[g, late, p], offset)
+        self.commit_ms[g, p] = ts_ms
+        self.committed[g, p] = offset
 
     def forget(self, group: str, partition: int) -> None:
-        g = self.groups.get(group)
+        """The offset was deleted (tombstone): stop modelling this partition, and the group
+        once it has no partition left."""
+        g = self._index.get(group)
         if g is None:
             return
-        g.forget(partition)
-        if g.empty:
-            del self.groups[group]
+        if partition < self._width:
+            self.committed[g, partition] = -1
+            self.interval_s[g, partition] = np.nan
+            self.rewind_ms[g, partition] = 0
+        if not (self.committed[g] >= 0).any():
+            self._drop_group(g)
 
     def add_sample(
         self, sampled_at_ms: int, high_watermarks: list[int] | tuple[int, ...], leaders: Any = ()
@@ -442,6 +594,7 @@ class TopicModel:
         width = max(len(row), self.width)
         if width > self.width:
             self.hw = _widen(self.hw, width, 0)
+            self.w_hw = _widen(self.w_hw, width, 0)
         row = _widen(row, width, -1)
         if len(self.t_ms):
             # a partition whose ListOffsets failed (-1) keeps its last known HWM
@@ -457,6 +610,7 @@ class TopicModel:
             self._thin(sampled_at_ms)
         self.t_ms = np.append(self.t_ms, sampled_at_ms)
         self.hw = np.vstack([self.hw, row[None, :]])
+        self._widen(width)
         return True
 
     def _thin(self, now_ms: int) -> None:
@@ -473,80 +627,105 @@ class TopicModel:
 
     # -- the tick -------------------------------------------------------------------------
 
-    def observe(self, now_ms: int) -> list[Observation]:
-        """Model every group at the latest sample: one Observation per group."""
-        if not len(self.t_ms):
-            return []
-        cfg = self.cfg
+    def _slide_window(self, now_ms: int) -> None:
+        """Append this tick's row to the rate window and drop rows older than the window."""
         width = self.width
-        hw_now = self.hw[-1]
-        out = []
-        for name, g in self.groups.items():
-            g.widen(width)
-            c_all = g.committed[:width]
-            # the window rows for rates: append this tick, drop rows older than the window
-            g.w_t = np.append(g.w_t, now_ms)
-            g.w_hw = np.vstack([_widen(g.w_hw, width, 0)[:, :width], hw_now[None, :]])
-            g.w_c = np.vstack([_widen(g.w_c, width, -1)[:, :width], c_all[None, :]])
-            keep = g.w_t >= now_ms - cfg.window_ms
-            g.w_t, g.w_hw, g.w_c = g.w_t[keep], g.w_hw[keep], g.w_c[keep]
+        w_hw = _widen(self.w_hw, width, 0)[:, :width]
+        w_c = _widen(self.w_c, self._width, -1)
+        first = int(np.searchsorted(self.w_t, now_ms - self.cfg.window_ms, side="left"))
+        self.w_t = np.append(self.w_t[first:], now_ms)
+        self.w_hw = np.concatenate([w_hw[first:], self.hw[-1][None, :]])
+        self.w_c = np.concatenate([w_c[:, first:], self.committed[:, None, :]], axis=1)
 
-            cols = np.nonzero(c_all >= 0)[0]
-            if not len(cols):
-                continue
-            c = c_all[cols]
-            hw = hw_now[cols]
-            lag = np.maximum(hw - c, 0)
-            t_s = g.w_t / 1000.0
-            wc = g.w_c[:, cols]
-            valid_rows = (wc >= 0).all(axis=1)
-            t_s_v, whw, wc = t_s[valid_rows], g.w_hw[valid_rows][:, cols], wc[valid_rows]
-            produce = _slopes(t_s_v, whw.astype(np.float64))
-            consume = _slopes(t_s_v, wc.astype(np.float64))
-            wlag = np.maximum(whw - wc, 0).astype(np.float64)
-            lag_rate = _slopes(t_s_v, wlag)
-            recent = t_s_v >= t_s_v[-1] - cfg.recent_s if len(t_s_v) else t_s_v.astype(bool)
-            recent_rate = _slopes(t_s_v[recent], wlag[recent]) if recent.sum() >= 4 else None
-            accel = _accels(t_s_v, wlag)
-            tl = time_lag_s(self.t_ms, self.hw[:, cols], c, now_ms)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
-            eta = np.where(lag == 0, 0.0, eta)
-            rew = g.rewind_ms[cols]
-            status = classify(
-                lag=lag,
-                time_lag=tl,
-                since_progress_s=(now_ms - g.progress_ms[cols]) / 1000.0,
-                since_commit_s=(now_ms - g.commit_ms[cols]) / 1000.0,
-                since_rewind_s=np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
-                interval_s=g.interval_s[cols],
-                cfg=cfg,
-                lag_rate=lag_rate,
-                produce_rate=produce,
-                recent_lag_rate=recent_rate,
-            )
-            out.append(
-                Observation(
-                    group=name,
-                    topic=self.topic,
-                    now_ms=now_ms,
-                    partitions=cols,
-                    committed=c,
-                    high_watermark=hw,
-                    lag=lag,
-                    lag_rate_per_s=lag_rate,
-                    lag_accel_per_s2=accel,
-                    produce_rate_per_s=produce,
-                    consume_rate_per_s=consume,
-                    time_lag_s=tl,
-                    eta_drain_s=eta,
-                    status=status,
-                    last_commit_ms=g.commit_ms[cols],
-                    leaders=_widen(self.leaders, width, -1)[cols],
-                    topic_partitions=width,
-                )
-            )
-        return out
+    def observe(self, now_ms: int) -> TopicObservation:
+        """Model every group at the latest sample, all groups at once."""
+        cfg, width = self.cfg, self.width
+        if not len(self.t_ms):
+            return self._observation(now_ms, np.zeros((len(self.groups), 0), bool), {})
+        self._slide_window(now_ms)
+        hw_now = self.hw[-1]
+        c = self.committed[:, :width]
+        mask = c >= 0
+        lag = np.maximum(hw_now[None, :] - c, 0)
+
+        # rates and acceleration: least squares over the window, every series at once;
+        # a group-partition's rows are those where it had a commit. Rows last: (G, P, R).
+        x = (self.w_t - now_ms) / 1000.0
+        w_c = np.ascontiguousarray(self.w_c[:, :, :width].transpose(0, 2, 1))
+        w_hw = np.ascontiguousarray(self.w_hw.T)
+        valid = w_c >= 0
+        m = valid.astype(np.float64)
+        fit = Fit(x, m)
+        produce = Fit(x, np.ones_like(w_hw, np.float64)).slope(w_hw - hw_now[:, None])
+        consume = fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64))
+        wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
+        lag_rate = fit.slope(wlag)
+        accel = fit.accel(wlag)
+        is_recent = x >= -cfg.recent_s
+        recent = Fit(x, m * is_recent)
+        recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
+
+        # time lag: only where data waits
+        tl = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
+        eta = np.where(lag == 0, 0.0, eta)
+        rew = self.rewind_ms[:, :width]
+        status = classify(
+            lag=lag,
+            time_lag=tl,
+            since_progress_s=(now_ms - self.progress_ms[:, :width]) / 1000.0,
+            since_commit_s=(now_ms - self.commit_ms[:, :width]) / 1000.0,
+            since_rewind_s=np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
+            interval_s=self.interval_s[:, :width],
+            cfg=cfg,
+            lag_rate=lag_rate,
+            produce_rate=produce[None, :],
+            recent_lag_rate=recent_rate,
+        )
+        return self._observation(
+            now_ms,
+            mask,
+            {
+                "committed": c.copy(),
+                "lag": lag,
+                "lag_rate_per_s": lag_rate,
+                "lag_accel_per_s2": accel,
+                "produce_rate_per_s": produce,
+                "consume_rate_per_s": consume,
+                "time_lag_s": tl,
+                "eta_drain_s": eta,
+                "status": np.where(mask, status, 0).astype(np.int8),
+                "last_commit_ms": self.commit_ms[:, :width].copy(),
+            },
+        )
+
+    def _observation(
+        self, now_ms: int, mask: np.ndarray, arrays: dict[str, np.ndarray]
+    ) -> TopicObservation:
+        shape, width = mask.shape, mask.shape[1]
+        zeros: dict[str, np.ndarray] = {
+            "committed": np.full(shape, -1, np.int64),
+            "lag": np.zeros(shape, np.int64),
+            "lag_rate_per_s": np.zeros(shape),
+            "lag_accel_per_s2": np.zeros(shape),
+            "produce_rate_per_s": np.zeros(width),
+            "consume_rate_per_s": np.zeros(shape),
+            "time_lag_s": np.zeros(shape),
+            "eta_drain_s": np.zeros(shape),
+            "status": np.zeros(shape, np.int8),
+            "last_commit_ms": np.zeros(shape, np.int64),
+        }
+        return TopicObservation(
+            topic=self.topic,
+            now_ms=now_ms,
+            groups=list(self.groups),
+            mask=mask,
+            high_watermark=self.hw[-1].copy() if len(self.t_ms) else np.zeros(0, np.int64),
+            leaders=_widen(self.leaders, width, -1)[:width],
+            topic_partitions=width,
+            **{**zeros, **arrays},
+        )
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -555,3 +734,43 @@ class TopicModel:
 
     def load_hw_state(self, d: dict[str, Any]) -> None:
         self.t_ms, self.hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
+        self._widen(self.width)
+
+    def position_state(self, group: str) -> dict[str, Any]:
+        """What a commit changes for one group: small, written on every commit batch."""
+        g = self._index[group]
+        return {"width": self._width, **{k: _enc(getattr(self, k)[g]) for k in _POSITION}}
+
+    def load_position_state(self, group: str, d: dict[str, Any]) -> None:
+        width = int(d["width"])
+        self._widen(width)
+        g = self._group(group)
+        for k in _POSITION:
+            getattr(self, k)[g, :width] = _dec(d[k])[:width]
+
+    def window_state(self) -> dict[str, Any]:
+        """The rate window of every group: larger, written periodically (a lost row only
+        thins the fit)."""
+        return {
+            "groups": list(self.groups),
+            "w_t": _enc(self.w_t),
+            "w_hw": _enc(self.w_hw),
+            "w_c": _enc(self.w_c),
+            "last_status": _enc(self.last_status),
+            "last_snapshot_ms": _enc(self.last_snapshot_ms),
+        }
+
+    def load_window_state(self, d: dict[str, Any]) -> None:
+        """Restore the window rows of the groups that are known (positions load first)."""
+        w_t, w_hw, w_c = _dec(d["w_t"]), _dec(d["w_hw"]), _dec(d["w_c"])
+        status, snap = _dec(d["last_status"]), _dec(d["last_snapshot_ms"])
+        self._widen(max(w_hw.shape[1], w_c.shape[2]))
+        self.w_t = w_t
+        self.w_hw = _widen(w_hw, self.width, 0)[:, : self.width]
+        self.w_c = np.full((len(self.groups), len(w_t), self._width), -1, np.int64)
+        for i, name in enumerate(d["groups"]):
+            g = self._index.get(name)
+            if g is not None:
+                self.w_c[g, :, : w_c.shape[2]] = w_c[i]
+                self.last_status[g, : status.shape[1]] = status[i]
+                self.last_snapshot_ms[g] = snap[i]

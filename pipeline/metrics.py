@@ -10,122 +10,169 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
 
-from pipeline.lag import Observation
+from pipeline.lag import TopicObservation
 from schemas import LagStatus
 
 STATUS_NAMES = [s.value for s in LagStatus]
 
 
-class LagCollector(Collector):
-    """Exports the latest observation of every (group, topic) at scrape time.
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-    An entry not refreshed for ``stale_after_s`` is dropped: every modelled topic gets a
-    sample per tick, so silence means this replica no longer owns the topic (a rebalance
-    moved it to another replica, or the topic is gone) and its numbers would be stale.
+
+#: (name, help, TopicObservation field) of the per-partition gauges
+PARTITION_GAUGES = (
+    ("lagpilot_lag_offsets", "Offset lag: high watermark - committed.", "lag"),
+    (
+        "lagpilot_time_lag_seconds",
+        "Seconds since the high watermark passed the committed offset.",
+        "time_lag_s",
+    ),
+    (
+        "lagpilot_lag_rate_messages_per_second",
+        "Least-squares slope of the offset lag over the model window.",
+        "lag_rate_per_s",
+    ),
+    (
+        "lagpilot_lag_acceleration_messages_per_second_squared",
+        "Second derivative of the offset lag over the model window.",
+        "lag_accel_per_s2",
+    ),
+    (
+        "lagpilot_produce_rate_messages_per_second",
+        "Rate the partition's high watermark grows.",
+        "produce_rate_per_s",
+    ),
+    (
+        "lagpilot_consume_rate_messages_per_second",
+        "Rate the group's committed offset grows.",
+        "consume_rate_per_s",
+    ),
+)
+
+
+class LagCollector:
+    """Exports the latest observation of every topic, rendered at scrape time.
+
+    The exposition text is written straight from the (groups x partitions) arrays: going
+    through prometheus_client's metric objects cost 6-10 s per scrape at 50,000
+    group-partitions, holding the GIL against the model. A topic not refreshed for
+    ``stale_after_s`` is dropped: every modelled topic gets a sample per tick, so silence
+    means this replica no longer owns it (a rebalance moved it, or it is gone).
     """
 
     def __init__(self, stale_after_s: float = 10.0) -> None:
-        self._latest: dict[tuple[str, str], tuple[Observation, float]] = {}
+        self._latest: dict[str, tuple[TopicObservation, float]] = {}
+        self._labels: dict[str, tuple[tuple[str, ...], int, list[str], list[str]]] = {}
         self._lock = threading.Lock()
         self.stale_after_s = stale_after_s
 
-    def update(self, observations: Iterable[Observation]) -> None:
-        now = time.monotonic()
+    def update(self, obs: TopicObservation) -> None:
         with self._lock:
-            for o in observations:
-                self._latest[(o.group, o.topic)] = (o, now)
+            self._latest[obs.topic] = (obs, time.monotonic())
 
     def forget_topic(self, topic: str) -> None:
         with self._lock:
-            for key in [k for k in self._latest if k[1] == topic]:
-                del self._latest[key]
+            self._latest.pop(topic, None)
+            self._labels.pop(topic, None)
 
-    def snapshot(self) -> list[Observation]:
+    def snapshot(self) -> list[TopicObservation]:
         cutoff = time.monotonic() - self.stale_after_s
         with self._lock:
-            for key in [k for k, (_, at) in self._latest.items() if at < cutoff]:
-                del self._latest[key]
+            for topic in [t for t, (_, at) in self._latest.items() if at < cutoff]:
+                del self._latest[topic]
+                self._labels.pop(topic, None)
             return [o for o, _ in self._latest.values()]
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        labels = ["group", "topic", "partition"]
-        glabels = ["group", "topic"]
-        fam = {
-            "lag": GaugeMetricFamily(
-                "lagpilot_lag_offsets", "Offset lag: high watermark - committed.", labels=labels
-            ),
-            "time": GaugeMetricFamily(
-                "lagpilot_time_lag_seconds",
-                "Seconds since the high watermark passed the committed offset.",
-                labels=labels,
-            ),
-            "rate": GaugeMetricFamily(
-                "lagpilot_lag_rate_messages_per_second",
-                "Least-squares slope of the offset lag over the model window.",
-                labels=labels,
-            ),
-            "accel": GaugeMetricFamily(
-                "lagpilot_lag_acceleration_messages_per_second_squared",
-                "Second derivative of the offset lag over the model window.",
-                labels=labels,
-            ),
-            "produce": GaugeMetricFamily(
-                "lagpilot_produce_rate_messages_per_second",
-                "Rate the partition's high watermark grows.",
-                labels=labels,
-            ),
-            "consume": GaugeMetricFamily(
-                "lagpilot_consume_rate_messages_per_second",
-                "Rate the group's committed offset grows.",
-                labels=labels,
-            ),
-            "status": GaugeMetricFamily(
-                "lagpilot_partition_status",
-                "1 for the partition's current status (OK, WARN, ERR, STALL, STOP, REWIND).",
-                labels=[*labels, "status"],
-            ),
-            "gtime": GaugeMetricFamily(
-                "lagpilot_group_max_time_lag_seconds",
-                "Worst time lag over the group's partitions of the topic.",
-                labels=glabels,
-            ),
-            "glag": GaugeMetricFamily(
-                "lagpilot_group_lag_offsets",
-                "Total offset lag of the group on the topic.",
-                labels=glabels,
-            ),
-            "gstatus": GaugeMetricFamily(
-                "lagpilot_group_status_code",
-                "Worst status of the group on the topic: 0 OK, 1 WARN, 2 ERR, 3 STALL, 4 STOP, "
-                "5 REWIND.",
-                labels=glabels,
-            ),
-        }
+    def _label_sets(self, o: TopicObservation) -> tuple[list[str], list[str]]:
+        """Label text of every (group, partition) cell and of every group, cached per topic
+        while its groups and partitions stay the same."""
+        key = (tuple(o.groups), o.topic_partitions)
+        cached = self._labels.get(o.topic)
+        if cached is not None and cached[:2] == key:
+            return cached[2], cached[3]
+        t = _label(o.topic)
+        groups = [_label(g) for g in o.groups]
+        cells = [
+            f'group="{g}",topic="{t}",partition="{p}"'
+            for g in groups
+            for p in range(o.topic_partitions)
+        ]
+        per_group = [f'group="{g}",topic="{t}"' for g in groups]
+        self._labels[o.topic] = (*key, cells, per_group)
+        return cells, per_group
+
+    def render(self) -> bytes:
+        """The lag families in Prometheus' text format."""
+        lines: dict[str, list[str]] = {name: [] for name, _ in FAMILIES}
         for o in self.snapshot():
-            g = [o.group, o.topic]
-            for i, p in enumerate(o.partitions):
-                lv = [o.group, o.topic, str(int(p))]
-                fam["lag"].add_metric(lv, float(o.lag[i]))
-                fam["time"].add_metric(lv, float(o.time_lag_s[i]))
-                fam["rate"].add_metric(lv, float(o.lag_rate_per_s[i]))
-                fam["accel"].add_metric(lv, float(o.lag_accel_per_s2[i]))
-                fam["produce"].add_metric(lv, float(o.produce_rate_per_s[i]))
-                fam["consume"].add_metric(lv, float(o.consume_rate_per_s[i]))
-                fam["status"].add_metric([*lv, STATUS_NAMES[int(o.status[i])]], 1.0)
-            if len(o.partitions):
-                fam["gtime"].add_metric(g, float(o.time_lag_s.max()))
-                fam["glag"].add_metric(g, float(o.lag.sum()))
-                fam["gstatus"].add_metric(g, float(o.status.max()))
-        yield from fam.values()
+            if len(o):
+                self._render_topic(o, lines)
+        out: list[str] = []
+        for name, help_ in FAMILIES:
+            out.append(f"# HELP {name} {help_}\n# TYPE {name} gauge")
+            out.extend(lines[name])
+        return ("\n".join(out) + "\n").encode()
+
+    def _render_topic(self, o: TopicObservation, lines: dict[str, list[str]]) -> None:
+        cells, per_group = self._label_sets(o)
+        flat = np.flatnonzero(o.mask)
+        labels = [cells[i] for i in flat.tolist()]
+        g_idx, p_idx = np.divmod(flat, max(1, o.topic_partitions))
+        for name, _, attr in PARTITION_GAUGES:
+            arr = getattr(o, attr)
+            vals = arr[p_idx] if arr.ndim == 1 else arr[g_idx, p_idx]
+            floats = np.nan_to_num(vals.astype(np.float64), posinf=0.0, neginf=0.0).tolist()
+            lines[name].extend(
+                f"{name}{{{lab}}} {v!r}" for lab, v in zip(labels, floats, strict=True)
+            )
+        lines["lagpilot_partition_status"].extend(
+            f'lagpilot_partition_status{{{lab},status="{STATUS_NAMES[st]}"}} 1.0'
+            for lab, st in zip(labels, o.status[g_idx, p_idx].tolist(), strict=True)
+        )
+        active = o.active
+        per_group_values = {
+            "lagpilot_group_max_time_lag_seconds": np.where(o.mask, o.time_lag_s, 0.0)[active]
+            .max(axis=1)
+            .tolist(),
+            "lagpilot_group_lag_offsets": np.where(o.mask, o.lag, 0)[active]
+            .sum(axis=1)
+            .astype(np.float64)
+            .tolist(),
+            "lagpilot_group_status_code": o.group_status()[active].astype(np.float64).tolist(),
+        }
+        group_labels = [per_group[g] for g in active.tolist()]
+        for name, values in per_group_values.items():
+            lines[name].extend(
+                f"{name}{{{lab}}} {v!r}" for lab, v in zip(group_labels, values, strict=True)
+            )
+
+
+#: every family ``LagCollector`` renders, in order, with its help text
+FAMILIES = (
+    *((name, help_) for name, help_, _ in PARTITION_GAUGES),
+    (
+        "lagpilot_partition_status",
+        "1 for the partition's current status (OK, WARN, ERR, STALL, STOP, REWIND).",
+    ),
+    (
+        "lagpilot_group_max_time_lag_seconds",
+        "Worst time lag over the group's partitions of the topic.",
+    ),
+    ("lagpilot_group_lag_offsets", "Total offset lag of the group on the topic."),
+    (
+        "lagpilot_group_status_code",
+        "Worst status of the group on the topic: 0 OK, 1 WARN, 2 ERR, 3 STALL, 4 STOP, 5 REWIND.",
+    ),
+)
 
 
 class PipelineMetrics:
@@ -134,8 +181,7 @@ class PipelineMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.lag = LagCollector()
-        r.register(self.lag)
+        self.lag = LagCollector()  # rendered after the registry by HealthServer(extra=...)
         self.records = Counter(
             "lagpilot_coordinator_records_total",
             "__consumer_offsets records decoded, by kind.",
@@ -223,6 +269,7 @@ class HealthServer:
         registry: CollectorRegistry,
         ready: Callable[[], tuple[bool, str]],
         host: str = "0.0.0.0",
+        extra: Callable[[], bytes] | None = None,
     ) -> None:
         outer = self
 
@@ -230,7 +277,10 @@ class HealthServer:
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
+                    body = generate_latest(outer.registry)
+                    if outer.extra is not None:
+                        body += outer.extra()
+                    self._send(200, body, CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
                     self._send(200, b"ok\n")
                 elif path == "/readyz":
@@ -251,6 +301,7 @@ class HealthServer:
 
         self.registry = registry
         self.ready = ready
+        self.extra = extra
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -10,7 +10,7 @@ restarted or rebalanced replica resumes the model:
 - ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
   crash, because a group that commits once and goes idle would otherwise look lagging
   forever;
-- ``hw`` (the HWM history) and ``w:<group>`` (rate windows) at most every
+- ``hw`` (the HWM history) and ``win`` (every group's rate window) at most every
   ``persist_interval_ms``: a lost row only thins the fit, and the samples since are
   replayed (at-least-once) anyway;
 - ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.lag import GroupModel, LagConfig, Observation, TopicModel
+import numpy as np
+
+from pipeline.lag import LagConfig, TopicModel, TopicObservation
 from schemas import to_dict
 
 log = logging.getLogger(__name__)
@@ -49,7 +52,7 @@ class LagOperator:
         snapshot_interval_ms: int = 5000,
         ok_summary_interval_ms: int = 1000,
         persist_interval_ms: int = 1000,
-        on_observations: Callable[[list[Observation]], None] | None = None,
+        on_observations: Callable[[TopicObservation], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
         on_input: Callable[[str], None] | None = None,
         on_commits: Callable[[int], None] | None = None,
@@ -57,7 +60,7 @@ class LagOperator:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
         self.ok_summary_interval_ms = ok_summary_interval_ms
-        self._summary_ms: dict[tuple[str, str], tuple[int, str]] = {}  # last sent, status
+        self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
         self.persist_interval_ms = persist_interval_ms
         self.on_observations = on_observations
         self.on_topic_deleted = on_topic_deleted
@@ -101,7 +104,10 @@ class LagOperator:
         for name in state.get("groups", []):
             position = state.get(f"c:{name}")
             if position:
-                model.groups[name] = GroupModel.from_state(position, state.get(f"w:{name}"))
+                model.load_position_state(name, position)
+        window = state.get("win")
+        if window:
+            model.load_window_state(window)
         self._models[topic] = (model, gen, model.last_sample_ms)
         if gen:
             log.info("model of %s restored: %d group(s)", topic, len(model.groups))
@@ -119,25 +125,21 @@ class LagOperator:
         if names != state.get("groups", []):
             state.set("groups", names)
         for group in groups:
-            g = model.groups.get(group)
-            if g is None:
-                state.delete(f"c:{group}")
-                state.delete(f"w:{group}")
+            if group in model:
+                state.set(f"c:{group}", model.position_state(group))
             else:
-                state.set(f"c:{group}", g.position_state())
+                state.delete(f"c:{group}")
         self._bump(topic, model, state)
 
     def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
         state.set("hw", model.hw_state())
-        for name, g in model.groups.items():
-            state.set(f"w:{name}", g.window_state())
+        state.set("win", model.window_state())
         self._bump(topic, model, state, saved_ms=now_ms)
 
     def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
         for name in model.groups:
             state.delete(f"c:{name}")
-            state.delete(f"w:{name}")
-        for k in ("hw", "groups"):
+        for k in ("hw", "win", "groups"):
             state.delete(k)
         self._models.pop(topic, None)
         self._touched.pop(topic, None)
@@ -188,31 +190,29 @@ class LagOperator:
         return self._events(model, observations, now_ms)
 
     def _events(
-        self, model: TopicModel, observations: list[Observation], now_ms: int
+        self, model: TopicModel, obs: TopicObservation, now_ms: int
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for o in observations:
-            summary = o.summary(self.cfg.worst_n)
-            key = (o.group, o.topic)
-            sent_ms, sent_status = self._summary_ms.get(key, (0, ""))
-            if (
-                summary.status != "OK"
-                or sent_status != summary.status
-                or now_ms - sent_ms >= self.ok_summary_interval_ms
-            ):
-                out.append(to_dict(summary))
-                self._summary_ms[key] = (now_ms, summary.status)
-            g = model.groups[o.group]
-            due = now_ms - g.last_snapshot_ms >= self.snapshot_interval_ms
-            idx: Any
-            if due:
-                g.last_snapshot_ms = now_ms
-                idx = range(len(o.partitions))
-            else:
-                changed = g.last_status[o.partitions] != o.status
-                idx = changed.nonzero()[0]
-            g.last_status[o.partitions] = o.status
-            out.extend(to_dict(o.partition_lag(int(i))) for i in idx)
+        worst = obs.group_status()
+        for g in obs.active.tolist():
+            key = (obs.groups[g], obs.topic)
+            status = int(worst[g])
+            sent_ms, sent_status = self._summary_ms.get(key, (0, -1))
+            if status or sent_status != status or now_ms - sent_ms >= self.ok_summary_interval_ms:
+                out.append(to_dict(obs.view(g).summary(self.cfg.worst_n)))
+                self._summary_ms[key] = (now_ms, status)
+        # partition snapshots: each group every interval, at its own phase of it (so 50 groups
+        # do not all publish on the same tick), and any partition whose status changed
+        interval = max(1, self.snapshot_interval_ms)
+        last = model.last_snapshot_ms
+        phase = np.array([zlib.crc32(n.encode()) % interval for n in obs.groups], np.int64)
+        due = (last > 0) & ((now_ms + phase) // interval != (last + phase) // interval)
+        model.last_snapshot_ms = np.where((last == 0) | due, now_ms, last)
+        sent = model.last_status[:, : obs.topic_partitions]  # a view: updated in place
+        emit = obs.mask & ((sent != obs.status) | due[:, None])
+        sent[obs.mask] = obs.status[obs.mask]
+        gi, pi = np.nonzero(emit)
+        out.extend(obs.partition_events(gi, pi))
         return out
 
 

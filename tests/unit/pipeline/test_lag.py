@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipeline.lag import GroupModel, LagConfig, TopicModel, time_lag_s
+from pipeline.lag import Fit, LagConfig, TopicModel, _dec, _enc, time_lag_s
 from schemas import LagStatus, to_dict, validate
 
 CFG = LagConfig()
@@ -128,7 +131,7 @@ def test_replayed_commit_and_sample_change_nothing():
     m = TopicModel("t", CFG)
     m.commit("g", 0, 100, 2_000)
     m.commit("g", 0, 50, 1_000)  # an older record replayed after a restart
-    assert m.groups["g"].committed[0] == 100
+    assert m.committed[0, 0] == 100
     assert m.add_sample(3_000, [200])
     assert not m.add_sample(3_000, [200])
     assert not m.add_sample(2_500, [150])
@@ -172,16 +175,24 @@ def test_forgotten_offsets_prune_the_group():
     assert "g" not in m.groups
 
 
-def test_group_state_round_trips():
+def test_model_state_round_trips_and_the_restored_model_observes_the_same():
     s = Script(produce_per_s=1000, consume_per_s=600)
     s.run(s.t0 + 5_000)
-    g = s.model.groups["g"]
-    g2 = GroupModel.from_state(g.position_state(), g.window_state())
-    for k in ("committed", "commit_ms", "progress_ms", "w_t", "w_hw", "w_c"):
-        assert np.array_equal(getattr(g, k), getattr(g2, k))
+    m = s.model
+    m.commit("h", 0, 7, s.last_ms - 100)  # a second group, younger than the window
     m2 = TopicModel("t", CFG)
-    m2.load_hw_state(s.model.hw_state())
-    assert np.array_equal(m2.hw, s.model.hw)
+    m2.load_hw_state(m.hw_state())
+    for name in m.groups:
+        m2.load_position_state(name, m.position_state(name))
+    m2.load_window_state(m.window_state())
+    for k in ("t_ms", "hw", "committed", "commit_ms", "progress_ms", "w_t", "w_hw", "w_c"):
+        assert np.array_equal(getattr(m, k), getattr(m2, k)), k
+    assert np.array_equal(m.interval_s, m2.interval_s, equal_nan=True)
+    s.model.add_sample(s.last_ms + 250, [s.hwm()])
+    m2.add_sample(s.last_ms + 250, [s.hwm()])
+    a, b = m.observe(s.last_ms + 250), m2.observe(s.last_ms + 250)
+    for k in ("lag", "lag_rate_per_s", "lag_accel_per_s2", "time_lag_s", "status"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
 
 
 def test_outputs_validate_against_their_schemas():
@@ -202,9 +213,8 @@ def test_a_late_commit_corrects_the_window_rows_after_it():
     # commits made at 2_000 and 2_500 arrive only now (after a restart, replayed late)
     m.commit("g", 0, 100, 2_000)
     m.commit("g", 0, 125, 2_500)
-    w = m.groups["g"]
-    assert list(w.w_c[w.w_t >= 2_500, 0]) == [125, 125]
-    assert list(w.w_c[(w.w_t >= 2_000) & (w.w_t < 2_500), 0]) == [100, 100]
+    assert list(m.w_c[0, m.w_t >= 2_500, 0]) == [125, 125]
+    assert list(m.w_c[0, (m.w_t >= 2_000) & (m.w_t < 2_500), 0]) == [100, 100]
 
 
 def test_a_growing_lag_warns_before_the_time_lag_level():
@@ -227,3 +237,66 @@ def test_an_avalanche_warns_within_a_second_while_a_healthy_sawtooth_stays_ok():
     obs = s.run(onset + 2_000)
     first = next(o[0].now_ms for o in obs if o[0].status[0] != 0)
     assert first - onset <= 1_000
+
+
+def _groups_model(rates: dict[str, float], ticks: int = 60) -> dict[str, TopicModel]:
+    """One model holding every group, and one model per group alone, fed the same inputs."""
+    models = {"all": TopicModel("t", CFG), **{g: TopicModel("t", CFG) for g in rates}}
+    consumed = dict.fromkeys(rates, 0.0)
+    for i in range(1, ticks + 1):
+        t = 1_000_000 + i * 250
+        hw = [i * 250, i * 100, i * 10]
+        for g, rate in rates.items():
+            if i % 3 == 0:  # every 750 ms
+                consumed[g] = min(consumed[g] + rate * 0.75, hw[0])
+                for p in range(3 if g != "one" else 1):
+                    for m in (models["all"], models[g]):
+                        m.commit(g, p, min(int(consumed[g] * (p + 1) / 3), hw[p]), t - 20)
+        for m in models.values():
+            m.add_sample(t, hw)
+            m.observe(t)
+    return models
+
+
+def test_a_group_is_modelled_the_same_alone_and_beside_other_groups():
+    rates = {"fast": 2_000.0, "slow": 300.0, "one": 900.0}
+    models = _groups_model(rates)
+    now = models["all"].last_sample_ms + 250
+    for m in models.values():
+        m.add_sample(now, [9_999, 9_999, 9_999])  # a burst: every group falls behind
+    together = models["all"].observe(now)
+    for o in together:
+        (alone,) = models[o.group].observe(now)
+        assert list(o.partitions) == list(alone.partitions)
+        for k in ("lag", "committed", "status", "time_lag_s"):
+            assert np.array_equal(getattr(o, k), getattr(alone, k)), (o.group, k)
+        for k in ("lag_rate_per_s", "lag_accel_per_s2", "consume_rate_per_s", "produce_rate_per_s"):
+            assert np.allclose(getattr(o, k), getattr(alone, k), atol=1e-6), (o.group, k)
+    assert {o.group for o in together} == set(rates)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6), min_size=8, max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+)
+def test_masked_fits_match_numpy_polyfit_over_the_rows_kept(ys, keep):
+    x = np.arange(-7, 1) * 0.25
+    y = np.array(ys)
+    m = np.array(keep, dtype=np.float64)
+    fit = Fit(x, m[None, :])
+    slope, accel = fit.slope((m * y)[None, :])[0], fit.accel((m * y)[None, :])[0]
+    xs, ysk = x[m > 0], y[m > 0]
+    want_slope = np.polyfit(xs, ysk, 1)[0] if len(xs) >= 2 else 0.0
+    want_accel = 2 * np.polyfit(xs, ysk, 2)[0] if len(xs) >= 3 else 0.0
+    assert slope == pytest.approx(want_slope, rel=1e-6, abs=1e-3)
+    assert accel == pytest.approx(want_accel, rel=1e-5, abs=1e-2)
+
+
+@given(st.lists(st.lists(st.integers(-(2**40), 2**40), min_size=3, max_size=3), max_size=6))
+def test_state_arrays_round_trip_exactly(rows):
+    a = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    for arr in (a, a[None], np.arange(5, dtype=np.int64), a.astype(np.float64)):
+        back = _dec(orjson.loads(orjson.dumps(_enc(arr))))
+        assert back.dtype == arr.dtype and back.shape == arr.shape
+        assert np.array_equal(back, arr)
