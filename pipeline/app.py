@@ -167,6 +167,7 @@ def build_app(
     operator = LagOperator(
         settings.lag_config(),
         snapshot_interval_ms=settings.partition_snapshot_interval_ms,
+        alert_interval_ms=settings.partition_alert_interval_ms,
         ok_summary_interval_ms=settings.ok_summary_interval_ms,
         persist_interval_ms=settings.persist_interval_ms,
         on_observations=on_observations,

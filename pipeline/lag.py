@@ -288,10 +288,12 @@ def classify(
     3. STOP: data waits, and neither the offset has moved nor has the oldest waiting message
        been waiting for ``stop_factor`` x the usual progress interval (>= ``stop_min_s``):
        seen from the growing time lag, without waiting for another commit.
-    4. ERR: the oldest waiting message waited ``err_time_lag_s``.
+    4. ERR: the oldest waiting message waited ``err_time_lag_s`` beyond the usual progress
+       interval (a group that commits every 5 s shows up to 5 s of time lag while it keeps
+       up: that much is its commit cadence, not lag).
     5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
        message waited ``time_lag_factor`` x the usual interval (a partition that still
-       progresses but falls behind: a hotspot), or ``warn_time_lag_s``,
+       progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
        ``growth_ratio`` of the produce rate) with data waiting longer than the warn level.
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
@@ -303,6 +305,9 @@ def classify(
     warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual) + slack
     behind_after = np.maximum(cfg.warn_min_s, cfg.time_lag_factor * usual) + slack
     waiting = lag > 0
+    # the time lag beyond what the commit cadence explains: committing every 5 s, a group
+    # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)
+    beyond_cadence = time_lag - usual
     stuck = np.minimum(since_progress_s, time_lag)  # how long data has waited with no progress
     growing = np.zeros_like(waiting)
     if lag_rate is not None and produce_rate is not None:
@@ -312,20 +317,21 @@ def classify(
         if recent_lag_rate is not None:
             # the last second alone: an avalanche shows within a few samples, long before
             # the full window's slope turns; half the produce rate is far above the noise
-            # of a healthy consumer's commit sawtooth
+            # of a healthy consumer's commit sawtooth, and the data must have waited longer
+            # than one commit cadence (between commits the lag grows by design)
             floor = np.maximum(cfg.recent_growth_min_per_s, cfg.recent_growth_ratio * produce_rate)
-            growing |= (recent_lag_rate > floor) & (time_lag > cfg.warn_min_s + slack)
+            growing |= (recent_lag_rate > floor) & (beyond_cadence > cfg.warn_min_s + slack)
     rules = [
         (since_rewind_s < cfg.rewind_hold_s, LagStatus.REWIND),
         (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
         (waiting & (stuck > stop_after), LagStatus.STOP),
-        (waiting & (time_lag >= cfg.err_time_lag_s), LagStatus.ERR),
+        (waiting & (beyond_cadence >= cfg.err_time_lag_s), LagStatus.ERR),
         (
             waiting
             & (
                 (stuck > warn_after)
                 | (time_lag > behind_after)
-                | (time_lag >= cfg.warn_time_lag_s)
+                | (beyond_cadence >= cfg.warn_time_lag_s)
                 | growing
             ),
             LagStatus.WARN,
@@ -495,6 +501,7 @@ class TopicModel:
         # what the operator last published per group-partition (the model does not use it)
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
+        self.last_alert_ms = np.zeros(0, np.int64)
 
     @property
     def width(self) -> int:
@@ -535,10 +542,11 @@ class TopicModel:
         self.w_c = np.concatenate([self.w_c, np.full((1, len(self.w_t), w), -1, np.int64)])
         self.last_status = row(self.last_status, 0)
         self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
+        self.last_alert_ms = np.append(self.last_alert_ms, 0)
         return g
 
     def _drop_group(self, g: int) -> None:
-        for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms"):
+        for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms", "last_alert_ms"):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
         del self.groups[g]
         self._index = {name: i for i, name in enumerate(self.groups)}

@@ -49,7 +49,8 @@ class LagOperator:
         self,
         cfg: LagConfig,
         *,
-        snapshot_interval_ms: int = 5000,
+        snapshot_interval_ms: int = 30_000,
+        alert_interval_ms: int = 1000,
         ok_summary_interval_ms: int = 1000,
         persist_interval_ms: int = 1000,
         on_observations: Callable[[TopicObservation], None] | None = None,
@@ -59,6 +60,7 @@ class LagOperator:
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
+        self.alert_interval_ms = alert_interval_ms
         self.ok_summary_interval_ms = ok_summary_interval_ms
         self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
         self.persist_interval_ms = persist_interval_ms
@@ -183,11 +185,12 @@ class LagOperator:
         if not model.add_sample(now_ms, hwms, value.get("leaders") or ()):
             return []  # a replayed or out-of-order sample
         observations = model.observe(now_ms)
-        if now_ms - self._models[topic][2] >= self.persist_interval_ms:
-            self._persist(topic, model, state, now_ms)
         if self.on_observations is not None:
             self.on_observations(observations)
-        return self._events(model, observations, now_ms)
+        events = self._events(model, observations, now_ms)
+        if now_ms - self._models[topic][2] >= self.persist_interval_ms:
+            self._persist(topic, model, state, now_ms)  # with what was just published
+        return events
 
     def _events(
         self, model: TopicModel, obs: TopicObservation, now_ms: int
@@ -201,19 +204,33 @@ class LagOperator:
             if status or sent_status != status or now_ms - sent_ms >= self.ok_summary_interval_ms:
                 out.append(to_dict(obs.view(g).summary(self.cfg.worst_n)))
                 self._summary_ms[key] = (now_ms, status)
-        # partition snapshots: each group every interval, at its own phase of it (so 50 groups
-        # do not all publish on the same tick), and any partition whose status changed
-        interval = max(1, self.snapshot_interval_ms)
-        last = model.last_snapshot_ms
-        phase = np.array([zlib.crc32(n.encode()) % interval for n in obs.groups], np.int64)
-        due = (last > 0) & ((now_ms + phase) // interval != (last + phase) // interval)
-        model.last_snapshot_ms = np.where((last == 0) | due, now_ms, last)
+        # partition snapshots: each group's partitions every snapshot interval, the ones not
+        # OK every alert interval, at the group's own phase of it (so 50 groups do not all
+        # publish on the same tick), and at once a partition whose status changed
+        phase = np.array([zlib.crc32(n.encode()) for n in obs.groups], np.int64)
+        due = _due(model.last_snapshot_ms, now_ms, self.snapshot_interval_ms, phase)
+        alert = _due(model.last_alert_ms, now_ms, self.alert_interval_ms, phase)
+        model.last_snapshot_ms = np.where(
+            due | (model.last_snapshot_ms == 0), now_ms, model.last_snapshot_ms
+        )
+        model.last_alert_ms = np.where(
+            alert | (model.last_alert_ms == 0), now_ms, model.last_alert_ms
+        )
+        periodic = due[:, None] | (alert[:, None] & (obs.status > 0))
         sent = model.last_status[:, : obs.topic_partitions]  # a view: updated in place
-        emit = obs.mask & ((sent != obs.status) | due[:, None])
+        emit = obs.mask & ((sent != obs.status) | periodic)
         sent[obs.mask] = obs.status[obs.mask]
         gi, pi = np.nonzero(emit)
         out.extend(obs.partition_events(gi, pi))
         return out
+
+
+def _due(last_ms: np.ndarray, now_ms: int, interval_ms: int, phase: np.ndarray) -> np.ndarray:
+    """Per group: has a boundary of its phase-shifted ``interval_ms`` grid passed since
+    ``last_ms``? (False before a group's first tick: ``last_ms`` 0.)"""
+    interval = max(1, interval_ms)
+    shift = phase % interval
+    return (last_ms > 0) & ((now_ms + shift) // interval != (last_ms + shift) // interval)
 
 
 def lag_key(event: dict[str, Any]) -> str:

@@ -46,9 +46,11 @@ class Settings:
     history_rows: int = 256
     warn_time_lag_s: float = 5.0
     err_time_lag_s: float = 30.0
-    # partition_lag snapshots per partition at most this often (and at once on a status
-    # change); group_lag summaries every sample while a group is not OK, else this often
-    partition_snapshot_interval_ms: int = 5000
+    # partition_lag snapshots of every partition this often, of partitions not OK every
+    # partition_alert_interval_ms, and at once on a status change; group_lag summaries
+    # every sample while a group is not OK, else every ok_summary_interval_ms
+    partition_snapshot_interval_ms: int = 30_000
+    partition_alert_interval_ms: int = 1000
     ok_summary_interval_ms: int = 1000
     persist_interval_ms: int = 1000
     worst_n: int = 5
@@ -96,6 +98,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "warn_time_lag_s": (0.1, 86_400),
     "err_time_lag_s": (0.1, 86_400),
     "partition_snapshot_interval_ms": (0, 3_600_000),
+    "partition_alert_interval_ms": (0, 3_600_000),
     "ok_summary_interval_ms": (0, 60_000),
     "persist_interval_ms": (50, 600_000),
     "worst_n": (1, 100),

@@ -300,3 +300,23 @@ def test_state_arrays_round_trip_exactly(rows):
         back = _dec(orjson.loads(orjson.dumps(_enc(arr))))
         assert back.dtype == arr.dtype and back.shape == arr.shape
         assert np.array_equal(back, arr)
+
+
+def test_a_group_auto_committing_every_5_s_that_keeps_up_stays_ok():
+    # Kafka's default auto-commit: the committed offset trails consumption by up to 5 s, so
+    # the time lag saws up to ~5 s while the group keeps up: that is cadence, not lag
+    s = Script(produce_per_s=100, consume_per_s=1_000, commit_every_ms=5_000)
+    obs = s.run(s.t0 + 120_000)
+    late = obs[len(obs) // 2 :]
+    assert max(o[0].time_lag_s[0] for o in late) > 4.5  # the sawtooth is really there
+    assert all(o[0].status[0] == 0 for o in late)
+
+
+def test_a_group_committing_every_5_s_that_falls_behind_warns_then_errs():
+    s = Script(produce_per_s=100, consume_per_s=1_000, commit_every_ms=5_000)
+    s.run(s.t0 + 60_000)
+    s.consume_per_s = 50.0  # half the produce rate: the lag grows 50 msgs/s
+    obs = s.run(s.t0 + 180_000)
+    statuses = [list(LagStatus)[o[0].status[0]] for o in obs]
+    assert LagStatus.WARN in statuses[:120]  # within 30 s
+    assert statuses[-1] is LagStatus.ERR  # 60 s behind by the end
