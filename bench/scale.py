@@ -265,6 +265,10 @@ def measure_step(
         for le, v in b.buckets.items():
             after[le] = after.get(le, 0.0) + v
     consumed = sum(b.commits - a.commits for a, b in zip(s0, s1, strict=True))
+    events: dict[str, float] = {}
+    for a, b in zip(s0, s1, strict=True):
+        for kind, v in b.events.items():
+            events[kind] = events.get(kind, 0.0) + v - a.events.get(kind, 0.0)
     behind = sent1 - sum(b.commits for b in s1) - deficit0
     p99 = quantile(0.99, before, after)
     sustained = (
@@ -287,6 +291,7 @@ def measure_step(
         "cpu_cores_model_process": round(main_ticks / CLK_TCK / elapsed, 3),
         "rss_mib": round(rss / 2**20, 1),
         "sustained": sustained,
+        "lag_events_per_s": {k: round(v / elapsed, 1) for k, v in sorted(events.items()) if v},
     }
 
 
@@ -439,7 +444,8 @@ def run_phase(
         gen.join(60)
         if gen.is_alive():
             gen.kill()
-        admin.delete_topics([offsets_topic])
+        if not os.environ.get("SCALE_KEEP_TOPICS"):
+            admin.delete_topics([offsets_topic])
 
 
 def offsets_written(bootstrap: str, topic: str) -> int:
@@ -528,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
             t for t in admin.list_topics(timeout=10).topics if t.startswith(run) or run in t
         ]
         with contextlib.suppress(Exception):
-            admin.delete_topics(leftovers)
+            if not os.environ.get("SCALE_KEEP_TOPICS"):  # kept to inspect a run's events
+                admin.delete_topics(leftovers)
     at_steady = next((s for s in one if s["commits_per_s"] == steady), one[0])
     two_max = max_held(two) if two else None
     # what one more replica adds, from a measured scale-out only: the lower of one alone

@@ -145,6 +145,7 @@ class Scrape:
     samples: float = 0.0
     sample_age_s: float = -1.0
     buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
+    events: dict[str, float] = field(default_factory=dict)  # "event/status" -> total
 
 
 _LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
@@ -169,6 +170,9 @@ def scrape(port: int) -> Scrape:
             out.samples = value
         elif name == "lagpilot_last_sample_age_seconds":
             out.sample_age_s = value
+        elif name == "lagpilot_lag_events_total":
+            kind = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            out.events[f"{kind.get('event')}/{kind.get('status')}"] = value
         elif name == "lagpilot_processing_delay_seconds_bucket":
             le = re.search(r'le="([^"]+)"', labels)
             if le:

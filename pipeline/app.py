@@ -174,11 +174,11 @@ def build_app(
         on_topic_deleted=metrics.lag.forget_topic,
         on_input=lambda event: metrics.model_inputs.labels(event).inc(),
         on_commits=lambda n: metrics.model_inputs.labels("commit").inc(n),
+        on_events=metrics.events_published,
     )
     model = app.dataframe(topic=wm_topic)
     model = model.update(SourceStats(metrics), metadata=True)
     lag_events = model.apply(operator, stateful=True, metadata=True, expand=True)
-    lag_events = lag_events.update(lambda v: metrics.lag_events.labels(v["event"]).inc())
     lag_events.to_topic(lag_topic, key=lag_key)
 
     # 4. the policy: every summary and every halt/resume under one key

@@ -38,6 +38,7 @@ from schemas import OffsetCommit, OffsetDeleted, topics
 log = logging.getLogger(__name__)
 
 STATS_HEADER = "lagpilot-offsets"
+FETCH_WAIT_MS = 10
 
 
 @dataclass
@@ -131,6 +132,8 @@ class CommitsSource(Source):
         model_group: str = "",
         resend_first_s: float = 5.0,
         resend_every_s: float = 60.0,
+        commit_every_s: float = 1.0,
+        align_timeout_s: float = 1.0,
         shutdown_timeout: float = 10,
     ) -> None:
         super().__init__(name=name, shutdown_timeout=shutdown_timeout)
@@ -147,6 +150,13 @@ class CommitsSource(Source):
         self.model_group = model_group
         self.resend_first_s = resend_first_s
         self.resend_every_s = resend_every_s
+        self.commit_every_s = commit_every_s
+        self.align_timeout_s = align_timeout_s
+        # wall ms up to which every commit record has been read and forwarded: a sample
+        # taken before it may go out (built in run(): a Condition does not pickle)
+        self._read_through_ms = 0
+        self._aligned: threading.Condition | None = None
+        self._assigned: set[int] | None = None  # None until the first assignment
         self._owned: list[frozenset[int]] = [frozenset()]  # assigned offsets partitions
         self._offsets_partitions = 0
         # consume() waits this long for a full batch: short, so a lone commit is forwarded
@@ -170,11 +180,49 @@ class CommitsSource(Source):
         if sampler is None:
             return None
         sampler.configure(topic=self.producer_topic, producer=self.producer)
+        sampler.align = self._wait_aligned
         owned = self._owned
         sampler.owns_topic = lambda t: owns_topic(t, self._offsets_partitions, owned[0])
         thread = threading.Thread(target=sampler.start, name="watermark-sampler", daemon=True)
         thread.start()
         return thread
+
+    def _wait_aligned(self, sampled_at_ms: int) -> bool:
+        """Block the sampler until every commit written before ``sampled_at_ms`` has been
+        forwarded, so the model never sees a sample ahead of the commits it should follow
+        (seen as groups that stopped: false STOPs while this reader catches up on a backlog
+        or runs behind). False after ``align_timeout_s``: the sample is dropped."""
+        cond = self._aligned
+        if cond is None:
+            return True
+        with cond:
+            return cond.wait_for(
+                lambda: self._read_through_ms >= sampled_at_ms or not self.running,
+                timeout=self.align_timeout_s,
+            )
+
+    def _caught_up(self, consumer: Any) -> bool:
+        """Has this reader reached the end of every offsets partition it is assigned, as
+        of the last fetch responses (the high watermark, or the last stable offset of
+        a read_committed consumer)? Not before the first assignment: then nothing is read."""
+        if self._assigned is None:
+            return False
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self._assigned)]
+        for tp in consumer.position(tps) if tps else []:
+            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
+            if hi < 0 or (tp.offset < hi if tp.offset >= 0 else hi > lo):
+                return False
+        return True
+
+    def _read_through(self, ms: int) -> None:
+        cond = self._aligned
+        if cond is None or ms <= self._read_through_ms:
+            return
+        with cond:
+            self._read_through_ms = ms
+            cond.notify_all()
 
     def _consumer(self) -> Any:
         from confluent_kafka import Consumer
@@ -185,7 +233,7 @@ class CommitsSource(Source):
             "enable.auto.commit": False,
             "auto.offset.reset": self.auto_offset_reset,
             "session.timeout.ms": 10_000,
-            "fetch.wait.max.ms": 10,
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
         }
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
@@ -220,14 +268,16 @@ class CommitsSource(Source):
         )
 
     def run(self) -> None:
+        self._aligned = threading.Condition()
         self._wait_for_model()
         consumer = self._consumer()
         md = consumer.list_topics(self.offsets_topic, timeout=30).topics.get(self.offsets_topic)
         self._offsets_partitions = len(md.partitions) if md is not None and md.partitions else 1
         sampler_thread = self._start_sampler()
         buffer = Coalescer()
+        next_commit = [time.monotonic() + self.commit_every_s]
 
-        def flush(consumer: Any = consumer) -> None:
+        def flush(consumer: Any = consumer, commit: bool = False) -> None:
             now_ms = int(time.time() * 1000)
             batches = buffer.drain()
             header = [(STATS_HEADER, orjson.dumps(dict(self.stats)))]
@@ -239,7 +289,13 @@ class CommitsSource(Source):
                     timestamp=now_ms,
                 )
             self.stats["batches"] += len(batches)
-            self.flush()  # acknowledged before the offsets that fed them are committed
+            if not commit and time.monotonic() < next_commit[0]:
+                return
+            # at-least-once: the offsets are committed only once the batches holding every
+            # record read so far are acknowledged (once a second, not per batch: a flush
+            # waits for the broker)
+            next_commit[0] = time.monotonic() + self.commit_every_s
+            self.flush()
             try:
                 consumer.commit(asynchronous=False)
             except Exception as exc:  # nothing to commit yet, or a rebalance: replay is safe
@@ -247,13 +303,14 @@ class CommitsSource(Source):
 
         def on_assign(c: Any, partitions: Any) -> None:
             self._owned[0] = self._owned[0] | {tp.partition for tp in partitions}
+            self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions}
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
         def on_revoke(c: Any, partitions: Any) -> None:
-            if buffer.pending:
-                flush(c)
+            flush(c, commit=True)
             self._owned[0] = self._owned[0] - {tp.partition for tp in partitions}
+            self._assigned = (self._assigned or set()) - {tp.partition for tp in partitions}
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
@@ -264,6 +321,7 @@ class CommitsSource(Source):
                 if time.monotonic() >= next_resend:
                     buffer.resend_known(int(time.time() * 1000))
                     next_resend = time.monotonic() + self.resend_every_s
+                started_ms = int(time.time() * 1000)
                 msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
                 now_ms = int(time.time() * 1000)
                 for msg in msgs:
@@ -283,16 +341,24 @@ class CommitsSource(Source):
                         buffer.add(record, now_ms)
                     else:
                         self.stats[record.event] += 1  # group metadata: not needed for lag
-                if buffer.pending and (
-                    not msgs
-                    or now_ms - buffer.first_ms >= self.flush_ms
-                    or buffer.pending >= self.max_pending
-                ):
+                caught_up = len(msgs) < 5000 and self._caught_up(consumer)
+                if (
+                    buffer.pending
+                    and (
+                        caught_up
+                        or now_ms - buffer.first_ms >= self.flush_ms
+                        or buffer.pending >= self.max_pending
+                    )
+                ) or time.monotonic() >= next_commit[0]:
                     flush()
-            if buffer.pending:
-                flush()
+                if caught_up:
+                    # what the broker had when this poll began (less its fetch wait) is read
+                    # and forwarded, ahead of any sample taken before then
+                    self._read_through(started_ms - FETCH_WAIT_MS)
+            flush(commit=True)
         finally:
             consumer.close()
             if sampler_thread is not None and self.sampler is not None:
                 self.sampler.stop()
+                self._read_through(2**62)  # release a sampler waiting for alignment
                 sampler_thread.join(timeout=5)

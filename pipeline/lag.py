@@ -48,7 +48,7 @@ class LagConfig:
     # a commit reaches the model tens of ms after it was written (offsets topic -> source ->
     # model) while samples are fresh: that much "no progress" is not evidence of a stall
     commit_visibility_s: float = 0.05
-    initial_interval_s: float = 1.0  # usual progress interval before one is learned
+    initial_interval_s: float = 5.0  # usual progress interval before one is learned
     max_interval_s: float = 60.0
     interval_alpha: float = 0.3  # EWMA weight of the newest progress interval
     growth_ratio: float = 0.05  # WARN when the lag grows faster than this share of produce
@@ -295,7 +295,8 @@ def classify(
        message waited ``time_lag_factor`` x the usual interval (a partition that still
        progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
-       ``growth_ratio`` of the produce rate) with data waiting longer than the warn level.
+       ``growth_ratio`` of the produce rate) with data waiting longer than the warn level
+       beyond the usual interval.
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
     """
@@ -312,7 +313,7 @@ def classify(
     growing = np.zeros_like(waiting)
     if lag_rate is not None and produce_rate is not None:
         growing = (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate)) & (
-            time_lag > warn_after
+            beyond_cadence > warn_after
         )
         if recent_lag_rate is not None:
             # the last second alone: an avalanche shows within a few samples, long before

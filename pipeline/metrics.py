@@ -8,6 +8,7 @@ families only when Prometheus scrapes.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Callable
@@ -218,8 +219,8 @@ class PipelineMetrics:
         )
         self.lag_events = Counter(
             "lagpilot_lag_events_total",
-            "Events published to lagpilot.lag, by kind.",
-            ["event"],
+            "Events published to lagpilot.lag, by kind and status.",
+            ["event", "status"],
             registry=r,
         )
         self.actions = Counter(
@@ -249,6 +250,13 @@ class PipelineMetrics:
         self.last_sample_age.set_function(
             lambda: time.time() - self._last_sample_wall if self._last_sample_wall else -1.0
         )
+
+    def events_published(self, events: list[dict[str, Any]]) -> None:
+        """Counted per batch (one ``labels()`` lookup per kind, not per event)."""
+        for (event, status), n in collections.Counter(
+            (e["event"], e.get("status", "")) for e in events
+        ).items():
+            self.lag_events.labels(event, status).inc(n)
 
     def sample_modelled(self, sampled_at_ms: int) -> None:
         now = time.time()

@@ -57,6 +57,7 @@ class LagOperator:
         on_topic_deleted: Callable[[str], None] | None = None,
         on_input: Callable[[str], None] | None = None,
         on_commits: Callable[[int], None] | None = None,
+        on_events: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
@@ -68,6 +69,7 @@ class LagOperator:
         self.on_topic_deleted = on_topic_deleted
         self.on_input = on_input
         self.on_commits = on_commits
+        self.on_events = on_events
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
@@ -190,6 +192,8 @@ class LagOperator:
         events = self._events(model, observations, now_ms)
         if now_ms - self._models[topic][2] >= self.persist_interval_ms:
             self._persist(topic, model, state, now_ms)  # with what was just published
+        if self.on_events is not None and events:
+            self.on_events(events)
         return events
 
     def _events(

@@ -301,6 +301,10 @@ class HighWatermarkSource(Source):
         # Set by the process that runs this sampler when several replicas share the work:
         # a topic is sampled only where ``owns_topic(topic)`` is true.
         self.owns_topic: Callable[[str], bool] | None = None
+        # Set by the process that reads the commits: called with a sample's time before it
+        # is produced, returns once the commits up to then are forwarded (True) or gives
+        # up (False: the sample is dropped, not modelled against stale commits).
+        self.align: Callable[[int], bool] | None = None
         self._last_logged_ns: dict[str, int] = {}
 
     # -- lifecycle
@@ -455,6 +459,15 @@ class HighWatermarkSource(Source):
                 sum(failed.values()),
                 failed,
             )
+        if self.align is not None and not self.align(sampled_at_ms):
+            stats.count_error("align", "commits_behind")
+            self._log_limited(
+                "align",
+                logging.WARNING,
+                "sample dropped: the commits reader is behind (reading a backlog, or "
+                "overloaded); samples resume when it catches up",
+            )
+            return True
         stats.samples += 1
         header = [(STATS_HEADER, stats.header())]
         for wm in build_watermarks(self._watched, offsets, sampled_at_ms):

@@ -119,7 +119,9 @@ def test_rewind_on_offset_reset_then_back_to_normal():
 
 def test_stall_when_commits_continue_but_offset_is_stuck():
     m = TopicModel("t", CFG)
-    for i in range(40):
+    # never progressed, so no cadence is learned: judged by the default (5 s, Kafka's
+    # auto-commit interval), STALL once nothing moved for 4 x that
+    for i in range(90):
         t = 1_000 + i * 250
         m.commit("g", 0, 10, t)  # commits every tick, always the same offset
         m.add_sample(t, [10 + i * 10])
@@ -320,3 +322,19 @@ def test_a_group_committing_every_5_s_that_falls_behind_warns_then_errs():
     statuses = [list(LagStatus)[o[0].status[0]] for o in obs]
     assert LagStatus.WARN in statuses[:120]  # within 30 s
     assert statuses[-1] is LagStatus.ERR  # 60 s behind by the end
+
+
+def test_a_new_group_is_judged_by_the_default_cadence_until_its_own_is_learned():
+    # a fresh pipeline meets a group committing every 5 s, 2 messages behind: no false
+    # WARN/STOP while its cadence is unknown (the first commits), nor after
+    m = TopicModel("t", CFG)
+    statuses = set()
+    for i in range(4 * 60):
+        t = 1_000 + i * 250
+        hw = 10 + i // 4  # 1 msg/s
+        if i % 20 == 7:
+            m.commit("g", 0, hw - 2, t)
+        m.add_sample(t, [hw])
+        obs = m.observe(t)
+        statuses |= {int(s) for o in obs for s in o.status}
+    assert statuses == {0}
