@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-scale bench-actuation bench-war-story clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story clean
 
 install: $(VENV)/.installed
 
@@ -70,6 +70,9 @@ bench-detection: install
 
 bench-ingest: install
 	$(PY) bench/ingest.py
+
+bench-model: install
+	$(PY) bench/model.py
 
 bench-scale: install
 	$(PY) bench/scale.py

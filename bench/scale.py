@@ -538,10 +538,18 @@ def main(argv: list[str] | None = None) -> int:
                 admin.delete_topics(leftovers)
     at_steady = next((s for s in one if s["commits_per_s"] == steady), one[0])
     two_max = max_held(two) if two else None
-    # what one more replica adds, from a measured scale-out only: the lower of one alone
-    # and half of two together; the shape's group-partitions only if its steady step held
-    per_replica = min(one_max, two_max / 2) if two_max else 0
-    gp_per_replica = args.topics * args.partitions * args.groups * min(1.0, per_replica / steady)
+    # what a replica holds, from measured runs only: if one replica held the shape, the
+    # lower of one alone and half of two together; if it took two, half of what they held
+    # (each models half the topics: the sampling is split by topic)
+    shape_gp = args.topics * args.partitions * args.groups
+    two_steady = next((s for s in two if s["commits_per_s"] == steady), None)
+    per_replica, gp_per_replica, basis = 0.0, 0.0, None
+    if at_steady["sustained"]:
+        per_replica = min(one_max, two_max / 2) if two_max else float(one_max)
+        gp_per_replica, basis = shape_gp, "one replica held the shape"
+    elif two_max and two_steady is not None and two_steady["sustained"]:
+        per_replica, gp_per_replica = two_max / 2, shape_gp / 2
+        basis = "two replicas held the shape (one did not): each counted as half of them"
     result: dict[str, Any] = {
         "partitions": args.topics * args.partitions,
         "groups": args.groups,
@@ -561,9 +569,10 @@ def main(argv: list[str] | None = None) -> int:
         "scaling_ratio": round(two_max / one_max, 2) if two_max and one_max else None,
         "replicas_for_10k_x_100": (
             replicas_needed(gp_per_replica, per_replica, 10_000, 100, args.commit_interval_s)
-            if per_replica and at_steady["sustained"]
+            if basis
             else None
         ),
+        "replicas_basis": basis,
         "criteria": {"delay_p99_s_max": MAX_DELAY_P99_S, "behind_s_max": MAX_BEHIND_S},
         "window_s": args.window_s,
         "pipeline_env": {  # pipeline settings this run overrode (LAGPILOT_* in its env)
