@@ -157,6 +157,7 @@ class CommitsSource(Source):
         self._read_through_ms = 0
         self._aligned: threading.Condition | None = None
         self._assigned: set[int] | None = None  # None until the first assignment
+        self._starts: dict[int, int] = {}  # committed offsets at assignment, looked up lazily
         self._owned: list[frozenset[int]] = [frozenset()]  # assigned offsets partitions
         self._offsets_partitions = 0
         # consume() waits this long for a full batch: short, so a lone commit is forwarded
@@ -204,7 +205,10 @@ class CommitsSource(Source):
     def _caught_up(self, consumer: Any) -> bool:
         """Has this reader reached the end of every offsets partition it is assigned, as
         of the last fetch responses (the high watermark, or the last stable offset of
-        a read_committed consumer)? Not before the first assignment: then nothing is read."""
+        a read_committed consumer)? Not before the first assignment: then nothing is read.
+
+        A partition read from its committed offset that has nothing new has no position
+        (nothing consumed): there the committed offset, looked up once, stands in."""
         if self._assigned is None:
             return False
         from confluent_kafka import TopicPartition
@@ -212,9 +216,29 @@ class CommitsSource(Source):
         tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self._assigned)]
         for tp in consumer.position(tps) if tps else []:
             lo, hi = consumer.get_watermark_offsets(tp, cached=True)
-            if hi < 0 or (tp.offset < hi if tp.offset >= 0 else hi > lo):
+            if hi < 0:
+                return False  # no fetch response yet
+            at = tp.offset if tp.offset >= 0 else self._start_offset(consumer, tp.partition, lo)
+            if at < hi:
                 return False
         return True
+
+    def _start_offset(self, consumer: Any, partition: int, low: int) -> int:
+        """Where reading a partition began: its committed offset, else (a new group, which
+        reads from the earliest) the log start."""
+        if partition not in self._starts:
+            from confluent_kafka import TopicPartition
+
+            try:
+                [tp] = consumer.committed(
+                    [TopicPartition(self.offsets_topic, partition)], timeout=5
+                )
+                self._starts[partition] = tp.offset
+            except Exception as exc:  # ask again on the next loop
+                log.debug("committed offset of partition %d: %s", partition, exc)
+                return -1
+        start = self._starts[partition]
+        return start if start >= 0 else max(low, 0)
 
     def _read_through(self, ms: int) -> None:
         cond = self._aligned
@@ -304,6 +328,8 @@ class CommitsSource(Source):
         def on_assign(c: Any, partitions: Any) -> None:
             self._owned[0] = self._owned[0] | {tp.partition for tp in partitions}
             self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions}
+            for tp in partitions:
+                self._starts.pop(tp.partition, None)
             if self.sampler is not None:
                 self.sampler.request_refresh()
 

@@ -8,9 +8,11 @@ One ``TopicModel`` per topic holds
   last ``window_s`` are kept at full rate (rates and acceleration are fitted there); older
   rows are thinned by halves when the table is full, so time lag can be interpolated far
   back in bounded memory (kafka-lag-exporter's offset->time table, without its 30 s poll);
-- per consumer group on the topic, a ``GroupModel``: committed offset, last commit time,
-  last progress time and the usual interval between progress per partition, and the window
-  of (time, HWM, committed) rows the rates are fitted on.
+- every consumer group on the topic as one row of (groups x partitions) arrays: committed
+  offset, last commit time, last progress time and the usual interval between progress,
+  and the window of (time, HWM, committed) rows the rates are fitted on. A tick fits every
+  group at once (``Fit``: masked least squares as matrix products), so its cost is a few
+  numpy calls per topic, not a dozen per group.
 
 Every sample updates every group on the topic, so lag is observed every tick, not only when
 consumers commit (Burrow's blind spot), and a consumer that stopped committing is seen from

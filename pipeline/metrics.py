@@ -2,8 +2,8 @@
 
 Per-partition gauges are not ``Gauge.labels(...).set()`` calls on every tick (at 50,000
 group-partitions and 4 ticks a second that alone would eat a core): the model keeps its
-latest observation per (group, topic), and ``LagCollector`` turns those into metric
-families only when Prometheus scrapes.
+latest observation per topic, and ``LagCollector`` writes those arrays as exposition text
+only when Prometheus scrapes.
 """
 
 from __future__ import annotations
