@@ -582,6 +582,47 @@ class TopicModel:
         self.commit_ms[g, p] = ts_ms
         self.committed[g, p] = offset
 
+    def commit_many(self, rows: list[Any]) -> set[str]:
+        """Apply a batch of ``[group, partition, offset, ts_ms]`` rows as arrays: exactly
+        what ``commit`` does one at a time, for a batch with one row per group-partition
+        (the commits source coalesces to that); other batches go one at a time. Returns
+        the groups touched."""
+        if not rows:
+            return set()
+        names = [r[0] for r in rows]
+        g = np.fromiter((self._group(n) for n in names), np.int64, len(rows))
+        p = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+        self._widen(int(p.max()) + 1)
+        if len(np.unique(g * self._width + p)) < len(rows):
+            for name, partition, offset, ts_ms in rows:
+                self.commit(name, partition, offset, ts_ms)
+            return set(names)
+        off = np.fromiter((r[2] for r in rows), np.int64, len(rows))
+        ts = np.fromiter((r[3] for r in rows), np.int64, len(rows))
+        fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
+        g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
+        prev = self.committed[g, p]
+        rewind = (prev >= 0) & (off < prev)
+        advance = off > prev
+        last_progress = self.progress_ms[g, p]
+        learn = advance & (prev >= 0) & (last_progress > 0)
+        if learn.any():
+            gl, pl = g[learn], p[learn]
+            dt_s = (ts[learn] - last_progress[learn]) / 1000.0
+            old = self.interval_s[gl, pl]
+            a = self.cfg.interval_alpha
+            self.interval_s[gl, pl] = np.where(np.isnan(old), dt_s, (1 - a) * old + a * dt_s)
+        self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
+        moved = rewind | advance
+        self.progress_ms[g[moved], p[moved]] = ts[moved]
+        if len(self.w_t):
+            for i in np.nonzero(advance & (ts <= self.w_t[-1]))[0].tolist():
+                late = self.w_t >= ts[i]  # see commit(): correct the window rows after it
+                self.w_c[g[i], late, p[i]] = np.maximum(self.w_c[g[i], late, p[i]], off[i])
+        self.commit_ms[g, p] = ts
+        self.committed[g, p] = off
+        return set(names)
+
     def forget(self, group: str, partition: int) -> None:
         """The offset was deleted (tombstone): stop modelling this partition, and the group
         once it has no partition left."""

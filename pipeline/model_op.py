@@ -166,10 +166,7 @@ class LagOperator:
         topic = key
         model = self._model(topic, state)
         if event == "commits":  # a coalesced batch from CommitsSource
-            touched = set()
-            for group, partition, offset, ts_ms in value["commits"]:
-                model.commit(group, partition, offset, ts_ms)
-                touched.add(group)
+            touched = model.commit_many(value["commits"])
             for group, partition in value.get("deleted", ()):
                 model.forget(group, partition)
                 touched.add(group)

@@ -338,3 +338,34 @@ def test_a_new_group_is_judged_by_the_default_cadence_until_its_own_is_learned()
         obs = m.observe(t)
         statuses |= {int(s) for o in obs for s in o.status}
     assert statuses == {0}
+
+
+commit_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(0, 3),
+        st.integers(0, 50),
+        st.integers(900, 2_600),
+    ),
+    max_size=12,
+    unique_by=lambda r: (r[0], r[1]),  # as the commits source coalesces them
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(commit_rows, min_size=1, max_size=4))
+def test_a_commit_batch_does_what_its_commits_do_one_at_a_time(batches):
+    one, many = TopicModel("t", CFG), TopicModel("t", CFG)
+    t = 1_000
+    for m in (one, many):  # a window with rows, so late commits correct them
+        for i in range(8):
+            m.add_sample(t + i * 250, [60, 60, 60, 60])
+            m.observe(t + i * 250)
+    for batch in batches:
+        for row in batch:
+            one.commit(*row)
+        assert many.commit_many([list(r) for r in batch]) == {r[0] for r in batch}
+    assert one.groups == many.groups
+    for k in ("committed", "commit_ms", "progress_ms", "rewind_ms", "w_c"):
+        assert np.array_equal(getattr(one, k), getattr(many, k)), k
+    assert np.allclose(one.interval_s, many.interval_s, equal_nan=True)
