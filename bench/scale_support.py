@@ -146,6 +146,7 @@ class Scrape:
     sample_age_s: float = -1.0
     buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
     events: dict[str, float] = field(default_factory=dict)  # "event/status" -> total
+    samples_dropped: float = 0.0  # lagpilot_sampler_errors_total{where="align"}
 
 
 _LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
@@ -170,6 +171,8 @@ def scrape(port: int) -> Scrape:
             out.samples = value
         elif name == "lagpilot_last_sample_age_seconds":
             out.sample_age_s = value
+        elif name == "lagpilot_sampler_errors_total" and 'where="align"' in labels:
+            out.samples_dropped += value
         elif name == "lagpilot_lag_events_total":
             kind = dict(re.findall(r'(\w+)="([^"]*)"', labels))
             out.events[f"{kind.get('event')}/{kind.get('status')}"] = value

@@ -28,6 +28,7 @@ from pipeline.lag import TopicObservation
 from pipeline.metrics import PipelineMetrics
 from pipeline.model_op import LagOperator, lag_key
 from pipeline.settings import Settings
+from pipeline.watermarks import STATS_HEADER as SAMPLER_HEADER
 from pipeline.watermarks import HighWatermarkSource
 from schemas import topics
 
@@ -49,9 +50,16 @@ class SourceStats:
         if not headers:
             return
         for name, raw in headers:
-            if name != STATS_HEADER or not raw:
+            if not raw:
                 continue
-            for stat, total in orjson.loads(raw).items():
+            if name == STATS_HEADER:
+                totals = orjson.loads(raw)
+            elif name == SAMPLER_HEADER:
+                by_kind = orjson.loads(raw).get("by_kind") or {}
+                totals = {f"sampler|{kind}": n for kind, n in by_kind.items()}
+            else:
+                continue
+            for stat, total in totals.items():
                 delta = total - self.seen.get(stat, 0)
                 if delta < 0:  # the source restarted: its counters began again
                     delta = total
@@ -70,6 +78,9 @@ class SourceStats:
             m.bad_messages.labels("read").inc(delta)
         elif stat in ("commit", "offset_deleted", "group_metadata", "group_removed"):
             m.records.labels(stat).inc(delta)
+        elif stat.startswith("sampler|"):
+            where, _, kind = stat.removeprefix("sampler|").partition(":")
+            m.sampler_errors.labels(where, kind).inc(delta)
 
 
 def _skip_and_count(metrics: PipelineMetrics, stage: str) -> Any:

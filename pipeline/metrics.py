@@ -211,6 +211,13 @@ class PipelineMetrics:
             "Watermark samples modelled (one per topic per tick).",
             registry=r,
         )
+        self.sampler_errors = Counter(
+            "lagpilot_sampler_errors_total",
+            "Watermark sampler errors, by where and kind (where=align: a sample dropped "
+            "because the commits reader was behind).",
+            ["where", "kind"],
+            registry=r,
+        )
         self.processing_delay = Histogram(
             "lagpilot_processing_delay_seconds",
             "Wall time from a watermark sample to its modelled lag (pipeline behind-ness).",

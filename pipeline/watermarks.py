@@ -220,7 +220,12 @@ class SamplerStats:
     def header(self) -> bytes:
         """The compact per-message health header (same bytes for every message of a tick)."""
         return orjson.dumps(
-            {"tick": self.ticks, "errors": self.errors_total, "sample_ms": self.last_sample_ms}
+            {
+                "tick": self.ticks,
+                "errors": self.errors_total,
+                "by_kind": self.errors,
+                "sample_ms": self.last_sample_ms,
+            }
         )
 
 

@@ -89,7 +89,9 @@ def test_dashboard_provider_loads_the_path_compose_mounts() -> None:
 
 def test_every_metric_queried_is_exported() -> None:
     dash = json.loads(DASHBOARD.read_text())
-    exported = exported_names(generate_latest(PipelineMetrics().registry).decode())
+    pipeline = PipelineMetrics()
+    exported = exported_names(generate_latest(pipeline.registry).decode())
+    exported |= exported_names(pipeline.lag.render().decode())  # served after the registry
     exported |= exported_names(generate_latest(Metrics().registry).decode())
     queried = dashboard_metrics(dash)
     assert queried, "the dashboard queries lagpilot metrics"

@@ -221,7 +221,12 @@ def test_stats_count_errors_by_kind_and_fit_a_header() -> None:
     stats.ticks = 12
     assert stats.errors == {"partition:unknown_topic_or_part": 4, "metadata:_transport": 1}
     assert stats.as_dict()["errors_total"] == 5
-    assert decode(stats.header()) == {"tick": 12, "errors": 5, "sample_ms": 0.0}
+    assert decode(stats.header()) == {
+        "tick": 12,
+        "errors": 5,
+        "by_kind": {"partition:unknown_topic_or_part": 4, "metadata:_transport": 1},
+        "sample_ms": 0.0,
+    }
 
 
 # -- configuration (no I/O in the constructor: Quix pickles it into a spawned process)
