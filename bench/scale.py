@@ -241,17 +241,19 @@ def measure_step(
     time.sleep(warmup_s)
     trees = [process_tree(r.proc.pid) for r in replicas]
     cpu0 = [cpu_ticks(t) for t in trees]
+    sent0, t0 = sent.value, time.monotonic()  # before the scrape, as sent1 (see below)
     s0 = [r.scrape() for r in replicas]
-    sent0, t0 = sent.value, time.monotonic()
     rss = 0
     end = t0 + window_s
     while time.monotonic() < end:  # no scrapes in between: see scrape_s
         time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         rss = max(rss, sum(rss_bytes(process_tree(r.proc.pid)) for r in replicas))
+    # the generator's count before the scrape: a scrape reads the counters as it starts
+    # and then takes a second to render, in which the generator sends on
+    sent1, elapsed = sent.value, time.monotonic() - t0
     t_scrape = time.monotonic()
     s1 = [r.scrape() for r in replicas]
     scrape_s = (time.monotonic() - t_scrape) / len(replicas)
-    sent1, elapsed = sent.value, time.monotonic() - t0
     cpu1 = [cpu_ticks(process_tree(r.proc.pid)) for r in replicas]
     ticks = sum(c1[p] - c0[p] for c0, c1 in zip(cpu0, cpu1, strict=True) for p in c1 if p in c0)
     main_ticks = sum(
