@@ -71,6 +71,8 @@ from scale_support import (  # noqa: E402
 MAX_DELAY_P99_S = 1.0
 MAX_BEHIND_S = 1.0
 MAX_DROPPED_SHARE = 0.01  # samples dropped because the commits reader was behind
+SAMPLE_INTERVAL_MS = 250
+MIN_SAMPLES_SHARE = 0.95  # samples modelled, of one per topic per tick (a starved sampler skips)
 
 #: Runs the real pipeline entry point with this run's internal topic names; with
 #: ``SCALE_PROFILE=<path>`` in its environment, under cProfile (the main thread: the model)
@@ -130,7 +132,7 @@ class Pipeline:
             "LAGPILOT_INCLUDE": f"{run}-t.*",
             "LAGPILOT_METRICS_PORT": str(self.port),
             "LAGPILOT_RUN_POLICY": "false",
-            "LAGPILOT_SAMPLE_INTERVAL_MS": "250",
+            "LAGPILOT_SAMPLE_INTERVAL_MS": str(SAMPLE_INTERVAL_MS),
             "LAGPILOT_AUTO_OFFSET_RESET": reset,
         }
         if profile:
@@ -232,6 +234,7 @@ def measure_step(
     warmup_s: float,
     window_s: float,
     deficit0: float = 0.0,
+    ticks_per_s: float = 0.0,
 ) -> dict[str, Any]:
     """Set the rate, let it settle for ``warmup_s``, then measure ``window_s``.
 
@@ -281,6 +284,7 @@ def measure_step(
         and p99 <= MAX_DELAY_P99_S
         and behind <= max(commits_per_s * MAX_BEHIND_S, 1)
         and dropped <= MAX_DROPPED_SHARE * (samples + dropped)
+        and samples / elapsed >= MIN_SAMPLES_SHARE * ticks_per_s
     )
     return {
         "commits_per_s": commits_per_s,
@@ -330,6 +334,7 @@ def ladder(
     window_s: float,
     max_steps: int,
     drain_s: float = 15.0,
+    ticks_per_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Doubling steps from ``start`` (the shape's steady rate: every group commits every
     ``--commit-interval-s``) until one is missed, then one between the two held and
@@ -345,7 +350,7 @@ def ladder(
     try:
         while todo and len(steps) < max_steps:
             r = todo.pop(0)
-            step = measure_step(replicas, rate, sent, r, warmup_s, window_s, deficit)
+            step = measure_step(replicas, rate, sent, r, warmup_s, window_s, deficit, ticks_per_s)
             steps.append(step)
             step["caught_up_after_s"], deficit = drain(replicas, rate, sent, drain_s)
             step["not_modelled_after_drain"] = round(deficit)
@@ -441,6 +446,7 @@ def run_phase(
             args.warmup_s,
             args.window_s,
             args.max_steps,
+            ticks_per_s=args.topics * 1000 / SAMPLE_INTERVAL_MS,  # one sample a topic a tick
         )
         stop.set()
         gen.join(60)
@@ -563,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "partitions": args.topics * args.partitions,
         "groups": args.groups,
-        "sample_interval_ms": 250,
+        "sample_interval_ms": SAMPLE_INTERVAL_MS,
         "steady_commit_rate": steady,
         "one_replica": {
             "max_sustained_commits_per_s": one_max,
@@ -587,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
             "delay_p99_s_max": MAX_DELAY_P99_S,
             "behind_s_max": MAX_BEHIND_S,
             "samples_dropped_share_max": MAX_DROPPED_SHARE,
+            "samples_modelled_share_min": MIN_SAMPLES_SHARE,
         },
         "window_s": args.window_s,
         "pipeline_env": {  # pipeline settings this run overrode (LAGPILOT_* in its env)
