@@ -308,16 +308,17 @@ def measure_step(
 
 
 def drain(
-    replicas: list[Pipeline], rate: Any, sent: Any, timeout_s: float
+    replicas: list[Pipeline], rate: Any, sent: Any, timeout_s: float, deficit0: float = 0.0
 ) -> tuple[float | None, float]:
     """Stop committing; seconds until the model has taken in every commit produced (None
-    if it has not within ``timeout_s``), and the commits still missing then."""
+    if it has not within ``timeout_s``), and the commits still missing then (``deficit0``:
+    those sent before these replicas started reading at the end)."""
     rate.value = 0.0
     time.sleep(0.05)  # the generator's current tick ends
     t0 = time.monotonic()
     missing = 0.0
     while time.monotonic() - t0 < timeout_s:
-        missing = sent.value - sum(r.scrape().commits for r in replicas)
+        missing = sent.value - sum(r.scrape().commits for r in replicas) - deficit0
         if missing <= 0:
             return round(time.monotonic() - t0, 2), missing
         time.sleep(0.5)
@@ -352,8 +353,9 @@ def ladder(
             r = todo.pop(0)
             step = measure_step(replicas, rate, sent, r, warmup_s, window_s, deficit, ticks_per_s)
             steps.append(step)
-            step["caught_up_after_s"], deficit = drain(replicas, rate, sent, drain_s)
-            step["not_modelled_after_drain"] = round(deficit)
+            step["caught_up_after_s"], missing = drain(replicas, rate, sent, drain_s, deficit)
+            deficit += max(0.0, missing)
+            step["not_modelled_after_drain"] = round(missing)
             print(f"  {len(replicas)} replica(s) {r:>7,}/s: {_brief(step)}", flush=True)
             if not fixed:
                 held = [s["commits_per_s"] for s in steps if s["sustained"]]
