@@ -297,8 +297,8 @@ def classify(
        message waited ``time_lag_factor`` x the usual interval (a partition that still
        progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
-       ``growth_ratio`` of the produce rate) with data waiting longer than the warn level
-       beyond the usual interval.
+       ``growth_ratio`` of the produce rate) with data waiting longer than the warn level,
+       over a span holding more than two usual intervals.
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
     """
@@ -313,17 +313,25 @@ def classify(
     beyond_cadence = time_lag - usual
     stuck = np.minimum(since_progress_s, time_lag)  # how long data has waited with no progress
     growing = np.zeros_like(waiting)
+    # A lag slope says something only over several commits: between two commits the lag
+    # grows by design (a group committing every 5 s shows the produce rate as its lag rate
+    # for 5 s). So each growth rule needs its span to hold more than two usual intervals.
     if lag_rate is not None and produce_rate is not None:
-        growing = (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate)) & (
-            beyond_cadence > warn_after
+        growing = (
+            (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate))
+            & (time_lag > warn_after)
+            & (2.0 * usual < cfg.window_s)
         )
         if recent_lag_rate is not None:
             # the last second alone: an avalanche shows within a few samples, long before
             # the full window's slope turns; half the produce rate is far above the noise
-            # of a healthy consumer's commit sawtooth, and the data must have waited longer
-            # than one commit cadence (between commits the lag grows by design)
+            # of a healthy consumer's commit sawtooth
             floor = np.maximum(cfg.recent_growth_min_per_s, cfg.recent_growth_ratio * produce_rate)
-            growing |= (recent_lag_rate > floor) & (beyond_cadence > cfg.warn_min_s + slack)
+            growing |= (
+                (recent_lag_rate > floor)
+                & (time_lag > cfg.warn_min_s + slack)
+                & (2.0 * usual < cfg.recent_s)
+            )
     rules = [
         (since_rewind_s < cfg.rewind_hold_s, LagStatus.REWIND),
         (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
