@@ -23,7 +23,7 @@ from quixstreams import Application
 from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
 
-from pipeline.commits import STATS_HEADER, CommitsSource
+from pipeline.commits import RUN_KEY, STATS_HEADER, CommitsSource
 from pipeline.lag import TopicObservation
 from pipeline.metrics import PipelineMetrics
 from pipeline.model_op import LagOperator, lag_key
@@ -39,12 +39,17 @@ def policy_topic_name(consumer_group: str) -> str:
 
 
 class SourceStats:
-    """Folds the commits source's counters (carried in a header: it runs in another
-    process) into the Prometheus counters, by the increase since the last message."""
+    """Folds the sources' counters (carried in a header: they run in another process) into
+    the Prometheus counters, by the increase since the highest total seen.
+
+    Headers arrive out of order (batches go to every partition of the watermarks topic and
+    are consumed interleaved), so a lower total is an older message, not a restart; a new
+    run of the commits source is told by its run id, and its counters count from zero."""
 
     def __init__(self, metrics: PipelineMetrics) -> None:
         self.metrics = metrics
         self.seen: dict[str, float] = {}
+        self.run = ""
 
     def __call__(self, value: Any, key: Any, timestamp: int, headers: Any) -> None:
         if not headers:
@@ -54,6 +59,10 @@ class SourceStats:
                 continue
             if name == STATS_HEADER:
                 totals = orjson.loads(raw)
+                run = str(totals.pop(RUN_KEY, ""))
+                if run != self.run:
+                    self.run = run
+                    self.seen = {}  # the sampler runs in the same process: it began again too
             elif name == SAMPLER_HEADER:
                 by_kind = orjson.loads(raw).get("by_kind") or {}
                 totals = {f"sampler|{kind}": n for kind, n in by_kind.items()}
@@ -61,10 +70,8 @@ class SourceStats:
                 continue
             for stat, total in totals.items():
                 delta = total - self.seen.get(stat, 0)
-                if delta < 0:  # the source restarted: its counters began again
-                    delta = total
-                self.seen[stat] = total
-                if delta:
+                if delta > 0:
+                    self.seen[stat] = total
                     self._count(stat, delta)
 
     def _count(self, stat: str, delta: float) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from schemas import OffsetCommit, OffsetDeleted, topics
 log = logging.getLogger(__name__)
 
 STATS_HEADER = "lagpilot-offsets"
+RUN_KEY = "_run"  # in the stats header: which run of the source its counters belong to
 FETCH_WAIT_MS = 10
 
 
@@ -292,6 +294,7 @@ class CommitsSource(Source):
         )
 
     def run(self) -> None:
+        run_id = uuid.uuid4().hex[:12]  # the counters below begin again with each run
         self._aligned = threading.Condition()
         self._wait_for_model()
         consumer = self._consumer()
@@ -304,7 +307,7 @@ class CommitsSource(Source):
         def flush(consumer: Any = consumer, commit: bool = False) -> None:
             now_ms = int(time.time() * 1000)
             batches = buffer.drain()
-            header = [(STATS_HEADER, orjson.dumps(dict(self.stats)))]
+            header = [(STATS_HEADER, orjson.dumps({**self.stats, RUN_KEY: run_id}))]
             for batch in batches:
                 self.produce(
                     key=batch["topic"],
