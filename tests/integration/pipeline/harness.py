@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas import topics
@@ -136,7 +136,16 @@ class LagReader:
             time.sleep(0.2)
         parts = []
         for p in md.partitions:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(topics.LAG, p), timeout=5)
+            while True:
+                try:
+                    _, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(topics.LAG, p), timeout=5
+                    )
+                    break
+                except KafkaException as exc:  # a just-started broker: no leader yet
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{topics.LAG}[{p}] has no end offset: {exc}") from exc
+                    time.sleep(0.2)
             parts.append(TopicPartition(topics.LAG, p, high))
         self._consumer.assign(parts)
         self._thread.start()
