@@ -52,7 +52,7 @@ class LagOperator:
         snapshot_interval_ms: int = 30_000,
         alert_interval_ms: int = 1000,
         ok_summary_interval_ms: int = 1000,
-        persist_interval_ms: int = 5000,
+        persist_interval_ms: int = 1000,
         on_observations: Callable[[TopicObservation], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
         on_input: Callable[[str], None] | None = None,

@@ -52,7 +52,7 @@ class Settings:
     partition_snapshot_interval_ms: int = 30_000
     partition_alert_interval_ms: int = 1000
     ok_summary_interval_ms: int = 1000
-    persist_interval_ms: int = 5000  # HWM history and rate windows to the state store
+    persist_interval_ms: int = 1000  # HWM history and rate windows to the state store
     worst_n: int = 5
     topic_partitions: int = 16  # partitions of lagpilot.watermarks (the unit of parallelism)
     replication_factor: int = 1
