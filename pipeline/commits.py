@@ -33,6 +33,7 @@ import orjson
 from quixstreams.sources import Source
 
 from pipeline.offsets import Skipped, decode_record, is_own_group
+from pipeline.procs import die_with_parent
 from pipeline.watermarks import HighWatermarkSource
 from schemas import OffsetCommit, OffsetDeleted, topics
 
@@ -294,6 +295,7 @@ class CommitsSource(Source):
         )
 
     def run(self) -> None:
+        die_with_parent()  # a kill -9 of the pipeline must not leave this reader running
         run_id = uuid.uuid4().hex[:12]  # the counters below begin again with each run
         self._aligned = threading.Condition()
         self._wait_for_model()

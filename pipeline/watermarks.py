@@ -30,6 +30,7 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from quixstreams.sources import Source
 
+from pipeline.procs import die_with_parent
 from schemas import ConfigError, Watermarks, encode, topics
 
 logger = logging.getLogger(__name__)
@@ -339,6 +340,7 @@ class HighWatermarkSource(Source):
         Runs until ``stop()`` (SIGTERM from Quix in the child, or a call from a thread).
         After a tick in which nothing answered, the next one waits for the backoff.
         """
+        die_with_parent()  # in Quix's source process: never outlive the pipeline
         interval_ns = self.sample_interval_ms * _NS_PER_MS
         anchor = deadline = time.monotonic_ns()
         next_refresh = anchor
