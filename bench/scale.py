@@ -44,6 +44,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -149,7 +150,24 @@ class Pipeline:
     def scrape(self) -> Scrape:
         return scrape(self.port)
 
+    def start_prometheus(self, interval_s: float) -> None:
+        """Scrape the whole /metrics every ``interval_s`` from now on, as Prometheus does
+        (every lag family rendered: the model pays for it while the step is measured)."""
+        self._prom_stop = threading.Event()
+        self.prom_scrape_s: list[tuple[float, float]] = []  # (when, seconds it took)
+
+        def loop() -> None:
+            while not self._prom_stop.wait(interval_s):
+                t0 = time.monotonic()
+                with contextlib.suppress(OSError):
+                    scrape(self.port, full=True)
+                    self.prom_scrape_s.append((t0, time.monotonic() - t0))
+
+        threading.Thread(target=loop, daemon=True).start()
+
     def stop(self) -> None:
+        if getattr(self, "_prom_stop", None) is not None:
+            self._prom_stop.set()
         tree = process_tree(self.proc.pid)
         if self.profile:
             out = Path(f"{self.profile}.{self.i}.prof")
@@ -244,19 +262,18 @@ def measure_step(
     time.sleep(warmup_s)
     trees = [process_tree(r.proc.pid) for r in replicas]
     cpu0 = [cpu_ticks(t) for t in trees]
-    sent0, t0 = sent.value, time.monotonic()  # before the scrape, as sent1 (see below)
+    sent0, t0 = sent.value, time.monotonic()
     s0 = [r.scrape() for r in replicas]
     rss = 0
     end = t0 + window_s
-    while time.monotonic() < end:  # no scrapes in between: see scrape_s
+    while time.monotonic() < end:
         time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         rss = max(rss, sum(rss_bytes(process_tree(r.proc.pid)) for r in replicas))
-    # the generator's count before the scrape: a scrape reads the counters as it starts
-    # and then takes a second to render, in which the generator sends on
     sent1, elapsed = sent.value, time.monotonic() - t0
-    t_scrape = time.monotonic()
     s1 = [r.scrape() for r in replicas]
-    scrape_s = (time.monotonic() - t_scrape) / len(replicas)
+    # the full scrapes (every lag family, as Prometheus) that ran in the window
+    full = [d for r in replicas for at, d in getattr(r, "prom_scrape_s", []) if at >= t0]
+    scrape_s = max(full, default=0.0)
     cpu1 = [cpu_ticks(process_tree(r.proc.pid)) for r in replicas]
     ticks = sum(c1[p] - c0[p] for c0, c1 in zip(cpu0, cpu1, strict=True) for p in c1 if p in c0)
     main_ticks = sum(
@@ -296,7 +313,8 @@ def measure_step(
         "delay_p50_s": round(quantile(0.5, before, after), 3),
         "delay_p99_s": round(p99, 3),
         "last_sample_age_s": round(max(b.sample_age_s for b in s1), 3),
-        "scrape_s": round(scrape_s, 2),
+        "scrape_s": round(scrape_s, 2),  # the slowest full scrape in the window
+        "full_scrapes": len(full),
         "cpu_cores": round(ticks / CLK_TCK / elapsed, 3),
         "cpu_cores_model_process": round(main_ticks / CLK_TCK / elapsed, 3),
         "rss_mib": round(rss / 2**20, 1),
@@ -436,6 +454,8 @@ def run_phase(
             for i in range(n_replicas)
         ]
         wait_modelling(replicas, 90, args.bootstrap, name, offsets_topic)
+        for r in replicas:
+            r.start_prometheus(args.prometheus_interval_s)
         return replicas
 
     try:
@@ -518,6 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--max-steps", type=int, default=5)
+    ap.add_argument(
+        "--prometheus-interval-s",
+        type=float,
+        default=15.0,
+        help="a full /metrics scrape of each replica this often, as Prometheus would",
+    )
     ap.add_argument("--rates", help="fixed one-replica steps, e.g. 10000,20000 (no ladder)")
     ap.add_argument("--profile", default="", help="cProfile the model to <PATH>.<i>.prof")
     ap.add_argument("--no-two", action="store_true", help="skip the two-replica phase")

@@ -152,8 +152,22 @@ class Scrape:
 _LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
 
 
-def scrape(port: int) -> Scrape:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as r:
+#: the families the benchmark reads (a ``name[]`` scrape: the lag families are not rendered)
+BENCH_FAMILIES = (
+    "lagpilot_model_inputs_total",
+    "lagpilot_coordinator_records_total",
+    "lagpilot_watermark_samples_total",
+    "lagpilot_last_sample_age_seconds",
+    "lagpilot_sampler_errors_total",
+    "lagpilot_lag_events_total",
+    "lagpilot_processing_delay_seconds_bucket",
+)
+
+
+def scrape(port: int, full: bool = False) -> Scrape:
+    """The benchmark's counters; ``full``: the whole /metrics, as Prometheus scrapes it."""
+    query = "" if full else "?" + "&".join(f"name[]={n}" for n in BENCH_FAMILIES)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics{query}", timeout=120) as r:
         text = r.read().decode()
     out = Scrape()
     for line in text.splitlines():

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lagpilot run: configuration error: {exc}", file=sys.stderr)
         return 2
     from pipeline.app import build_app
+    from pipeline.exposition import RenderProcess
     from pipeline.metrics import BrokerProbe, HealthServer, PipelineMetrics
 
     metrics = PipelineMetrics()
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         policy.metrics = metrics
     server = None
     if settings.metrics_port:
+        metrics.lag.process = RenderProcess()  # formatting off the model's GIL
         server = HealthServer(
             settings.metrics_port,
             metrics.registry,
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+        if metrics.lag.process is not None:
+            metrics.lag.process.close()
     return 0
 
 

@@ -3,61 +3,29 @@
 Per-partition gauges are not ``Gauge.labels(...).set()`` calls on every tick (at 50,000
 group-partitions and 4 ticks a second that alone would eat a core): the model keeps its
 latest observation per topic, and ``LagCollector`` writes those arrays as exposition text
-only when Prometheus scrapes.
+only when Prometheus scrapes (in a child process: ``pipeline.exposition``).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
-import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from pipeline.exposition import FAMILIES, LabelCache, RenderError, RenderProcess, render_lag
 from pipeline.lag import TopicObservation
-from schemas import LagStatus
 
-STATUS_NAMES = [s.value for s in LagStatus]
+__all__ = ["FAMILIES", "BrokerProbe", "HealthServer", "LagCollector", "PipelineMetrics"]
 
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-#: (name, help, TopicObservation field) of the per-partition gauges
-PARTITION_GAUGES = (
-    ("lagpilot_lag_offsets", "Offset lag: high watermark - committed.", "lag"),
-    (
-        "lagpilot_time_lag_seconds",
-        "Seconds since the high watermark passed the committed offset.",
-        "time_lag_s",
-    ),
-    (
-        "lagpilot_lag_rate_messages_per_second",
-        "Least-squares slope of the offset lag over the model window.",
-        "lag_rate_per_s",
-    ),
-    (
-        "lagpilot_lag_acceleration_messages_per_second_squared",
-        "Second derivative of the offset lag over the model window.",
-        "lag_accel_per_s2",
-    ),
-    (
-        "lagpilot_produce_rate_messages_per_second",
-        "Rate the partition's high watermark grows.",
-        "produce_rate_per_s",
-    ),
-    (
-        "lagpilot_consume_rate_messages_per_second",
-        "Rate the group's committed offset grows.",
-        "consume_rate_per_s",
-    ),
-)
+log = logging.getLogger(__name__)
 
 
 class LagCollector:
@@ -70,11 +38,13 @@ class LagCollector:
     means this replica no longer owns it (a rebalance moved it, or it is gone).
     """
 
-    def __init__(self, stale_after_s: float = 10.0) -> None:
+    def __init__(self, stale_after_s: float = 10.0, process: RenderProcess | None = None) -> None:
         self._latest: dict[str, tuple[TopicObservation, float]] = {}
-        self._labels: dict[str, tuple[tuple[str, ...], int, list[str], list[str]]] = {}
+        self._labels = LabelCache()
         self._lock = threading.Lock()
+        self._render_lock = threading.Lock()
         self.stale_after_s = stale_after_s
+        self.process = process
 
     def update(self, obs: TopicObservation) -> None:
         with self._lock:
@@ -83,97 +53,26 @@ class LagCollector:
     def forget_topic(self, topic: str) -> None:
         with self._lock:
             self._latest.pop(topic, None)
-            self._labels.pop(topic, None)
 
     def snapshot(self) -> list[TopicObservation]:
         cutoff = time.monotonic() - self.stale_after_s
         with self._lock:
             for topic in [t for t, (_, at) in self._latest.items() if at < cutoff]:
                 del self._latest[topic]
-                self._labels.pop(topic, None)
             return [o for o, _ in self._latest.values()]
 
-    def _label_sets(self, o: TopicObservation) -> tuple[list[str], list[str]]:
-        """Label text of every (group, partition) cell and of every group, cached per topic
-        while its groups and partitions stay the same."""
-        key = (tuple(o.groups), o.topic_partitions)
-        cached = self._labels.get(o.topic)
-        if cached is not None and cached[:2] == key:
-            return cached[2], cached[3]
-        t = _label(o.topic)
-        groups = [_label(g) for g in o.groups]
-        cells = [
-            f'group="{g}",topic="{t}",partition="{p}"'
-            for g in groups
-            for p in range(o.topic_partitions)
-        ]
-        per_group = [f'group="{g}",topic="{t}"' for g in groups]
-        self._labels[o.topic] = (*key, cells, per_group)
-        return cells, per_group
-
-    def render(self) -> bytes:
-        """The lag families in Prometheus' text format."""
-        lines: dict[str, list[str]] = {name: [] for name, _ in FAMILIES}
-        for o in self.snapshot():
-            if len(o):
-                self._render_topic(o, lines)
-        out: list[str] = []
-        for name, help_ in FAMILIES:
-            out.append(f"# HELP {name} {help_}\n# TYPE {name} gauge")
-            out.extend(lines[name])
-        return ("\n".join(out) + "\n").encode()
-
-    def _render_topic(self, o: TopicObservation, lines: dict[str, list[str]]) -> None:
-        cells, per_group = self._label_sets(o)
-        flat = np.flatnonzero(o.mask)
-        labels = [cells[i] for i in flat.tolist()]
-        g_idx, p_idx = np.divmod(flat, max(1, o.topic_partitions))
-        for name, _, attr in PARTITION_GAUGES:
-            arr = getattr(o, attr)
-            vals = arr[p_idx] if arr.ndim == 1 else arr[g_idx, p_idx]
-            floats = np.nan_to_num(vals.astype(np.float64), posinf=0.0, neginf=0.0).tolist()
-            lines[name].extend(
-                f"{name}{{{lab}}} {v!r}" for lab, v in zip(labels, floats, strict=True)
-            )
-        lines["lagpilot_partition_status"].extend(
-            f'lagpilot_partition_status{{{lab},status="{STATUS_NAMES[st]}"}} 1.0'
-            for lab, st in zip(labels, o.status[g_idx, p_idx].tolist(), strict=True)
-        )
-        active = o.active
-        per_group_values = {
-            "lagpilot_group_max_time_lag_seconds": np.where(o.mask, o.time_lag_s, 0.0)[active]
-            .max(axis=1)
-            .tolist(),
-            "lagpilot_group_lag_offsets": np.where(o.mask, o.lag, 0)[active]
-            .sum(axis=1)
-            .astype(np.float64)
-            .tolist(),
-            "lagpilot_group_status_code": o.group_status()[active].astype(np.float64).tolist(),
-        }
-        group_labels = [per_group[g] for g in active.tolist()]
-        for name, values in per_group_values.items():
-            lines[name].extend(
-                f"{name}{{{lab}}} {v!r}" for lab, v in zip(group_labels, values, strict=True)
-            )
-
-
-#: every family ``LagCollector`` renders, in order, with its help text
-FAMILIES = (
-    *((name, help_) for name, help_, _ in PARTITION_GAUGES),
-    (
-        "lagpilot_partition_status",
-        "1 for the partition's current status (OK, WARN, ERR, STALL, STOP, REWIND).",
-    ),
-    (
-        "lagpilot_group_max_time_lag_seconds",
-        "Worst time lag over the group's partitions of the topic.",
-    ),
-    ("lagpilot_group_lag_offsets", "Total offset lag of the group on the topic."),
-    (
-        "lagpilot_group_status_code",
-        "Worst status of the group on the topic: 0 OK, 1 WARN, 2 ERR, 3 STALL, 4 STOP, 5 REWIND.",
-    ),
-)
+    def render(self, names: frozenset[str] | None = None) -> bytes:
+        """The lag families in Prometheus' text format (only ``names``, if given): in the
+        render process if there is one (see ``pipeline.exposition``), else here."""
+        observations = self.snapshot()
+        if self.process is not None:
+            try:
+                return self.process.render(observations, names)
+            except RenderError as exc:
+                log.warning("metrics render process: %s; rendering in-process", exc)
+        with self._render_lock:
+            self._labels.keep(o.topic for o in observations)
+            return render_lag(observations, names, self._labels)
 
 
 class PipelineMetrics:
@@ -284,17 +183,24 @@ class HealthServer:
         registry: CollectorRegistry,
         ready: Callable[[], tuple[bool, str]],
         host: str = "0.0.0.0",
-        extra: Callable[[], bytes] | None = None,
+        extra: Callable[[frozenset[str] | None], bytes] | None = None,
     ) -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                path = self.path.split("?")[0]
+                path, _, query = self.path.partition("?")
                 if path == "/metrics":
-                    body = generate_latest(outer.registry)
+                    # ?name[]=a&name[]=b: only those families (as prometheus_client serves)
+                    names = parse_qs(query).get("name[]")
+                    wanted = frozenset(names) if names else None
+                    body = generate_latest(
+                        outer.registry
+                        if wanted is None
+                        else outer.registry.restricted_registry(sorted(wanted))
+                    )
                     if outer.extra is not None:
-                        body += outer.extra()
+                        body += outer.extra(wanted)
                     self._send(200, body, CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
                     self._send(200, b"ok\n")
