@@ -20,9 +20,13 @@ rate held and the first missed). A step holds when, over its measured window, th
 processing delay p99 (``lagpilot_processing_delay_seconds``: sample -> modelled) is
 <= 1 s and the model ends the window less than 1 s of commits behind the generator
 (``lagpilot_model_inputs_total{event="commit"}`` against commits produced). CPU is
-utime+stime of the pipeline's process tree (the Quix source runs in a child process) over
-the window, RSS the sum over the tree. Then the same with two replicas (same consumer
-group, distinct instance ids, state dirs and metrics ports), starting at one's rate.
+utime+stime of the pipeline's process tree (the Quix source and the metrics renderer run
+in child processes) over the window, RSS the sum over the tree. Like Prometheus, the
+benchmark scrapes each replica's whole ``/metrics`` every ``--prometheus-interval-s``
+(15 s: one or two full scrapes land in each window, and the model pays for them); its own
+reads of the counters ask for those families only (``/metrics?name[]=...``). Then the
+same with two replicas (same consumer group, distinct instance ids, state dirs and
+metrics ports), starting at one's rate.
 
 Writes ``bench/results/scale.json``. ``--smoke``: 2 topics x 4 partitions x 3 groups, one
 10 s step (the test suite runs it).
@@ -553,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.topics, args.partitions, args.groups = 2, 4, 3
         args.warmup_s, args.window_s, args.no_two = 3.0, 10.0, True
+        args.prometheus_interval_s = 4.0  # full scrapes land in the window
     steady = round(args.topics * args.partitions * args.groups / args.commit_interval_s)
     fixed = [int(x) for x in args.rates.split(",")] if args.rates else None
     if args.smoke:

@@ -52,5 +52,6 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert step["produced"] >= 0.8 * r["steady_commit_rate"] * r["window_s"]
     assert step["caught_up_after_s"] is not None, step
     assert step["sustained"], step
+    assert step["full_scrapes"] >= 1  # as Prometheus would: every family rendered
     assert one["max_sustained_commits_per_s"] == r["steady_commit_rate"]
     assert one["cpu_cores"] > 0 and 0 < one["rss_mib"] < 1024
