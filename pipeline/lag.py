@@ -107,12 +107,20 @@ class Fit:
     per-call overhead, not arithmetic, was the cost).
     """
 
-    def __init__(self, x: np.ndarray, m: np.ndarray) -> None:
+    def __init__(
+        self, x: np.ndarray, m: np.ndarray, powers: dict[int, np.ndarray] | None = None
+    ) -> None:
         self.m = m
-        # (R, k): 1, x .. x^(k-1), contiguous (a sliced operand takes numpy off BLAS)
-        self.powers = {k: np.stack([x**i for i in range(k)], axis=1) for k in (2, 3, 5)}
+        self.powers = powers if powers is not None else self.powers_of(x)
         moments = self._sums(m, 5)
         self.s = [moments[..., k] for k in range(5)]  # s[k] = sum of x^k over a series' rows
+
+    @staticmethod
+    def powers_of(x: np.ndarray) -> dict[int, np.ndarray]:
+        """(R, k): 1, x .. x^(k-1), contiguous (a sliced operand takes numpy off BLAS);
+        computed once for the fits that share the rows' times."""
+        x5 = np.vander(x, 5, increasing=True)
+        return {k: np.ascontiguousarray(x5[:, :k]) for k in (2, 3, 5)}
 
     def _sums(self, a: np.ndarray, k: int) -> np.ndarray:
         rows = a.shape[-1]
@@ -421,13 +429,85 @@ class TopicObservation:
             topic_partitions=self.topic_partitions,
         )
 
+    def group_events(self, gs: list[int], worst_n: int) -> list[dict[str, Any]]:
+        """``group_lag`` events (their JSON form, as ``to_dict(self.view(g).summary(worst_n))``
+        gives them) for the groups ``gs``: the worst partitions of every group picked in one
+        sort, then only Python for the few values an event holds."""
+        if not gs:
+            return []
+        gi = np.asarray(gs, dtype=np.intp)
+        mask = self.mask[gi]
+        rows, cols = np.nonzero(mask)  # row-major: by group, then partition
+        g_of = gi[rows]
+        status = self.status[g_of, cols].astype(np.int64)
+        tl = self.time_lag_s[g_of, cols]
+        # by group, then status (worst first), then time lag (longest first); a stable sort,
+        # so ties keep partition order, as the per-group lexsort of ``summary`` does
+        order = np.lexsort((-tl, -status, rows))
+        counts = mask.sum(axis=1)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.arange(len(order)) - starts[rows[order]]
+        pick = order[rank < worst_n]
+        pg, pp = g_of[pick], cols[pick]
+        worst_cols = zip(
+            rows[pick].tolist(),
+            pp.tolist(),
+            self.lag[pg, pp].tolist(),
+            self.time_lag_s[pg, pp].tolist(),
+            self.lag_rate_per_s[pg, pp].tolist(),
+            self.lag_accel_per_s2[pg, pp].tolist(),
+            self.produce_rate_per_s[pp].tolist(),
+            self.consume_rate_per_s[pg, pp].tolist(),
+            status[pick].tolist(),
+            self.leaders[pp].tolist(),
+            strict=True,
+        )
+        names = [s.value for s in _STATUS_BY_CODE]
+        worst: list[list[dict[str, Any]]] = [[] for _ in gs]
+        for row, part, lag, t, rate, acc, prod, cons, st, leader in worst_cols:
+            worst[row].append(
+                {
+                    "partition": part,
+                    "lag_offsets": lag,
+                    "time_lag_s": round(t, 3),
+                    "lag_rate_per_s": round(rate, 3),
+                    "lag_accel_per_s2": round(acc, 3),
+                    "produce_rate_per_s": round(prod, 3),
+                    "consume_rate_per_s": round(cons, 3),
+                    "status": names[st],
+                    "leader": leader,
+                }
+            )
+        # per group sums over its own partitions, in their order (the same floats as summary)
+        rates = np.split(self.lag_rate_per_s[g_of, cols], starts[1:])
+        top = np.where(mask, self.status[gi], 0).max(axis=1).tolist()
+        total = np.where(mask, self.lag[gi], 0).sum(axis=1).tolist()
+        max_tl = np.where(mask, self.time_lag_s[gi], -np.inf).max(axis=1).tolist()
+        return [
+            {
+                "group": self.groups[g],
+                "topic": self.topic,
+                "observed_at_ms": self.now_ms,
+                "status": names[top[i]] if n else LagStatus.OK.value,
+                "total_lag_offsets": total[i],
+                "max_time_lag_s": round(max_tl[i], 3) if n else 0.0,
+                "lag_rate_per_s": round(float(rates[i].sum()), 3),
+                "partitions": n,
+                "topic_partitions": self.topic_partitions,
+                "worst": worst[i],
+                "event": "group_lag",
+                "v": 1,
+            }
+            for i, (g, n) in enumerate(zip(gs, counts.tolist(), strict=True))
+        ]
+
     def partition_events(self, g: np.ndarray, p: np.ndarray) -> list[dict[str, Any]]:
         """``partition_lag`` events (their JSON form, as ``to_dict(PartitionLag)`` gives it)
         for the group-partition pairs ``(g[i], p[i])``, built column-wise."""
         if not len(g):
             return []
         eta = self.eta_drain_s[g, p]
-        eta_l = np.round(np.nan_to_num(eta), 3).tolist()
+        eta_l = np.nan_to_num(eta).tolist()
         has_eta = (~np.isnan(eta)).tolist()
         cols = zip(
             [self.groups[i] for i in g.tolist()],
@@ -435,11 +515,11 @@ class TopicObservation:
             self.committed[g, p].tolist(),
             self.high_watermark[p].tolist(),
             self.lag[g, p].tolist(),
-            np.round(self.lag_rate_per_s[g, p], 3).tolist(),
-            np.round(self.lag_accel_per_s2[g, p], 3).tolist(),
-            np.round(self.produce_rate_per_s[p], 3).tolist(),
-            np.round(self.consume_rate_per_s[g, p], 3).tolist(),
-            np.round(self.time_lag_s[g, p], 3).tolist(),
+            self.lag_rate_per_s[g, p].tolist(),
+            self.lag_accel_per_s2[g, p].tolist(),
+            self.produce_rate_per_s[p].tolist(),
+            self.consume_rate_per_s[g, p].tolist(),
+            self.time_lag_s[g, p].tolist(),
             eta_l,
             has_eta,
             self.status[g, p].tolist(),
@@ -457,12 +537,12 @@ class TopicObservation:
                 "committed_offset": c,
                 "high_watermark": h,
                 "lag_offsets": lag,
-                "lag_rate_per_s": rate,
-                "lag_accel_per_s2": acc,
-                "produce_rate_per_s": prod,
-                "consume_rate_per_s": cons,
-                "time_lag_s": tl,
-                "eta_drain_s": e if ok else None,
+                "lag_rate_per_s": round(rate, 3),  # Python's round, as the dataclass path
+                "lag_accel_per_s2": round(acc, 3),
+                "produce_rate_per_s": round(prod, 3),
+                "consume_rate_per_s": round(cons, 3),
+                "time_lag_s": round(tl, 3),
+                "eta_drain_s": round(e, 3) if ok else None,
                 "status": names[st],
                 "last_commit_ms": lc,
                 "leader": ld,
@@ -715,14 +795,15 @@ class TopicModel:
         w_hw = np.ascontiguousarray(self.w_hw.T)
         valid = w_c >= 0
         m = valid.astype(np.float64)
-        fit = Fit(x, m)
-        produce = Fit(x, np.ones_like(w_hw, np.float64)).slope(w_hw - hw_now[:, None])
+        powers = Fit.powers_of(x)
+        fit = Fit(x, m, powers)
+        produce = Fit(x, np.ones_like(w_hw, np.float64), powers).slope(w_hw - hw_now[:, None])
         consume = fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64))
         wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
         lag_rate = fit.slope(wlag)
         accel = fit.accel(wlag)
         is_recent = x >= -cfg.recent_s
-        recent = Fit(x, m * is_recent)
+        recent = Fit(x, m * is_recent, powers)
         recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
 
         # time lag: only where data waits

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.lag import LagConfig, TopicModel, TopicObservation
-from schemas import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -196,15 +195,16 @@ class LagOperator:
     def _events(
         self, model: TopicModel, obs: TopicObservation, now_ms: int
     ) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        worst = obs.group_status()
+        worst = obs.group_status().tolist()
+        summaries: list[int] = []
         for g in obs.active.tolist():
             key = (obs.groups[g], obs.topic)
-            status = int(worst[g])
+            status = worst[g]
             sent_ms, sent_status = self._summary_ms.get(key, (0, -1))
             if status or sent_status != status or now_ms - sent_ms >= self.ok_summary_interval_ms:
-                out.append(to_dict(obs.view(g).summary(self.cfg.worst_n)))
+                summaries.append(g)
                 self._summary_ms[key] = (now_ms, status)
+        out = obs.group_events(summaries, self.cfg.worst_n)
         # partition snapshots: each group's partitions every snapshot interval, the ones not
         # OK every alert interval, at the group's own phase of it (so 50 groups do not all
         # publish on the same tick), and at once a partition whose status changed
