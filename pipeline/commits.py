@@ -158,6 +158,7 @@ class CommitsSource(Source):
         # wall ms up to which every commit record has been read and forwarded: a sample
         # taken before it may go out (built in run(): a Condition does not pickle)
         self._read_through_ms = 0
+        self._wanted_ms = 0  # the latest sample time a sampler waits (or waited) for
         self._aligned: threading.Condition | None = None
         self._assigned: set[int] | None = None  # None until the first assignment
         self._starts: dict[int, int] = {}  # committed offsets at assignment, looked up lazily
@@ -200,6 +201,7 @@ class CommitsSource(Source):
         if cond is None:
             return True
         with cond:
+            self._wanted_ms = max(self._wanted_ms, sampled_at_ms)
             return cond.wait_for(
                 lambda: self._read_through_ms >= sampled_at_ms or not self.running,
                 timeout=self.align_timeout_s,
@@ -372,7 +374,13 @@ class CommitsSource(Source):
                         buffer.add(record, now_ms)
                     else:
                         self.stats[record.event] += 1  # group metadata: not needed for lag
-                caught_up = len(msgs) < 5000 and self._caught_up(consumer)
+                # "caught up" (positions against the watermarks of every assigned
+                # partition) is asked only while a sample waits for it
+                caught_up = (
+                    len(msgs) < 5000
+                    and self._read_through_ms < self._wanted_ms
+                    and self._caught_up(consumer)
+                )
                 if (
                     buffer.pending
                     and (
