@@ -487,7 +487,10 @@ def run_phase(
         if gen.is_alive():
             gen.kill()
         if not os.environ.get("SCALE_KEEP_TOPICS"):
-            admin.delete_topics([offsets_topic])
+            # the phase's offsets topic and its replicas' internal topics (their names hold
+            # the phase's): the next phase starts on a broker without their load
+            mine = [t for t in admin.list_topics(timeout=10).topics if phase in t]
+            admin.delete_topics(sorted({offsets_topic, *mine}))
 
 
 def offsets_written(bootstrap: str, topic: str) -> int:
