@@ -42,3 +42,4 @@ def test_detection_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     r = _run("detection.py", tmp_path / "detection.json", kafka_bootstrap)
     assert r["trials"] == 2
     assert 0 < r["p50_ms"] <= r["p99_ms"] < 15_000
+    assert isinstance(r["false_alarms"], int) and len(r["false_alarm_examples"]) <= 3
