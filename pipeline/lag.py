@@ -482,7 +482,7 @@ class TopicObservation:
             )
         # per group sums over its own partitions, in their order (the same floats as summary)
         rates = np.split(self.lag_rate_per_s[g_of, cols], starts[1:])
-        top = np.where(mask, self.status[gi], 0).max(axis=1).tolist()
+        top = self.group_status()[gi].tolist()
         total = np.where(mask, self.lag[gi], 0).sum(axis=1).tolist()
         max_tl = np.where(mask, self.time_lag_s[gi], -np.inf).max(axis=1).tolist()
         return [
