@@ -97,7 +97,17 @@ def test_three_broker_mode_has_three_brokers_and_replicates_three_ways(
 ) -> None:
     admin = AdminClient({"bootstrap.servers": cluster_bootstrap})
     admin.create_topics([NewTopic(unique_name, 6, 3)])[unique_name].result(timeout=60)
+    # the controller has the topic; the broker answering metadata may learn it a moment later
+    deadline = time.monotonic() + 30
     md = admin.list_topics(timeout=10)
+    while time.monotonic() < deadline and not (
+        unique_name in md.topics
+        and len(md.topics[unique_name].partitions) == 6
+        and all(p.leader >= 0 for p in md.topics[unique_name].partitions.values())
+    ):
+        time.sleep(0.2)
+        md = admin.list_topics(timeout=10)
+    assert unique_name in md.topics, f"{unique_name} not in metadata after 30 s"
     assert len(md.brokers) == 3
     assert all(len(p.replicas) == 3 for p in md.topics[unique_name].partitions.values())
     leaders = {p.leader for p in md.topics[unique_name].partitions.values()}
