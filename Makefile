@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 broker-jars:
-	@ls deploy/local/.cache/libs/kafka_2.13-*.jar >/dev/null 2>&1 || mvn -q -B -f deploy/local/pom.xml dependency:copy-dependencies
+	@ls deploy/local/.cache/libs/kafka_2.13-*.jar >/dev/null 2>&1 || mvn -q -B -f deploy/local/pom.xml dependency:copy-dependencies >&2
 
 broker-up: install
 	@$(BROKER) up --brokers $(BROKERS)

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from actuators import testing as T  # noqa: E402
+from bench import broker  # noqa: E402
 from schemas import encode  # noqa: E402
 
 KEY = b"bench-signing-key-0123456789abcdef"
@@ -149,11 +150,12 @@ def _wait_outcome(consumer: Consumer, action_id: str, timeout_s: float) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
+    p.add_argument("--bootstrap", default=None)
     p.add_argument("--n", type=int, default=300)
     p.add_argument("--smoke", action="store_true", help="a tiny run (5 events) for the tests")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "actuation.json"))
     args = p.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
     n, warmup = (5, 1) if args.smoke else (args.n, 10)
     result = run(args.bootstrap, n, warmup)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,8 @@ swarm (bench/swarm.py) into ``agent-perception-stream``, lagpilot's pipeline in 
 mode (deploy/policy.demo.toml) and its actuator. Halfway through warm-up an avalanche of
 heavy documents hits partitions 4 and 11; the screen shows every partition's lag, time lag
 and status, the worker lanes, and each action lagpilot takes with its outcome, then a
-summary. Ctrl-C stops everything cleanly; nothing is left running.
+summary. Ctrl-C, closing the terminal (SIGHUP) or a SIGTERM stop everything cleanly: the
+swarm, the pipeline, the actuator and the broker if the demo started it.
 
     .venv/bin/python bench/demo.py [--avalanche-s 30] [--no-screen]
 """
@@ -13,9 +14,9 @@ summary. Ctrl-C stops everything cleanly; nothing is left running.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,10 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import broker  # noqa: E402
 from bench.swarm import SwarmConfig  # noqa: E402
 from bench.war_story import one_run  # noqa: E402
-
-KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 
 
 class Tail:
@@ -109,8 +109,8 @@ class Screen:
             e = latest.get(p)
             lanes = swarm.worker.lanes(cfg.topic, p)
             hot = "  <- hot" if p in cfg.hot_partitions else ""
-            if e is None:
-                lines.append(f"{p:>3}  {'-':<7}{'':>6} {'':>10} {'':>10} {lanes:>5}{hot}")
+            if e is None:  # the group has not committed there yet: lagpilot has no position
+                lines.append(f"{p:>3}  {'(none)':<7}{'':>6} {'':>10} {'':>10} {lanes:>5}{hot}")
                 continue
             lines.append(
                 f"{p:>3}  {e['status']:<7} {e['lag_offsets']:>6} {e['time_lag_s']:>10.2f} "
@@ -139,18 +139,23 @@ class Screen:
             t.close()
 
 
-def broker(bootstrap: str | None) -> tuple[str, bool]:
-    """A reachable bootstrap, and whether this demo started the local broker."""
-    if bootstrap:
-        return bootstrap, False
-    status = subprocess.run([str(KAFKA_SH), "status"], capture_output=True, text=True)
-    if status.returncode == 0:
-        return status.stdout.strip(), False
-    print("starting the local Kafka broker (deploy/local/kafka.sh up) ...", flush=True)
-    up = subprocess.run([str(KAFKA_SH), "up"], capture_output=True, text=True)
-    if up.returncode != 0:
-        sys.exit(f"could not start the local broker:\n{up.stderr}")
-    return up.stdout.strip().splitlines()[-1], True
+def _stop_on(*signums: int) -> None:
+    """SIGTERM and SIGHUP (the terminal closed) end the demo as Ctrl-C does: the ``finally``
+    blocks stop what it started. A second signal during that cleanup is ignored."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        for s in signums:
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for s in signums:
+        signal.signal(s, handler)
+
+
+def _say(text: str) -> None:
+    """Print, unless the terminal is gone (after a hang-up, writes fail with EIO)."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,12 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--avalanche-s", type=float, default=30.0)
     ap.add_argument("--no-screen", action="store_true", help="no live screen (logs only)")
     args = ap.parse_args(argv)
-    bootstrap, started = broker(args.bootstrap)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    screen = Screen(bootstrap, enabled=not args.no_screen and sys.stdout.isatty())
-    cfg = SwarmConfig(bootstrap=bootstrap, avalanche_s=args.avalanche_s)
+    _stop_on(signal.SIGTERM, signal.SIGHUP)
+    started = False
+    screen: Screen | None = None
     t0 = time.monotonic()
     try:
+        bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP") or broker.recorded()
+        if bootstrap is None:
+            _say("starting the local Kafka broker (deploy/local/kafka.sh up) ...")
+            started = True  # from here on the broker is ours to stop, even half-started
+            bootstrap = broker.start_local()
+        screen = Screen(bootstrap, enabled=not args.no_screen and sys.stdout.isatty())
+        cfg = SwarmConfig(bootstrap=bootstrap, avalanche_s=args.avalanche_s)
         with tempfile.TemporaryDirectory() as tmp:
             res = one_run(cfg, balancer=True, workdir=Path(tmp), view=screen,
                           log=lambda *_: None)  # fmt: skip
@@ -183,13 +194,18 @@ def main(argv: list[str] | None = None) -> int:
             f"  took {time.monotonic() - t0:.0f} s; `make bench-war-story` compares with "
             "lagpilot off"
         )
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopped the swarm, pipeline and actuator")
+    except KeyboardInterrupt as stop:
+        why = f" ({stop.args[0]})" if stop.args else ""
+        _say(f"\ninterrupted{why}: stopped the swarm, pipeline and actuator")
+    except RuntimeError as exc:  # the local broker did not start
+        _say(f"error: {exc}")
+        return 1
     finally:
-        screen.close()
+        if screen is not None:
+            screen.close()
         if started:
-            subprocess.run([str(KAFKA_SH), "down"], capture_output=True)
-            print("stopped the local broker this demo started")
+            broker.stop_local()
+            _say("stopped the local broker this demo started")
     return 0
 
 

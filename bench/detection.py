@@ -31,6 +31,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import broker  # noqa: E402
 from tests.integration.pipeline.harness import (  # noqa: E402  (shared scripted parts)
     LagReader,
     PipelineProcess,
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
+    ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rate", type=int, default=200, help="msgs/s per partition")
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "detection.json"))
     args = ap.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
     trials = 2 if args.smoke else args.trials
     result = run(args.bootstrap, trials, args.partitions, args.rate, args.sample_interval_ms)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

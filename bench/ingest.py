@@ -44,6 +44,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import broker  # noqa: E402
+
 TARGET_RPS = 25_000
 
 
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
+    ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--groups", type=int, default=50)
     ap.add_argument("--topics", type=int, default=20)
@@ -183,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "ingest.json"))
     args = ap.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
     n = 5_000 if args.smoke else args.records
     topic = f"bench-offsets-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": args.bootstrap})

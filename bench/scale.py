@@ -60,6 +60,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # scale_support, also when imported by a test
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from scale_support import (  # noqa: E402
     CLK_TCK,
@@ -72,6 +74,8 @@ from scale_support import (  # noqa: E402
     rss_bytes,
     scrape,
 )
+
+from bench import broker  # noqa: E402
 
 MAX_DELAY_P99_S = 1.0
 MAX_BEHIND_S = 1.0
@@ -537,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
+    ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--topics", type=int, default=20)
     ap.add_argument("--partitions", type=int, default=50)
     ap.add_argument("--groups", type=int, default=50)
@@ -557,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
     args = ap.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
     if args.smoke:
         args.topics, args.partitions, args.groups = 2, 4, 3
         args.warmup_s, args.window_s, args.no_two = 3.0, 10.0, True

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import sys
 import threading
@@ -39,6 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from actuators.workers import Worker  # noqa: E402
+from bench import broker  # noqa: E402
 
 
 @dataclass
@@ -166,7 +166,12 @@ class Swarm:
         t0 = time.monotonic()
         sent = heavy_sent = 0
         end_s = cfg.warmup_s + cfg.avalanche_s + 5.0
-        agent_partition = [int(rng.integers(cfg.partitions)) for _ in range(cfg.producers)]
+        # every partition has at least one agent (a partition nobody writes would never be
+        # committed, so no model has a position for it), the rest placed at random
+        agent_partition = [
+            a if a < cfg.partitions else int(rng.integers(cfg.partitions))
+            for a in range(cfg.producers)
+        ]
         while not self._stop.is_set():
             now_s = time.monotonic() - t0
             if now_s >= end_s:
@@ -265,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
+    ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--topic", default="agent-perception-stream")
     ap.add_argument("--avalanche-s", type=float, default=20.0)
     args = ap.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
     import tempfile
 
     cfg = SwarmConfig(bootstrap=args.bootstrap, topic=args.topic, avalanche_s=args.avalanche_s)

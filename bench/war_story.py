@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import broker  # noqa: E402
 from bench.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
 from tests.integration.pipeline.harness import LagReader, PipelineProcess, free_port  # noqa: E402
 
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
+    ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--hot", default="4,11", help="comma-separated hot partitions")
     ap.add_argument("--producers", type=int, default=50)
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "war_story.json"))
     args = ap.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
     cfg = SwarmConfig(
         bootstrap=args.bootstrap, partitions=args.partitions,
         hot_partitions=tuple(int(p) for p in args.hot.split(",")),

@@ -2,7 +2,7 @@
 
 Where the broker comes from, in order:
 1. ``KAFKA_BOOTSTRAP`` (any running Kafka or Redpanda cluster);
-2. the local Apache Kafka that ``make broker-up`` started (``deploy/local/.run/bootstrap``);
+2. the local Apache Kafka that ``make broker-up`` started (the address ``kafka.sh`` recorded);
 3. where a Docker engine answers, testcontainers' Redpanda container.
 If none is reachable the integration tests *fail* with the commands that start one: a
 missing broker must never turn into a green run of skipped tests.
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import broker as local_broker
+
 ROOT = Path(__file__).resolve().parents[1]
-LOCAL_RUN = ROOT / "deploy" / "local" / ".run"
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 HOW_TO_START = (
     "no Kafka-protocol broker is reachable for the integration tests. Start one with "
@@ -63,12 +64,10 @@ def kafka_bootstrap() -> Iterator[str]:
             pytest.fail(f"KAFKA_BOOTSTRAP={env} does not answer. {HOW_TO_START}")
         yield env
         return
-    recorded = LOCAL_RUN / "bootstrap"
-    if recorded.exists():
-        bootstrap = recorded.read_text().strip()
-        if _reachable(bootstrap):
-            yield bootstrap
-            return
+    bootstrap = local_broker.recorded()  # the one record of the local broker's address
+    if bootstrap and _reachable(bootstrap):
+        yield bootstrap
+        return
     if _docker_answers():
         from testcontainers.kafka import RedpandaContainer
 

@@ -5,6 +5,10 @@
 #   deploy/local/kafka.sh down                   stop what `up` started (by recorded PID)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
 #
+# `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
+# Maven, Java) goes to stderr, with or without a terminal. The address `up` records in the
+# run folder is the one source every reader uses (`status`, the Makefile, bench/broker.py,
+# the test fixtures).
 # Environment: LAGPILOT_BROKER_PORT (first client port, default 21092; node i uses
 # port+2i for clients and port+2i+1 for its controller), LAGPILOT_BROKER_READY_TIMEOUT_S
 # (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe).
@@ -40,7 +44,9 @@ need_jars() {
   command -v mvn >/dev/null 2>&1 ||
     die "the broker's jars are not in $LIBS and mvn is not installed. Install Maven (apt-get install maven) so it can fetch them from Maven Central, or set KAFKA_BOOTSTRAP to a running cluster."
   say "fetching Kafka jars from Maven Central into $LIBS ..."
-  mvn -q -B -f "$HERE/pom.xml" dependency:copy-dependencies ||
+  # stdout carries only the address `up` prints: Maven's output (it writes colour codes even
+  # with -q and no terminal) goes to stderr.
+  mvn -q -B -f "$HERE/pom.xml" dependency:copy-dependencies >&2 ||
     die "Maven could not resolve the Kafka jars (see the output above); check access to Maven Central."
 }
 
@@ -115,6 +121,9 @@ wait_port() { # port pid log
 }
 
 up() {
+  # stdout carries one line, the address, whatever the commands below print and whether or
+  # not a terminal is attached: everything else goes to stderr (fd 3 keeps the real stdout).
+  exec 3>&1 1>&2
   local n=1
   while [ $# -gt 0 ]; do
     case $1 in
@@ -125,7 +134,7 @@ up() {
   done
   [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
   if [ -n "$(running_pids)" ]; then
-    say "already running at $(cat "$RUN/bootstrap")"; return 0
+    say "already running at $(cat "$RUN/bootstrap")"; cat "$RUN/bootstrap" >&3; return 0
   fi
   need_java
   need_jars
@@ -151,7 +160,7 @@ up() {
   for ((i = 1; i <= n; i++)); do
     local dir="$RUN/node-$i"
     java_cmd "$dir"
-    nohup "${JAVA_CMD[@]}" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 &
+    nohup "${JAVA_CMD[@]}" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 3>&- &
     echo $! >"$RUN/node-$i.pid"
   done
   local bootstrap=""
@@ -167,7 +176,7 @@ up() {
   echo "$bootstrap" >"$RUN/bootstrap"
   echo "$n" >"$RUN/brokers"
   say "ready: $n broker(s) at $bootstrap in $((SECONDS - t0))s (pids $(running_pids | tr '\n' ' '))"
-  echo "$bootstrap"
+  echo "$bootstrap" >&3
 }
 
 down() {

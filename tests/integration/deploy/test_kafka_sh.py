@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
@@ -56,3 +60,46 @@ def test_a_broker_that_is_not_ready_in_time_is_stopped_and_its_log_shown(tmp_pat
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     r = run(tmp_path, "up", "--brokers", "2")
     assert r.returncode != 0 and "--brokers must be 1 or 3" in r.stderr
+
+
+FRESH_PORT = 21792  # clear of the session broker, the 3-broker cluster and PORT above
+
+
+def _fresh_copy(tmp_path: Path) -> Path:
+    """deploy/local as a fresh clone has it: no cached jars, so `up` runs Maven first."""
+    local = tmp_path / "clone" / "deploy" / "local"
+    local.mkdir(parents=True)
+    for name in ("kafka.sh", "pom.xml", "log4j2.properties", "ready.py"):
+        shutil.copy2(KAFKA_SH.parent / name, local / name)
+    assert not (local / ".cache").exists()
+    return local / "kafka.sh"
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["no-terminal", "pseudo-terminal"])
+def test_up_from_a_fresh_clone_prints_exactly_the_address(tmp_path: Path, terminal: bool) -> None:
+    """`make demo` once took Maven's colour codes for part of the address (#23): `up` prints
+    the address alone on stdout, with or without a terminal, jars fetched or not."""
+    if shutil.which("mvn") is None:
+        pytest.fail("Maven is needed to fetch the broker's jars (apt-get install maven)")
+    script = _fresh_copy(tmp_path)
+    env = {**os.environ, "LAGPILOT_BROKER_PORT": str(FRESH_PORT),
+           "LAGPILOT_BROKER_RUN_DIR": str(tmp_path / "run"), "PYTHON": sys.executable}  # fmt: skip
+    err = tmp_path / "stderr.log"
+    try:
+        if terminal:  # stdout is the pseudo-terminal script(1) gives it; stderr to a file
+            cmd = f"{shlex.quote(str(script))} up 2>{shlex.quote(str(err))}"
+            r = subprocess.run(["script", "-qec", cmd, "/dev/null"], env=env,
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+            out = r.stdout.replace("\r\n", "\n")
+        else:
+            r = subprocess.run([str(script), "up"], env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+            out = r.stdout
+            err.write_text(r.stderr)
+        assert r.returncode == 0, err.read_text()
+        assert out == f"127.0.0.1:{FRESH_PORT}\n", f"stdout {out!r}; stderr:\n{err.read_text()}"
+        assert "fetching Kafka jars" in err.read_text()  # the progress went to stderr
+        status = subprocess.run([str(script), "status"], env=env, capture_output=True, text=True)
+        assert status.stdout == out
+    finally:
+        subprocess.run([str(script), "down"], env=env, capture_output=True, timeout=60)
