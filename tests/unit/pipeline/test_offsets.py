@@ -331,3 +331,29 @@ def test_hot_path_builds_through_the_twin_class_and_falls_back_without_it(
 def test_fixed_size_shortcuts_check_what_they_assume(value: str) -> None:
     raw = bytes.fromhex(value)
     assert decode_record(KEY_1, raw) == offsets._decode_slow(KEY_1, raw)
+
+
+@pytest.mark.parametrize("version", GROUP_METADATA_VALUE.versions)
+def test_redpanda_per_member_versions_where_the_table_states_them(version: int) -> None:
+    """Redpanda prefixes each member with an int16 version, in versions 0..3 only."""
+    members = offset_vectors.group_members(version, 0)[:1]
+    head = dict(
+        protocol_type="consumer", generation=7, protocol="range", leader=None,
+        current_state_timestamp=TS,
+    )  # fmt: skip
+    empty = layout_codec.encode("GroupMetadataValue", version, **head, members=[])
+    kafka = layout_codec.encode("GroupMetadataValue", version, **head, members=members)
+    if GROUP_METADATA_VALUE.flexible(version):  # varint count (n + 1) ... tagged fields
+        assert empty.endswith(b"\x01\x00")
+        head_bytes, count, tail = empty[:-2], b"\x02", b"\x00"
+    else:  # int32 count, no tail
+        assert empty.endswith(bytes(4))
+        head_bytes, count, tail = empty[:-4], (1).to_bytes(4, "big"), b""
+    member = kafka[len(head_bytes) + len(count) : len(kafka) - len(tail)]
+    redpanda = head_bytes + count + version.to_bytes(2, "big") + member + tail
+    ours, theirs = decode_record(GROUP_KEY, kafka), decode_record(GROUP_KEY, redpanda)
+    assert isinstance(ours, GroupMetadata) and len(ours.members) == 1
+    if version in coordinator_layouts.REDPANDA_MEMBER_VERSION_PREFIX:
+        assert theirs == ours
+    else:
+        assert isinstance(theirs, Skipped) and theirs.reason == "malformed_value"
