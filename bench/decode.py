@@ -5,8 +5,13 @@ Redpanda write them; many groups and topics, each group-partition committing rep
 then times, in one process and one core, best of 3:
 
 - ``lagpilot``: ``pipeline.offsets.decode_record``;
-- ``baseline``: kafka-python 3's generic schema engine (``ApiData``) loaded with the same
-  upstream schemas, decoding key and value.
+- ``baseline``: kafka-python 3's generic schema engine (``ApiData``) loaded with Apache
+  Kafka's own schemas for these records, decoding key and value. The schemas are read where
+  they live, in the reference folder (``../shared/reference/kafka-coordinator-records/`` or
+  ``$LAGPILOT_REFERENCE_DIR``); without it the benchmark stops and says so.
+
+The records are encoded from lagpilot's stated layout table
+(``pipeline.coordinator_layouts``); both decoders must read them alike.
 
 Records are decoded one at a time and dropped, as the pipeline does; every run gets fresh
 bytes objects (as consumed messages are) and runs with the cyclic GC paused, as ``timeit``
@@ -38,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline import offsets  # noqa: E402
 from schemas import OffsetCommit  # noqa: E402
-from tests.unit.pipeline import coordinator_schemas  # noqa: E402  (the independent codec)
+from tests.support import kafka_schemas  # noqa: E402  (the baseline: Kafka's own schemas)
+from tests.support.layout_codec import encode  # noqa: E402  (the stated layouts)
 
 Record = tuple[bytes, bytes]
 TARGET_RPS = 500_000
@@ -64,11 +70,9 @@ def build_records(n: int, seed: int = 7) -> list[Record]:
         k = (group, topic, partition)
         offset = next_offset[k] = next_offset.get(k, rng.randrange(10**6)) + rng.randint(1, 5_000)
         ts += rng.randint(0, 3)
-        key = coordinator_schemas.encode(
-            "OffsetCommitKey", 1, group=group, topic=topic, partition=partition
-        )
+        key = encode("OffsetCommitKey", 1, group=group, topic=topic, partition=partition)
         if rng.random() < 0.3:
-            value = coordinator_schemas.encode(
+            value = encode(
                 "OffsetCommitValue",
                 1,
                 offset=offset,
@@ -77,7 +81,7 @@ def build_records(n: int, seed: int = 7) -> list[Record]:
                 expire_timestamp=ts + 7 * 86_400_000,
             )
         else:
-            value = coordinator_schemas.encode(
+            value = encode(
                 "OffsetCommitValue",
                 3,
                 offset=offset,
@@ -100,8 +104,8 @@ def baseline_decode(records: Sequence[Record]) -> list[Any]:
 
 
 def _baseline_decoders() -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]]:
-    key_class = coordinator_schemas.schema_class("OffsetCommitKey")
-    value_class = coordinator_schemas.schema_class("OffsetCommitValue")
+    key_class = kafka_schemas.schema_class("OffsetCommitKey")
+    value_class = kafka_schemas.schema_class("OffsetCommitValue")
     return key_class.decode, value_class.decode
 
 
@@ -197,6 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "decode.json")
     args = parser.parse_args(argv)
     n = 2_000 if args.smoke else args.records
+    try:
+        kafka_schemas.schema_dir()
+    except FileNotFoundError as exc:
+        print(f"error: the baseline needs Kafka's schemas: {exc}", file=sys.stderr)
+        return 2
     result = run(n)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")

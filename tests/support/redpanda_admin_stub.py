@@ -1,18 +1,20 @@
-"""A contract stub of Redpanda's Admin API: a real HTTP server that serves only what
-upstream's API docs declare.
+"""A contract stub of Redpanda's Admin API: a real HTTP server that serves only the routes
+lagpilot's statement of the contract declares.
 
 Redpanda cannot run in this project's CI, so the Admin API client is tested against this
-stub instead. It loads the upstream api-doc files copied in ``reference/`` (see
-``reference/SOURCES.txt`` for the commit; parsing is in ``redpanda_admin_contract``), and:
+stub instead. It serves ``redpanda_admin_contract``: lagpilot's own statement of the routes
+it uses (methods, typed path and query parameters, answer fields and their types), which the
+conformance tests check against Redpanda's API description where it lives
+(``../shared/reference/redpanda-admin-api/``). The stub itself reads no upstream file, and:
 
-1. checks every request's method, path (with typed path parameters) and query parameter
-   names against the routes declared there. Anything else is recorded in ``violations``
-   and answered 404, so a client that calls an undeclared route fails its test
-   (:func:`running_stubs` asserts no violations on exit);
-2. answers the routes lagpilot uses with the documented shapes, from an in-memory
-   :class:`ClusterModel` shared by every stub instance of one cluster, so a leadership
-   transfer through one node is what GET partition returns on any node; its own answers
-   are checked against the documented models too;
+1. checks every request's method, path (with typed path parameters) and query parameters
+   (names and types) against the stated routes. Anything else is recorded in
+   ``violations`` and answered 404, so a client that calls an undeclared route fails its
+   test (:func:`running_stubs` asserts no violations on exit);
+2. answers with the stated shapes, from an in-memory :class:`ClusterModel` shared by every
+   stub instance of one cluster, so a leadership transfer through one node is what GET
+   partition returns on any node; its own answers are checked against the stated models
+   (no field missing, extra or of another type);
 3. can be scripted (:meth:`RedpandaAdminStub.script`) to answer an error N times, redirect
    (307) to another instance, delay, or drop the connection, and can require basic auth.
 """
@@ -116,12 +118,23 @@ class ClusterModel:
                 "num_cores": self.num_cores,
                 "membership_status": "active",
                 "is_alive": self.alive[n],
+                "recovery_mode_enabled": False,
                 "version": "v24.3.1 - stub",
                 "internal_rpc_address": f"redpanda-{n}",
                 "internal_rpc_port": 33145,
                 "disk_space": [
                     {"path": "/var/lib/redpanda/data", "free": 1 << 30, "total": 1 << 31}
                 ],
+                "maintenance_status": {
+                    "draining": False,
+                    "finished": False,
+                    "errors": False,
+                    "partitions": 0,
+                    "eligible": 0,
+                    "transferring": 0,
+                    "failed": 0,
+                },
+                "in_fips_mode": "disabled",
             }
             for n in self.node_ids
         ]
@@ -281,18 +294,24 @@ class RedpandaAdminStub:
         try:
             status, payload, extra = _ROUTES[route.nickname](self, params, query, body, raw_path)
         except KeyError:
-            violation = f"{method} {path}: declared ({route.nickname}) but not modelled by the stub"
+            violation = f"{method} {path}: stated ({route.nickname}) but not modelled by the stub"
             with self._lock:
                 self.violations.append(violation)
             return 501, {"message": violation, "code": 501}, {}
         except StubError as exc:
             return exc.status, exc.body, {}
-        if payload is not None:
-            type_name = route.items_type if route.response_type == "array" else route.response_type
-            for item in payload if isinstance(payload, list) else [payload]:
-                for key in self.contract.undocumented_fields(type_name, item):
-                    with self._lock:
-                        self.violations.append(f"stub answered undocumented field {key!r}")
+        problems = []
+        if payload is not None and route.answer is None:
+            problems = [f"{method} {path}: answered a body where the contract states none"]
+        elif payload is not None and route.answer is not None:
+            items = payload if route.answer_is_array else [payload]
+            if route.answer_is_array and not isinstance(payload, list):
+                problems = [f"{method} {path}: answered {type(payload).__name__}, not an array"]
+            for item in items:
+                problems += self.contract.answer_problems(route.answer, item)
+        if problems:
+            with self._lock:
+                self.violations += [f"stub answer breaks the contract: {p}" for p in problems]
         return status, payload, extra
 
     def _leader_redirect(

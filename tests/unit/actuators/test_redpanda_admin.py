@@ -1,4 +1,4 @@
-"""RedpandaAdmin against the contract stub (a real HTTP server serving upstream's api-docs).
+"""RedpandaAdmin against the contract stub (a real HTTP server serving the stated contract).
 
 Every test that talks to the stub runs inside ``running_stubs``, which fails the test if the
 client sent any request the Admin API does not declare.

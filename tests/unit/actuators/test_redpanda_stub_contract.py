@@ -1,7 +1,10 @@
-"""The contract stub itself: it must refuse what upstream's api-docs do not declare.
+"""The contract stub itself: it must refuse what lagpilot's statement of the Admin API
+contract does not declare, and answer only what it states.
 
 If the stub accepted anything, the client's tests would pass against an API that does not
-exist; these tests show each kind of undeclared request is caught and reported.
+exist; these tests show each kind of undeclared request, and each kind of wrong answer, is
+caught and reported. (That the statement matches Redpanda's own API description is checked
+in ``tests/conformance/test_redpanda_admin_contract.py``.)
 """
 
 from __future__ import annotations
@@ -10,8 +13,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from support.redpanda_admin_contract import Contract
-from support.redpanda_admin_stub import ClusterModel, RedpandaAdminStub, running_stubs
+from support.redpanda_admin_contract import ROUTES, Contract, Param, Route
+from support.redpanda_admin_stub import (
+    _ROUTES,
+    ClusterModel,
+    RedpandaAdminStub,
+    running_stubs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +36,22 @@ def stub(contract: Contract) -> Iterator[RedpandaAdminStub]:
     s.stop()
 
 
-def test_contract_reads_swagger12_files_and_swagger2_fragments(contract: Contract) -> None:
-    declared = {(r.method, r.template, r.source) for r in contract.routes}
-    assert ("GET", "/v1/brokers", "broker.json") in declared
-    assert ("GET", "/v1/cluster/health_overview", "cluster.json") in declared
-    assert ("PUT", "/v1/cluster_config", "cluster_config.json") in declared
-    assert ("GET", "/v1/status/ready", "status.json") in declared  # a 2.0 fragment
+def test_the_contract_states_the_routes_lagpilot_uses(contract: Contract) -> None:
+    stated = {(r.method, r.template) for r in contract.routes if not r.retired}
+    assert ("GET", "/v1/brokers") in stated
+    assert ("GET", "/v1/cluster/health_overview") in stated
+    assert ("PUT", "/v1/cluster_config") in stated
+    assert ("GET", "/v1/status/ready") in stated
     transfer = "/v1/partitions/{namespace}/{topic}/{partition}/transfer_leadership"
     route = next(r for r in contract.routes if r.template == transfer)
-    assert route.query_params == {"target": False}
+    assert route.query_params == {"target": Param("integer", required=False)}
     assert route.path_params["partition"] == "integer"
     retired = [r for r in contract.routes if r.retired]
     assert [r.template for r in retired] == ["/v1/kafka/{topic}/{partition}/transfer_leadership"]
+
+
+def test_the_stub_models_every_stated_route() -> None:
+    assert {r.nickname for r in ROUTES} == set(_ROUTES)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +62,8 @@ def test_contract_reads_swagger12_files_and_swagger2_fragments(contract: Contrac
         ("GET", "/v1/partitions/kafka/orders/abc", "no such path"),  # partition is an integer
         ("POST", "/v1/partitions/kafka/orders/0/transfer_leadership?node=1", "undeclared query"),
         ("POST", "/v1/kafka/orders/0/transfer_leadership?target=1", "deleted upstream"),
-        ("GET", "/v1/partitions/majority_lost", "missing required query parameters"),
+        ("POST", "/v1/partitions/kafka/orders/0/transfer_leadership?target=x", "not integer"),
+        ("PUT", "/v1/cluster_config?dry_run=yes", "not integer"),
     ],
 )
 def test_stub_rejects_and_records_undeclared_requests(
@@ -78,27 +91,79 @@ def test_running_stubs_fails_the_test_on_any_violation() -> None:
         httpx.get(stub.url + "/v1/not_an_endpoint")
 
 
-def test_declared_but_unmodelled_route_is_reported_not_faked(stub: RedpandaAdminStub) -> None:
-    response = httpx.get(stub.url + "/v1/cluster/uuid")
+def test_missing_required_query_parameters_are_violations() -> None:
+    route = Route("GET", "/v1/partitions/majority_lost", "majority_lost",
+                  query_params={"dead_nodes": Param("string", required=True)})  # fmt: skip
+    contract = Contract(routes=(route,))
+    _, _, violation = contract.resolve("GET", "/v1/partitions/majority_lost", {})
+    assert violation is not None and "missing required query parameters" in violation
+    assert contract.resolve("GET", route.template, {"dead_nodes": ["1"]})[2] is None
+
+
+def test_stated_but_unmodelled_route_is_reported_not_faked() -> None:
+    uuid = Route("GET", "/v1/cluster/uuid", "get_cluster_uuid")
+    s = RedpandaAdminStub(0, ClusterModel(node_ids=(0,)), Contract(routes=(*ROUTES, uuid)))
+    s.start()
+    try:
+        response = httpx.get(s.url + "/v1/cluster/uuid")
+    finally:
+        s.stop()
     assert response.status_code == 501
-    assert "not modelled" in stub.violations[0]
+    assert "not modelled" in s.violations[0]
 
 
-def test_stub_answers_use_only_documented_fields(
-    stub: RedpandaAdminStub, contract: Contract
-) -> None:
+def test_stub_answers_match_the_stated_models(stub: RedpandaAdminStub, contract: Contract) -> None:
     brokers = httpx.get(stub.url + "/v1/brokers").json()
     health = httpx.get(stub.url + "/v1/cluster/health_overview").json()
     part = httpx.get(stub.url + "/v1/partitions/kafka/orders/0").json()
-    assert all(contract.undocumented_fields("broker", b) == [] for b in brokers)
-    assert contract.undocumented_fields("cluster_health_overview", health) == []
-    assert contract.undocumented_fields("partition", part) == []
+    written = httpx.put(stub.url + "/v1/cluster_config", json={"upsert": {}}).json()
+    assert len(brokers) == 3
+    assert all(contract.answer_problems("broker", b) == [] for b in brokers)
+    assert contract.answer_problems("cluster_health_overview", health) == []
+    assert contract.answer_problems("partition", part) == []
+    assert contract.answer_problems("cluster_config_write_result", written) == []
     assert {"leader_id", "replicas", "status"} <= set(part)
-    assert {"is_healthy", "controller_id", "nodes_down", "leaderless_count"} <= set(health)
-    # ...and the check is able to fail:
-    assert contract.undocumented_fields("partition", {"leader": 1}) == ["leader"]
-    bad = {"replicas": [{"node_id": 1, "shard": 0}]}
-    assert contract.undocumented_fields("partition", bad) == ["replicas[0].shard"]
+    assert stub.violations == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda p: p.update(leader=1), "leader: not in partition"),  # extra
+        (lambda p: p.pop("leader_id"), "leader_id: missing from partition"),  # missing
+        (lambda p: p.update(leader_id="1"), "leader_id: '1' is not integer"),  # mistyped
+        (lambda p: p.update(disabled=0), "disabled: 0 is not boolean"),
+        (lambda p: p.update(partition_id=True), "partition_id: True is not integer"),
+        (lambda p: p.update(replicas={}), "replicas: not an array"),
+        (lambda p: p["replicas"][0].pop("core"), "replicas[0].core: missing from assignment"),
+        (lambda p: p["replicas"][0].update(shard=0), "replicas[0].shard: not in assignment"),
+    ],
+)
+def test_the_answer_check_catches_extra_missing_and_mistyped_fields(
+    stub: RedpandaAdminStub, contract: Contract, change: object, expected: str
+) -> None:
+    part = httpx.get(stub.url + "/v1/partitions/kafka/orders/0").json()
+    change(part)  # type: ignore[operator]
+    assert expected in contract.answer_problems("partition", part)
+
+
+def test_optional_fields_may_be_absent_but_not_mistyped(contract: Contract) -> None:
+    broker = ClusterModel(node_ids=(0,)).brokers()[0]
+    assert "rack" not in broker and contract.answer_problems("broker", broker) == []
+    del broker["maintenance_status"]
+    assert contract.answer_problems("broker", broker) == []
+    assert contract.answer_problems("broker", {**broker, "rack": 7}) == ["rack: 7 is not string"]
+
+
+def test_a_wrong_stub_answer_is_a_violation(
+    stub: RedpandaAdminStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    brokers = stub.cluster.brokers
+    monkeypatch.setattr(
+        stub.cluster, "brokers", lambda: [{**b, "num_cores": "2"} for b in brokers()]
+    )
+    httpx.get(stub.url + "/v1/brokers")
+    assert stub.violations and all("num_cores: '2' is not integer" in v for v in stub.violations)
 
 
 def test_transfer_leadership_answers_empty_200_and_moves_the_leader(

@@ -1,22 +1,29 @@
 """The ``__consumer_offsets`` decoder, byte by byte.
 
-Three kinds of evidence: byte literals written out by hand (every value version, every
-truncation point), vectors built by an independent encoder from the upstream schemas
-(``coordinator_schemas``: kafka-python's generic engine over Kafka's own JSON), and
-properties over arbitrary bytes. Every decoded record is validated against its JSON Schema.
+Evidence that needs no upstream file: byte literals written out by hand (every value
+version, every truncation point), and vectors encoded from lagpilot's stated layout table
+(``pipeline.coordinator_layouts``, by ``support.layout_codec``); properties over arbitrary
+bytes are in ``test_offsets_properties``. Every decoded record is validated against its
+JSON Schema. That the table matches Kafka's own schemas, and that kafka-python's generic
+engine fed those schemas builds the same vectors, is checked in
+``tests/conformance/test_coordinator_records.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
-from pathlib import Path
 
 import pytest
-from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+from support import layout_codec, offset_vectors
 
-from pipeline import offsets
+from pipeline import coordinator_layouts, offsets
+from pipeline.coordinator_layouts import (
+    GROUP_METADATA_KEY,
+    GROUP_METADATA_VALUE,
+    LAYOUTS,
+    OFFSET_COMMIT_KEY,
+    OFFSET_COMMIT_VALUE,
+)
 from pipeline.offsets import Skipped, decode_assignment, decode_record
 from schemas import (
     GroupMember,
@@ -27,13 +34,6 @@ from schemas import (
     TopicAssignment,
     to_dict,
     validate,
-)
-from tests.unit.pipeline.coordinator_schemas import (
-    VECTORS,
-    encode,
-    key_type,
-    record_schema_names,
-    schema_class,
 )
 
 TS = 1_700_000_000_000  # 0x0000018bcfe56800
@@ -214,125 +214,76 @@ def test_unreadable_assignments_are_empty_not_errors(raw: bytes | None) -> None:
     assert decode_assignment(raw) == ()
 
 
-# ----------------------------------------------------------------- independent vectors
-
-
-def _assignment(version: int, topics: list[tuple[str, list[int]]]) -> bytes:
-    a = ConsumerProtocolAssignment(version=version, assigned_partitions=topics, user_data=b"ud")
-    return bytes(a.encode(version=version))
+# ----------------------------------------------------------------- the stated layouts
 
 
 @pytest.mark.parametrize("record_type", [0, 1])
-@pytest.mark.parametrize("version", range(5))
-def test_offset_commit_vectors_from_upstream_schema(record_type: int, version: int) -> None:
-    key = encode("OffsetCommitKey", record_type, group="payments", topic="orders.v2", partition=11)
-    value = encode(
-        "OffsetCommitValue",
-        version,
-        offset=9_007_199_254_740_993,
-        leader_epoch=17,
-        metadata="ünïcode",
-        commit_timestamp=TS,
-        expire_timestamp=EXPIRE,
-    )
-    got = decode_record(key, value)
-    assert valid(got) == OffsetCommit(
-        group="payments",
-        topic="orders.v2",
-        partition=11,
-        offset=9_007_199_254_740_993,
-        commit_ts_ms=TS,
-        leader_epoch=17 if version >= 3 else -1,
-        metadata="ünïcode",
-        expire_ts_ms=EXPIRE if version == 1 else None,
-    )
+@pytest.mark.parametrize("version", OFFSET_COMMIT_VALUE.versions)
+def test_offset_commit_vectors_from_the_layout_table(record_type: int, version: int) -> None:
+    offset_vectors.check_offset_commit(layout_codec.encode, record_type, version)
 
 
-@pytest.mark.parametrize("version", range(5))
+@pytest.mark.parametrize("version", GROUP_METADATA_VALUE.versions)
 @pytest.mark.parametrize("assignment_version", range(4))
-def test_group_metadata_vectors_from_upstream_schema(version: int, assignment_version: int) -> None:
-    member_class = schema_class("GroupMetadataValue").MemberMetadata
-    members = [
-        member_class(
-            version=version,
-            member_id=f"consumer-{i}-9f0c",
-            group_instance_id="static-1" if i == 0 else None,
-            client_id=f"client-{i}",
-            client_host=f"/10.0.0.{i}",
-            rebalance_timeout=300_000,
-            session_timeout=45_000,
-            subscription=b"\x00\x00\x00\x00\x00\x01\x00\x06orders\xff\xff\xff\xff",
-            assignment=_assignment(assignment_version, [("orders", [i, i + 2]), ("audit", [i])]),
-        )
-        for i in range(2)
-    ]
-    value = encode(
-        "GroupMetadataValue",
-        version,
-        protocol_type="consumer",
-        generation=7,
-        protocol="cooperative-sticky",
-        leader="consumer-0-9f0c",
-        current_state_timestamp=TS,
-        members=members,
-    )
-    got = decode_record(encode("GroupMetadataKey", 2, group="payments"), value)
-    assert valid(got) == GroupMetadata(
-        group="payments",
-        protocol_type="consumer",
-        generation=7,
-        protocol="cooperative-sticky",
-        leader="consumer-0-9f0c",
-        current_state_ts_ms=TS if version >= 2 else -1,
-        members=tuple(
-            GroupMember(
-                member_id=f"consumer-{i}-9f0c",
-                client_id=f"client-{i}",
-                client_host=f"/10.0.0.{i}",
-                group_instance_id="static-1" if i == 0 and version >= 3 else None,
-                rebalance_timeout_ms=300_000 if version >= 1 else -1,
-                session_timeout_ms=45_000,
-                assignment=(
-                    TopicAssignment("orders", (i, i + 2)),
-                    TopicAssignment("audit", (i,)),
-                ),
-            )
-            for i in range(2)
-        ),
-    )
+def test_group_metadata_vectors_from_the_layout_table(
+    version: int, assignment_version: int
+) -> None:
+    offset_vectors.check_group_metadata(layout_codec.encode, version, assignment_version)
 
 
-def test_group_metadata_with_no_members_and_null_protocol() -> None:
-    for version in range(5):
-        value = encode(
-            "GroupMetadataValue", version, protocol_type="", generation=0, protocol=None,
-            leader=None, current_state_timestamp=TS, members=[],
+@pytest.mark.parametrize("version", GROUP_METADATA_VALUE.versions)
+def test_group_metadata_with_no_members_and_null_protocol(version: int) -> None:
+    offset_vectors.check_empty_group(layout_codec.encode, version)
+
+
+def test_the_layout_encoder_writes_the_hand_written_literals() -> None:
+    """The table-driven encoder and the byte literals above say the same thing."""
+    for version, literal in COMMIT_VALUES.items():
+        value = layout_codec.encode(
+            "OffsetCommitValue", version, offset=42, leader_epoch=5, metadata="md",
+            commit_timestamp=TS, expire_timestamp=EXPIRE,
         )  # fmt: skip
-        got = decode_record(GROUP_KEY, value)
-        assert isinstance(got, GroupMetadata), got
-        assert (got.protocol, got.leader, got.members) == (None, None, ())
+        assert value.hex() == literal, version
+    key = layout_codec.encode("OffsetCommitKey", 1, group="g1", topic="t", partition=7)
+    assert key == KEY_1
+    assert layout_codec.encode("GroupMetadataKey", 2, group="grp") == GROUP_KEY
 
 
-DECODED_KEYS = ("OffsetCommitKey", "GroupMetadataKey")
-OTHER_KEYS = [n for n in record_schema_names() if n.endswith("Key") and n not in DECODED_KEYS]
+def test_the_decoder_accepts_exactly_the_stated_versions() -> None:
+    """Record types and value versions: the decoder reads the stated ones, skips the rest."""
+    assert OFFSET_COMMIT_VALUE.versions == offsets.OFFSET_COMMIT_VALUE_VERSIONS
+    assert GROUP_METADATA_VALUE.versions == offsets.GROUP_METADATA_VALUE_VERSIONS
+    assert OFFSET_COMMIT_VALUE.flexible_from == offsets.FLEXIBLE_FROM
+    assert GROUP_METADATA_VALUE.flexible_from == offsets.FLEXIBLE_FROM
+    keys = [spec for spec in LAYOUTS if spec.part == "key"]
+    assert keys == [OFFSET_COMMIT_KEY, GROUP_METADATA_KEY]
+    for rtype in range(-1, 20):
+        spec = next((k for k in keys if rtype in k.versions), OFFSET_COMMIT_KEY)
+        fields = {f.name: "x" if f.type == "string" else 1 for f in spec.fields}
+        body = layout_codec.encode(spec.name, spec.versions[0], **fields)[2:]
+        got = decode_record(rtype.to_bytes(2, "big", signed=True) + body, None)
+        assert isinstance(got, Skipped) == (rtype not in spec.versions), (rtype, got)
+        if rtype not in spec.versions:
+            continue
+        value_spec = coordinator_layouts.VALUE_OF[spec.name]
+        for version in range(-1, 8):
+            value = version.to_bytes(2, "big", signed=True) + bytes(40)
+            got = decode_record(rtype.to_bytes(2, "big") + body, value)
+            unknown = isinstance(got, Skipped) and got.reason == "unknown_version"
+            assert unknown == (version not in value_spec.versions), (spec.name, version, got)
 
 
-def test_the_vectors_cover_every_old_style_record_type() -> None:
-    assert sorted(key_type(n) for n in OTHER_KEYS) == list(range(3, 16))
-
-
-@pytest.mark.parametrize("key_name", OTHER_KEYS)
-def test_kip848_and_share_group_records_are_skipped(key_name: str) -> None:
-    rtype = key_type(key_name)
-    fields = {f: "grp" if "group" in f else "x" for f in schema_class(key_name).fields}
-    key = encode(key_name, rtype, **fields)
-    value = encode(key_name[: -len("Key")] + "Value", 0)
-    for v, version in ((value, 0), (None, None)):
-        got = decode_record(key, v)
+@pytest.mark.parametrize(
+    ("kind", "rtype"),
+    [(kind, t) for kind, types in coordinator_layouts.SKIPPED_KINDS.items() for t in types],
+)
+def test_kip848_and_share_group_records_are_skipped(kind: str, rtype: int) -> None:
+    key = rtype.to_bytes(2, "big") + b"\x00\x03grp"
+    for value, version in ((b"\x00\x00" + bytes(8), 0), (None, None)):
+        got = decode_record(key, value)
         assert isinstance(got, Skipped)
         assert (got.reason, got.record_type, got.version) == ("unknown_type", rtype, version)
-        kind = "KIP-848" if rtype <= 8 else "share group"
-        assert kind in got.detail
+        assert kind.split()[0] in got.detail
 
 
 @pytest.mark.parametrize("rtype", [16, 17, 24, 100, 32767, -1])
@@ -382,34 +333,27 @@ def test_fixed_size_shortcuts_check_what_they_assume(value: str) -> None:
     assert decode_record(KEY_1, raw) == offsets._decode_slow(KEY_1, raw)
 
 
-def _kafka4x_key(path: Path) -> tuple[int, bytes, dict[str, object]]:
-    """A Kafka 4.x ``coordinator-key`` schema's record type, and a key built from its
-    fields (non-flexible keys: int16 apiKey, then int16-length strings and int32s)."""
-    doc = json.loads(re.sub(r"(?m)^\s*//.*$", "", path.read_text()))
-    assert doc["type"] == "coordinator-key"
-    out: bytes = doc["apiKey"].to_bytes(2, "big")
-    values: dict[str, object] = {}
-    for f in doc["fields"]:
-        if f["type"] == "string":
-            text = f"{f['name'].lower()}-x"
-            values[f["name"]] = text
-            out += len(text).to_bytes(2, "big") + text.encode()
-        else:
-            assert f["type"] == "int32", f
-            values[f["name"]] = 9
-            out += (9).to_bytes(4, "big")
-    return int(doc["apiKey"]), out, values
-
-
-@pytest.mark.parametrize(
-    "path", sorted((VECTORS / "kafka4x").glob("*Key.json")), ids=lambda p: p.stem
-)
-def test_kafka4x_coordinator_keys(path: Path) -> None:
-    rtype, key, values = _kafka4x_key(path)
-    got = decode_record(key, None)
-    if rtype in (0, 1):
-        assert got == OffsetDeleted(values["group"], values["topic"], 9)  # type: ignore[arg-type]
-    elif rtype == 2:
-        assert got == GroupRemoved(values["group"])  # type: ignore[arg-type]
-    else:  # KIP-848 (3), streams groups (17, 24): newer kinds, skipped and counted
-        assert isinstance(got, Skipped) and (got.reason, got.record_type) == ("unknown_type", rtype)
+@pytest.mark.parametrize("version", GROUP_METADATA_VALUE.versions)
+def test_redpanda_per_member_versions_where_the_table_states_them(version: int) -> None:
+    """Redpanda prefixes each member with an int16 version, in versions 0..3 only."""
+    members = offset_vectors.group_members(version, 0)[:1]
+    head = dict(
+        protocol_type="consumer", generation=7, protocol="range", leader=None,
+        current_state_timestamp=TS,
+    )  # fmt: skip
+    empty = layout_codec.encode("GroupMetadataValue", version, **head, members=[])
+    kafka = layout_codec.encode("GroupMetadataValue", version, **head, members=members)
+    if GROUP_METADATA_VALUE.flexible(version):  # varint count (n + 1) ... tagged fields
+        assert empty.endswith(b"\x01\x00")
+        head_bytes, count, tail = empty[:-2], b"\x02", b"\x00"
+    else:  # int32 count, no tail
+        assert empty.endswith(bytes(4))
+        head_bytes, count, tail = empty[:-4], (1).to_bytes(4, "big"), b""
+    member = kafka[len(head_bytes) + len(count) : len(kafka) - len(tail)]
+    redpanda = head_bytes + count + version.to_bytes(2, "big") + member + tail
+    ours, theirs = decode_record(GROUP_KEY, kafka), decode_record(GROUP_KEY, redpanda)
+    assert isinstance(ours, GroupMetadata) and len(ours.members) == 1
+    if version in coordinator_layouts.REDPANDA_MEMBER_VERSION_PREFIX:
+        assert theirs == ours
+    else:
+        assert isinstance(theirs, Skipped) and theirs.reason == "malformed_value"
