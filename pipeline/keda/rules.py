@@ -12,9 +12,10 @@ Rules, in the order they apply (docs/keda.md has the table beside KEDA's Kafka s
 3. the cap: never more than the topic's partitions (nor ``maxReplicas``); when the need is
    above it the cap binds and is reported (the policy's ``add_partitions`` takes over);
 4. the floor: at least one replica while any lag waits (never zero with lag);
-5. smoothing: an exponential average (time constant ``smoothingSeconds``), a 0.1 dead
-   band, and a scale-down only when every target of the last ``scaleDownWindowSeconds``
-   was lower: noise moves neither up nor down, a real rise goes up at once.
+5. smoothing: an exponential average (time constant ``smoothingSeconds``), hysteresis
+   (up once the average passes the count by 0.1, down once it is 1.3 below it), and a
+   scale-down only when every target of the last ``scaleDownWindowSeconds`` was lower:
+   noise moves neither up and down, a real rise goes up within a few time constants.
 
 Activity (``IsActive`` and the pushes of ``StreamIsActive``) is a small state machine:
 inactive -> active when lag waits and either the model calls the group not OK or its time
@@ -34,7 +35,8 @@ from pipeline.keda.metadata import CAPACITY, OFFSET_LAG, TIME_LAG, ScalerSpec
 from schemas import GroupLag, LagStatus
 
 STUCK = frozenset({LagStatus.STALL, LagStatus.STOP})
-DEAD_BAND = 0.1
+DEAD_BAND = 0.1  # up: 3.05 replicas needed is 3, 3.15 is 4
+DOWN_BAND = 0.3  # down: from 4, only once 2.7 or fewer are needed (3.3 would go back up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,8 @@ def capacity(
     cap = replica_cap(spec, summary.topic_partitions)
     floor = 1 if summary.total_lag_offsets > 0 else 0
     wanted = max(float(floor), min(raw, float(cap)))
-    return Capacity(raw, wanted, cap, raw > cap + 1e-9, floor, stuck, produce, rate, consumers)
+    binds = raw > cap + DEAD_BAND  # as the smoothing rounds: 4.05 needed is 4
+    return Capacity(raw, wanted, cap, binds, floor, stuck, produce, rate, consumers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +164,10 @@ def smooth(state: ScaleState, cap: Capacity, spec: ScalerSpec, now_ms: int) -> S
         dt_s = (now_ms - state.last_ms) / 1000.0
         alpha = 1.0 if spec.smoothing_s <= 0 else 1.0 - math.exp(-dt_s / spec.smoothing_s)
         ewma = state.ewma + alpha * (cap.wanted - state.ewma)
-    target = min(cap.cap, max(cap.floor, math.ceil(ewma - DEAD_BAND)))
+    rounded = math.ceil(ewma - DEAD_BAND)
+    lower = ewma <= state.replicas - 1 - DOWN_BAND  # clearly below: not noise around R - 1
+    target = rounded if rounded > state.replicas or lower else state.replicas
+    target = min(cap.cap, max(cap.floor, target))
     window_ms = spec.scale_down_window_s * 1000
     targets = (*tuple((t, n) for t, n in state.targets if now_ms - t < window_ms), (now_ms, target))
     replicas = min(cap.cap, max(cap.floor, max(n for _, n in targets)))
