@@ -1,0 +1,173 @@
+"""The KEDA external scaler against a live pipeline on the real broker, through a real gRPC
+client built from the same proto: pushes, agreement with ``lagpilot status``, refusals,
+and a restart."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pipeline.status import read_latest
+from tests.integration.pipeline.harness import (
+    PipelineProcess,
+    ScriptedLoad,
+    commit,
+    create_topic,
+    producer,
+)
+from tests.integration.pipeline.scaler_harness import Client, PushWatcher, ScalerProcess, ref
+from tests.integration.pipeline.test_lag_pipeline import _wait_ready
+
+RUN = uuid.uuid4().hex[:6]
+PREFIX = f"lpk-{RUN}-"
+
+
+@pytest.fixture(scope="module")
+def pipeline(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PipelineProcess]:
+    p = PipelineProcess(
+        kafka_bootstrap,
+        include=f"{PREFIX}.*",
+        state_dir=tmp_path_factory.mktemp("pipe") / "state",
+        LAGPILOT_WINDOW_S="4",
+        LAGPILOT_METADATA_REFRESH_MS="500",
+    ).start()
+    _wait_ready(p)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def scaler(
+    kafka_bootstrap: str, pipeline: PipelineProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ScalerProcess]:
+    s = ScalerProcess(kafka_bootstrap, tmp_path_factory.mktemp("scaler")).start()
+    s.wait_ready()
+    yield s
+    s.kill()
+
+
+def test_a_stalled_consumer_makes_stream_is_active_push_true_within_a_second(
+    kafka_bootstrap: str, scaler: ScalerProcess
+) -> None:
+    topic, group = f"{PREFIX}stall", f"g-stall-{RUN}"
+    create_topic(kafka_bootstrap, topic, 2)
+    md = {"group": group, "topic": topic, "targetTimeLagSeconds": "30"}
+    client = Client(scaler.port)
+    try:
+        with ScriptedLoad(kafka_bootstrap, topic, group, rate=100, partitions=2) as load:
+            _wait_for_group(kafka_bootstrap, group, partitions=2)
+            time.sleep(3)  # the model learns each partition's commit interval
+            watcher = PushWatcher(client, ref("stall", **md))
+            try:
+                latencies = []
+                for part in (0, 1):
+                    onset_ms = load.stall(part) * 1000
+                    pushed_ms = watcher.wait(True, onset_ms, timeout_s=10)
+                    latencies.append(pushed_ms - onset_ms)
+                    load.resume(part)
+                    _wait_for_group(kafka_bootstrap, group, partitions=2, after_ms=onset_ms)
+                    time.sleep(1.5)
+                assert max(latencies) < 1000, f"pushed {latencies} ms after the stalls"
+                assert client.is_active(ref("stall", **md)) is True
+            finally:
+                watcher.close()
+    finally:
+        client.close()
+
+
+def test_get_metrics_agrees_with_lagpilot_status_and_a_restart_serves_the_same(
+    kafka_bootstrap: str, pipeline: PipelineProcess, tmp_path: Path
+) -> None:
+    topic, group = f"{PREFIX}agree", f"g-agree-{RUN}"
+    create_topic(kafka_bootstrap, topic, 3)
+    p = producer(kafka_bootstrap)
+    for part, n in enumerate((500, 300, 200)):
+        for _ in range(n):
+            p.produce(topic, b"x" * 32, partition=part)
+    p.flush(10)
+    commit(kafka_bootstrap, group, {(topic, 0): 100, (topic, 1): 300, (topic, 2): 50})
+    want_lag = 400 + 0 + 150  # frozen: nothing produced or committed from here on
+    base = {"group": group, "topic": topic, "targetTimeLagSeconds": "30"}
+    offsets = ref("agree-offsets", **base, metric="offsetLag", targetOffsetLag="1000")
+    times = ref("agree-time", **base, metric="timeLag")
+    capacity = ref("agree-capacity", **base)
+    s = ScalerProcess(kafka_bootstrap, tmp_path).start()
+    client = Client(s.port)
+    try:
+        s.wait_ready()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and client.metric(offsets) != want_lag:
+            time.sleep(0.25)
+        summaries, _ = read_latest(kafka_bootstrap, since_s=5, group=group)
+        status = summaries[f"{group}|{topic}"]
+        assert status["total_lag_offsets"] == want_lag
+        assert client.metric(offsets) == status["total_lag_offsets"]
+        t_before = read_latest(kafka_bootstrap, since_s=5, group=group)[0][f"{group}|{topic}"]
+        t_metric = client.metric(times)
+        t_after = read_latest(kafka_bootstrap, since_s=5, group=group)[0][f"{group}|{topic}"]
+        assert t_before["max_time_lag_s"] - 0.5 <= t_metric <= t_after["max_time_lag_s"] + 0.5
+        # no member holds the partitions (a scripted committer): one replica to start with
+        assert client.metric(capacity) == 1.0
+        assert client.is_active(capacity) is True
+        before = (client.metric(offsets), client.metric(capacity), client.is_active(capacity))
+
+        s.kill()  # SIGKILL: nothing saved on the way out
+        restarted = ScalerProcess(kafka_bootstrap, tmp_path, port=s.port).start()
+        try:
+            t0 = time.monotonic()
+            deadline = t0 + 10
+            after = None
+            while time.monotonic() < deadline:
+                try:
+                    after = (client.metric(offsets, 1), client.metric(capacity, 1),
+                             client.is_active(capacity))  # fmt: skip
+                    if after == before:
+                        break
+                except grpc.RpcError:
+                    pass  # not listening yet
+                time.sleep(0.1)
+            assert after == before, f"after a restart: {after}, before: {before}"
+            assert time.monotonic() - t0 < 10
+        finally:
+            restarted.kill()
+    finally:
+        client.close()
+        s.kill()
+
+
+def test_bad_metadata_is_refused_naming_the_key(scaler: ScalerProcess) -> None:
+    client = Client(scaler.port)
+    try:
+        bad = ref("bad", group="g", topic="t", targetTimeLagSeconds="30", maxReplicas="many")
+        with pytest.raises(grpc.RpcError) as err:
+            client.metric(bad)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "scalerMetadata.maxReplicas" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            client.is_active(ref("bad", topic="t", targetTimeLagSeconds="30"))
+        assert "scalerMetadata.group: missing" in err.value.details()
+    finally:
+        client.close()
+
+
+def _wait_for_group(
+    bootstrap: str, group: str, partitions: int, after_ms: float = 0, timeout_s: float = 60
+) -> None:
+    """Until lagpilot.lag shows the group OK on all its partitions (after ``after_ms``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        summaries, _ = read_latest(bootstrap, since_s=2, group=group, timeout_s=5)
+        if any(
+            s["partitions"] == partitions and s["status"] == "OK" and s["observed_at_ms"] > after_ms
+            for s in summaries.values()
+        ):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{group} never showed OK on {partitions} partitions")
