@@ -44,7 +44,7 @@ ENV PATH=/opt/lagpilot/bin:$PATH \
     LAGPILOT_STATE_DIR=/var/lib/lagpilot/state
 WORKDIR /var/lib/lagpilot
 USER 10001:10001
-# 9101: pipeline /metrics /healthz /readyz; 9102: actuator's.
-EXPOSE 9101 9102
+# 9101: pipeline /metrics /healthz /readyz; 9102: actuator's; 9103: scaler's; 9105: scaler gRPC.
+EXPOSE 9101 9102 9103 9105
 ENTRYPOINT ["lagpilot"]
 CMD ["--help"]

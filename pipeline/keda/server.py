@@ -36,6 +36,14 @@ log = logging.getLogger("lagpilot.scaler")
 
 DEFAULT_PORT = 9105
 DEFAULT_METRICS_PORT = 9103
+#: the environment the scaler reads (plus LAGPILOT_KAFKA_* client settings, as the pipeline)
+ENV_KEYS = (
+    "KAFKA_BOOTSTRAP",
+    "LAGPILOT_SCALER_PORT",
+    "LAGPILOT_SCALER_METRICS_PORT",
+    "LAGPILOT_SCALER_LOOKBACK_S",
+    "LAGPILOT_LOG_LEVEL",
+)
 
 
 class ScalerMetrics:
