@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every lagpilot process: `lagpilot run` (pipeline), `lagpilot actuate`
-# (actuator), `lagpilot status`, `lagpilot control halt|resume|tail`.
+# (actuator), `lagpilot scaler` (KEDA external scaler), `lagpilot status`,
+# `lagpilot control halt|resume|tail`.
 #
 #   docker build -t lagpilot:0.1.0 .
 #   docker run --rm -e KAFKA_BOOTSTRAP=redpanda:9092 lagpilot:0.1.0 run
