@@ -10,10 +10,26 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from pipeline.keda.rules import PartitionRates
-from schemas import GroupLag, group_lag_from_dict
+from schemas import GroupLag, LagStatus, WorstPartition
+
+_GROUP_FIELDS = {f.name for f in fields(GroupLag) if f.init} - {"worst", "status"}
+_WORST_FIELDS = {f.name for f in fields(WorstPartition) if f.init} - {"status"}
+
+
+def summary_from_event(ev: Mapping[str, Any]) -> GroupLag:
+    """A ``GroupLag`` from a ``group_lag`` event, reading only the fields the scaler knows:
+    a newer pipeline may add optional fields (v1 stays readable); a missing one raises."""
+    worst = tuple(
+        WorstPartition(**{k: w[k] for k in _WORST_FIELDS if k in w}, status=LagStatus(w["status"]))
+        for w in ev.get("worst", ())
+    )
+    body = {k: ev[k] for k in _GROUP_FIELDS}
+    return GroupLag(**body, status=LagStatus(ev["status"]), worst=worst)
+
 
 GroupKey = tuple[str, str]
 
@@ -30,7 +46,7 @@ class LagView:
         kind = ev.get("event")
         try:
             if kind == "group_lag":
-                return self._summary(group_lag_from_dict(dict(ev)))
+                return self._summary(summary_from_event(ev))
             if kind == "partition_lag":
                 p = PartitionRates.from_event(ev)
                 key = (str(ev["group"]), str(ev["topic"]))

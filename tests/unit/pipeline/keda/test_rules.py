@@ -178,3 +178,29 @@ def test_metrics_for_the_hpa_keep_the_cap() -> None:
     d = Decision(SPEC)
     step(d, summary(lag=2000, parts=16), rates(4, 100, 25, 500), 2, 1_000)
     assert metric_value(d) == 12.0
+
+
+def test_the_view_reads_events_with_fields_it_does_not_know_and_counts_bad_ones() -> None:
+    from pipeline.keda.view import LagView
+
+    view = LagView()
+    ev = {"event": "group_lag", "v": 1, "group": "g", "topic": "t", "observed_at_ms": 5,
+          "status": "WARN", "total_lag_offsets": 9, "max_time_lag_s": 1.5, "lag_rate_per_s": 2.0,
+          "partitions": 2, "topic_partitions": 2, "owner_client_id": "w-1",
+          "worst": [{"partition": 1, "lag_offsets": 9, "time_lag_s": 1.5, "lag_rate_per_s": 2.0,
+                     "lag_accel_per_s2": 0.0, "produce_rate_per_s": 4.0,
+                     "consume_rate_per_s": 2.0, "status": "WARN", "leader": 1,
+                     "owner_host": "10.0.0.7"}]}  # fmt: skip
+    s = view.apply(ev)
+    assert s is not None and s.worst[0].status is WARN and s.total_lag_offsets == 9
+    assert view.apply(ev) is None  # the same summary again (a replay) changes nothing
+    part = {"event": "partition_lag", "group": "g", "topic": "t", "partition": 1,
+            "observed_at_ms": 6, "lag_offsets": 9, "produce_rate_per_s": 4.0,
+            "consume_rate_per_s": 2.0, "status": "WARN", "time_lag_s": 1.5,
+            "time_lag_source": "interpolated"}  # fmt: skip
+    view.apply(part)
+    assert view.partition_rates(("g", "t"))[1].consume_rate_per_s == 2.0
+    for bad in ({**ev, "status": "MAYBE", "observed_at_ms": 7}, {"event": "group_lag"},
+                {**part, "lag_offsets": "many"}, {"event": "action"}):  # fmt: skip
+        assert view.apply(bad) is None
+    assert view.bad_events == 4
