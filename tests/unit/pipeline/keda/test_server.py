@@ -25,13 +25,13 @@ def group_lag(at: int, lag: int, status: str = "OK", time_lag: float = 0.0) -> d
 
 
 @pytest.fixture
-def running() -> Iterator[tuple[Scaler, pb_grpc.ExternalScalerStub, ScalerMetrics]]:
+def running() -> Iterator[tuple[Scaler, pb_grpc.ExternalScalerStub, ScalerMetrics, int]]:
     metrics = ScalerMetrics()
     scaler = Scaler(observer=Reporter(metrics))
     server, port, stop = serve(scaler, metrics, 0, host="127.0.0.1")
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield scaler, pb_grpc.ExternalScalerStub(channel), metrics
+        yield scaler, pb_grpc.ExternalScalerStub(channel), metrics, port
     finally:
         channel.close()
         stop.set()
@@ -43,7 +43,7 @@ def ref(**md: str) -> pb.ScaledObjectRef:
 
 
 def test_bad_metadata_is_refused_with_the_key_named(running: Any) -> None:
-    _, stub, metrics = running
+    _, stub, metrics, _ = running
     for call in (stub.IsActive, stub.GetMetricSpec):
         with pytest.raises(grpc.RpcError) as err:
             call(ref(group="g", topic="t", targetTimeLagSeconds="ten"))
@@ -61,7 +61,7 @@ def test_bad_metadata_is_refused_with_the_key_named(running: Any) -> None:
 
 
 def test_metric_spec_metrics_and_activity(running: Any) -> None:
-    scaler, stub, _ = running
+    scaler, stub, _, _ = running
     spec = stub.GetMetricSpec(ref(**MD)).metricSpecs
     assert [(s.metricName, s.targetSizeFloat) for s in spec] == [("lagpilot-capacity-g-t", 1.0)]
     streamed = next(iter(stub.StreamMetricSpec(ref(**MD))))
@@ -77,7 +77,7 @@ def test_metric_spec_metrics_and_activity(running: Any) -> None:
 
 
 def test_stream_pushes_true_at_an_onset_and_false_after_the_exit_window(running: Any) -> None:
-    scaler, stub, metrics = running
+    scaler, stub, metrics, _ = running
     scaler.on_event(group_lag(1_000, lag=3))
     stream = stub.StreamIsActive(ref(**MD))
     got: list[tuple[bool, float]] = []
@@ -110,3 +110,24 @@ def test_stream_pushes_true_at_an_onset_and_false_after_the_exit_window(running:
     assert got[2][0] is False
     stream.cancel()
     assert metrics.pushes.labels("false")._value.get() == 1
+
+
+def test_the_shipped_client_computes_what_an_hpa_would(running: Any) -> None:
+    import doctest
+
+    from pipeline.keda import client as client_module
+    from pipeline.keda.client import ScalerClient, hpa_desired, scaled_object
+
+    assert doctest.testmod(client_module).failed == 0
+    assert hpa_desired(3.0, 1.0) == 3 and hpa_desired(0.0, 1.0, min_replicas=1) == 1
+    scaler, _, _, port = running
+    md = {**MD, "metric": "offsetLag", "targetOffsetLag": "25"}
+    scaler.on_event(group_lag(1_000, lag=60, status="WARN", time_lag=0.5))
+    c = ScalerClient(f"127.0.0.1:{port}")
+    try:
+        ref_ = scaled_object("workers", "agents", **md)
+        assert c.metric_spec(ref_) == ("lagpilot-offsetlag-g-t", 25.0)
+        assert c.desired_replicas(ref_) == 3  # ceil(60 / 25)
+        assert c.desired_replicas(ref_, max_replicas=2) == 2
+    finally:
+        c.close()
