@@ -82,7 +82,7 @@ def test_a_stalled_consumer_makes_stream_is_active_push_true_within_a_second(
         client.close()
 
 
-def test_get_metrics_agrees_with_lagpilot_status_and_a_restart_serves_the_same(
+def test_get_metrics_agrees_with_lagpilot_status_across_replicas_and_a_restart(
     kafka_bootstrap: str, pipeline: PipelineProcess, tmp_path: Path
 ) -> None:
     topic, group = f"{PREFIX}agree", f"g-agree-{RUN}"
@@ -99,9 +99,11 @@ def test_get_metrics_agrees_with_lagpilot_status_and_a_restart_serves_the_same(
     times = ref("agree-time", **base, metric="timeLag")
     capacity = ref("agree-capacity", **base)
     s = ScalerProcess(kafka_bootstrap, tmp_path).start()
-    client = Client(s.port)
+    twin = ScalerProcess(kafka_bootstrap, tmp_path).start()  # a second replica
+    client, twin_client = Client(s.port), Client(twin.port)
     try:
         s.wait_ready()
+        twin.wait_ready()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and client.metric(offsets) != want_lag:
             time.sleep(0.25)
@@ -117,6 +119,11 @@ def test_get_metrics_agrees_with_lagpilot_status_and_a_restart_serves_the_same(
         assert client.metric(capacity) == 1.0
         assert client.is_active(capacity) is True
         before = (client.metric(offsets), client.metric(capacity), client.is_active(capacity))
+        assert (
+            twin_client.metric(offsets),
+            twin_client.metric(capacity),
+            twin_client.is_active(capacity),
+        ) == before, "two replicas answer alike"
 
         s.kill()  # SIGKILL: nothing saved on the way out
         restarted = ScalerProcess(kafka_bootstrap, tmp_path, port=s.port).start()
@@ -133,13 +140,17 @@ def test_get_metrics_agrees_with_lagpilot_status_and_a_restart_serves_the_same(
                 except grpc.RpcError:
                     pass  # not listening yet
                 time.sleep(0.1)
+            took_s = time.monotonic() - t0
             assert after == before, f"after a restart: {after}, before: {before}"
-            assert time.monotonic() - t0 < 10
+            print(f"restarted scaler served the same values after {took_s:.2f} s")
+            assert took_s < 10
         finally:
             restarted.kill()
     finally:
         client.close()
+        twin_client.close()
         s.kill()
+        twin.kill()
 
 
 def test_bad_metadata_is_refused_naming_the_key(scaler: ScalerProcess) -> None:
