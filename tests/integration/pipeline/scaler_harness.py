@@ -123,3 +123,87 @@ class PushWatcher:
     def close(self) -> None:
         self._stream.cancel()
         self._thread.join(5)
+
+
+class Members:
+    """``n`` real members of ``group`` (subscribed: the broker counts them), each consuming
+    at most ``rate`` msgs/s and auto-committing every 100 ms: a saturated consumer group
+    whose one-consumer rate is known."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, n: int, rate: float) -> None:
+        self.bootstrap, self.topic, self.group, self.rate = bootstrap, topic, group, rate
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+
+    def __enter__(self) -> Members:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(10)
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                      "auto.commit.interval.ms": 100, "session.timeout.ms": 10_000})  # fmt: skip
+        c.subscribe([self.topic])
+        t0, done = time.monotonic(), 0
+        try:
+            while not self._stop.is_set():
+                ahead_s = done / self.rate - (time.monotonic() - t0)
+                if ahead_s > 0:
+                    time.sleep(min(ahead_s, 0.05))
+                    continue
+                msg = c.poll(0.05)
+                if msg is not None and not msg.error():
+                    done += 1
+        finally:
+            c.close()
+
+
+class Producing:
+    """``rate`` msgs/s on every one of ``partitions`` partitions of ``topic``, in a thread."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
+        self.bootstrap, self.topic, self.partitions, self.rate = bootstrap, topic, partitions, rate
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Producing:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        from tests.integration.pipeline.harness import producer
+
+        p, t0, sent = producer(self.bootstrap), time.monotonic(), 0
+        while not self._stop.is_set():
+            due = int((time.monotonic() - t0) * self.rate)
+            while sent < due:
+                for part in range(self.partitions):
+                    p.produce(self.topic, b"x" * 64, partition=part)
+                sent += 1
+            p.poll(0)
+            time.sleep(0.01)
+        p.flush(10)
+
+
+def scrape(port: int, name: str) -> dict[str, float]:
+    """``{label values: value}`` of one family on the scaler's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line[len(name) :].rpartition(" ")
+            out[labels] = float(value)
+    return out

@@ -20,7 +20,15 @@ from tests.integration.pipeline.harness import (
     create_topic,
     producer,
 )
-from tests.integration.pipeline.scaler_harness import Client, PushWatcher, ScalerProcess, ref
+from tests.integration.pipeline.scaler_harness import (
+    Client,
+    Members,
+    Producing,
+    PushWatcher,
+    ScalerProcess,
+    ref,
+    scrape,
+)
 from tests.integration.pipeline.test_lag_pipeline import _wait_ready
 
 RUN = uuid.uuid4().hex[:6]
@@ -182,3 +190,39 @@ def _wait_for_group(
             return
         time.sleep(0.3)
     raise AssertionError(f"{group} never showed OK on {partitions} partitions")
+
+
+def test_capacity_from_real_members_measured_rate_and_the_cap_reported(
+    kafka_bootstrap: str, scaler: ScalerProcess
+) -> None:
+    """8 partitions x 50 msgs/s = 400/s; two members consume at most 60/s each: one
+    consumer's rate is 60, so about 400 / 60 = 6.7 replicas (plus the backlog over a long
+    target) are needed: 7 or 8 of the 8 partitions. With maxReplicas 4 the cap binds."""
+    topic, group = f"{PREFIX}cap", f"g-cap-{RUN}"
+    create_topic(kafka_bootstrap, topic, 8)
+    md = {"group": group, "topic": topic, "targetTimeLagSeconds": "600", "smoothingSeconds": "1"}
+    free, capped = ref("cap-free", **md), ref("cap-4", **md, maxReplicas="4")
+    client = Client(scaler.port)
+    try:
+        with (
+            Producing(kafka_bootstrap, topic, 8, rate=50),
+            Members(kafka_bootstrap, topic, group, n=2, rate=60),
+        ):
+            client.metric(free), client.metric(capped)  # start serving both now
+            # members join, then consume at their rate: wait for three steady readings
+            deadline, got, steady, needed = time.monotonic() + 45, 0.0, 0, {}
+            free_key = '{scaled_object="agents/cap-free"}'
+            while time.monotonic() < deadline and steady < 3:
+                time.sleep(0.5)
+                got = client.metric(free)
+                needed = scrape(scaler.metrics_port, "lagpilot_scaler_needed_replicas")
+                steady = steady + 1 if 6 <= needed.get(free_key, 0) <= 7.8 else 0
+            assert steady == 3, f"needed {needed}\n{scaler.log_tail()}"
+            assert 6 <= got <= 8, f"capacity {got}; needed {needed}\n{scaler.log_tail()}"
+            assert client.metric(capped) == 4.0
+            binds = scrape(scaler.metrics_port, "lagpilot_scaler_cap_binds")
+            assert binds['{scaled_object="agents/cap-4"}'] == 1.0
+            assert binds[free_key] == 0.0, (needed, got)
+    finally:
+        client.close()
+    assert "agents/cap-4: the partition cap binds" in scaler.log_tail(200)
