@@ -77,7 +77,14 @@ class Scaler:
             step(d, s, parts, self.consumers.get(key), s.observed_at_ms)
         self.decisions[so] = d
         self._observe(so, d, None)
-        log.info("serving %s: %s (%d summaries replayed)", so, spec, len(self.view.history(key)))
+        replayed = len(self.view.history(key))
+        log.info("serving %s: %s (%d summaries replayed)", so, spec, replayed)
+        if not replayed:
+            log.warning(
+                "%s: no lag events of group %r on topic %r yet: inactive until there are (is "
+                "the group committing, and does the pipeline watch the topic?)",
+                so, spec.group, spec.topic,
+            )  # fmt: skip
         return d
 
     def is_active(self, so: str, spec: ScalerSpec) -> bool:
