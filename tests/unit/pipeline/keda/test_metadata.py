@@ -56,3 +56,15 @@ def test_a_bad_or_missing_key_is_named_with_its_fix(
     assert err.value.key == key
     assert f"scalerMetadata.{key}:" in str(err.value) and words in str(err.value)
     assert "; " in str(err.value)  # problem; fix
+
+
+def test_docs_keda_md_lists_exactly_the_keys_the_scaler_reads() -> None:
+    import re
+    from pathlib import Path
+
+    from pipeline.keda.metadata import OUR_KEYS
+
+    text = (Path(__file__).resolve().parents[4] / "docs" / "keda.md").read_text()
+    section = text.split("## ScaledObject metadata", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `(\w+)` \|", section, re.M)
+    assert set(documented) - {"capacity", "timeLag", "offsetLag"} == set(OUR_KEYS)
