@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every lagpilot process: `lagpilot run` (pipeline), `lagpilot actuate`
-# (actuator), `lagpilot status`, `lagpilot control halt|resume|tail`.
+# (actuator), `lagpilot scaler` (KEDA external scaler), `lagpilot status`,
+# `lagpilot control halt|resume|tail`.
 #
 #   docker build -t lagpilot:0.1.0 .
 #   docker run --rm -e KAFKA_BOOTSTRAP=redpanda:9092 lagpilot:0.1.0 run
@@ -44,7 +45,7 @@ ENV PATH=/opt/lagpilot/bin:$PATH \
     LAGPILOT_STATE_DIR=/var/lib/lagpilot/state
 WORKDIR /var/lib/lagpilot
 USER 10001:10001
-# 9101: pipeline /metrics /healthz /readyz; 9102: actuator's.
-EXPOSE 9101 9102
+# 9101: pipeline /metrics /healthz /readyz; 9102: actuator's; 9103: scaler's; 9105: scaler gRPC.
+EXPOSE 9101 9102 9103 9105
 ENTRYPOINT ["lagpilot"]
 CMD ["--help"]

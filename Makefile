@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-keda clean
 
 install: $(VENV)/.installed
 
@@ -83,6 +83,9 @@ bench-actuation: install
 bench-war-story: install
 	$(PY) bench/war_story.py
 
+bench-keda: install
+	$(PY) bench/keda.py
+
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache
 
@@ -96,3 +99,10 @@ up:
 
 down:
 	$(COMPOSE) down
+
+# The KEDA external scaler's gRPC stubs are committed (docs/keda.md says why); regenerate
+# them after a change to the .proto. tests/unit/pipeline/keda/test_proto_contract.py fails
+# when they differ from it.
+.PHONY: keda-stubs
+keda-stubs: install
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. pipeline/keda/externalscaler.proto

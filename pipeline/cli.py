@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("pipeline.watermarks", "run only the high-watermark sampler"),
     "status": ("pipeline.status", "print the current lag table from lagpilot.lag"),
     "control": ("pipeline.control", "kill switch and control topic: halt | resume | tail"),
+    "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
 }
 

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from actuators.settings import ENV_KEYS as ACTUATOR_ENV_KEYS
+from pipeline.keda.server import ENV_KEYS as SCALER_ENV_KEYS
 from pipeline.policy_config import _ENV as POLICY_OVERRIDES
 from pipeline.policy_config import FILE_ENV as POLICY_FILE_ENV
 from pipeline.settings import ENV_PREFIX, KAFKA_ENV_PREFIX, Settings
@@ -30,13 +31,19 @@ PIPELINE_ENV = (
     | SIGNING_ENV
 )
 ACTUATOR_ENV = set(ACTUATOR_ENV_KEYS) | SIGNING_ENV
+SCALER_ENV = set(SCALER_ENV_KEYS)
 
 #: Third-party images must carry an explicit version tag (never latest, never untagged).
 PINNED_TAG = re.compile(r"^[\w.\-/]+:v?\d+\.\d+(\.\d+)?[\w.\-]*$")
 
 
 def env_problem(name: str, command: str) -> str | None:
-    """Why ``name`` is not a setting of the lagpilot ``command`` (run / actuate), or None."""
+    """Why ``name`` is not a setting of the lagpilot ``command`` (run / actuate / scaler),
+    or None."""
+    if command == "scaler":
+        if name in SCALER_ENV or re.fullmatch(r"LAGPILOT_KAFKA_[A-Z0-9_]+", name):
+            return None
+        return f"{name} is not a scaler setting (pipeline/keda/server.py ENV_KEYS)"
     if command == "run":
         if name in PIPELINE_ENV:
             return None

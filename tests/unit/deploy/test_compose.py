@@ -89,7 +89,7 @@ def test_third_party_images_are_pinned(services: dict[str, Any]) -> None:
 def test_lagpilot_env_vars_are_real_settings(services: dict[str, Any]) -> None:
     for name, svc in _lagpilot(services).items():
         command = svc.get("command", [None])[0]
-        if command not in {"run", "actuate"}:
+        if command not in {"run", "actuate", "scaler"}:
             continue
         for var in _env(svc):
             problem = env_problem(var, command)
@@ -128,7 +128,7 @@ def _redpanda_listeners(services: dict[str, Any], flag: str) -> dict[str, int]:
 def test_addresses_point_at_real_listeners(services: dict[str, Any]) -> None:
     kafka = _redpanda_listeners(services, "kafka-addr")
     assert len(kafka) == 3
-    for name in ("pipeline", "actuator"):
+    for name in ("pipeline", "actuator", "scaler"):
         for hostport in _env(services[name])["KAFKA_BOOTSTRAP"].split(","):
             host, port = hostport.rsplit(":", 1)
             assert kafka.get(host) == int(port), f"{name}: {hostport} is no Kafka listener"
@@ -151,6 +151,7 @@ def test_metrics_ports_agree_everywhere(services: dict[str, Any]) -> None:
     ports = {
         "pipeline": int(_env(services["pipeline"])["LAGPILOT_METRICS_PORT"]),
         "actuator": int(_env(services["actuator"])["LAGPILOT_ACTUATOR_METRICS_PORT"]),
+        "scaler": int(_env(services["scaler"])["LAGPILOT_SCALER_METRICS_PORT"]),
     }
     prom = _load("prometheus.yml")
     targets = {

@@ -83,12 +83,19 @@ def test_one_image_whose_entrypoint_is_lagpilot(instructions: list[Instruction])
     assert PYPROJECT["project"]["scripts"]["lagpilot"] == "pipeline.cli:main"
     from pipeline.cli import COMMANDS
 
-    assert {"run", "actuate", "status", "control"} <= set(COMMANDS)
+    assert {"run", "actuate", "status", "control", "scaler"} <= set(COMMANDS)
 
 
-def test_exposes_both_metrics_ports(instructions: list[Instruction]) -> None:
+def test_exposes_every_process_port(instructions: list[Instruction]) -> None:
+    from pipeline.keda.server import DEFAULT_METRICS_PORT, DEFAULT_PORT
+
     exposed = {int(p) for i in _final(instructions) if i.op == "EXPOSE" for p in i.args.split()}
-    assert exposed == {PipelineSettings().metrics_port, ActuatorSettings().metrics_port}
+    assert exposed == {
+        PipelineSettings().metrics_port,
+        ActuatorSettings().metrics_port,
+        DEFAULT_METRICS_PORT,  # the KEDA scaler's health and metrics
+        DEFAULT_PORT,  # its gRPC
+    }
 
 
 def _dockerignore() -> list[str]:

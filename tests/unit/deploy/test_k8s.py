@@ -41,7 +41,10 @@ WORKLOADS = {
         "actuate",
         "LAGPILOT_ACTUATOR_METRICS_PORT",
     ),
+    "scaler": (_get("Deployment", "lagpilot-scaler"), "scaler", "LAGPILOT_SCALER_METRICS_PORT"),
 }
+#: the roles that sign or verify actions and read the policy (the scaler does neither)
+POLICY_ROLES = ("actuator", "pipeline")
 
 
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +116,7 @@ def _file_source(workload: dict[str, Any], path: str) -> tuple[dict[str, Any], s
     raise AssertionError(f"{path} is on no mounted volume")
 
 
-@pytest.mark.parametrize("role", sorted(WORKLOADS))
+@pytest.mark.parametrize("role", POLICY_ROLES)
 def test_policy_and_signing_key_files_are_mounted(role: str) -> None:
     workload, _, _ = WORKLOADS[role]
     env = _env(_container(workload))
@@ -201,3 +204,26 @@ def test_placeholder_secrets_are_loadable_and_kafka_keys_are_settings() -> None:
     assert load_signing_key({"LAGPILOT_SIGNING_KEY": key})
     for k in _get("Secret", "lagpilot-kafka-client")["stringData"]:
         assert k.startswith("LAGPILOT_KAFKA_") and env_problem(k, "run") is None
+
+
+def test_scaler_runs_two_replicas_behind_a_grpc_service_a_scaled_object_names() -> None:
+    from pipeline.keda.metadata import KEDA_KEYS, parse_metadata
+
+    dep, _, _ = WORKLOADS["scaler"]
+    assert dep["spec"]["replicas"] >= 2, "reads lagpilot.lag itself: replicas answer alike"
+    c = _container(dep)
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    assert grpc_port == int(_env(c)["LAGPILOT_SCALER_PORT"]["value"])
+    svc = _get("Service", "lagpilot-scaler")
+    (port,) = [p for p in svc["spec"]["ports"] if p["name"] == "grpc"]
+    assert port["targetPort"] == "grpc"
+    example = yaml.safe_load((K8S / "examples" / "keda-scaledobject.yaml").read_text())
+    assert example["kind"] == "ScaledObject" and example["apiVersion"] == "keda.sh/v1alpha1"
+    (trigger,) = example["spec"]["triggers"]
+    assert trigger["type"] == "external-push"
+    md = trigger["metadata"]
+    host, _, p = md["scalerAddress"].rpartition(":")
+    assert host == "lagpilot-scaler.lagpilot.svc.cluster.local" and int(p) == port["port"]
+    spec = parse_metadata(md)  # the example's keys pass the scaler's own validation
+    assert "scalerAddress" in KEDA_KEYS and spec.group and spec.topic
+    assert spec.max_replicas == example["spec"]["maxReplicaCount"]
