@@ -42,7 +42,7 @@ from pipeline.consumer_group_records import (
 )
 from schemas.offsets import GroupMetadata, GroupRemoved, OffsetCommit, OffsetDeleted
 
-__all__ = ["GroupHealth", "HealthConfig", "Owner", "STATUSES"]
+__all__ = ["STATUSES", "GroupHealth", "HealthConfig", "Owner"]
 
 STATUSES = ("OK", "REBALANCING", "EMPTY", "STORM", "DELETED")
 
@@ -85,6 +85,7 @@ class _Member:
     instance_id: str | None
     assignment: dict[str, tuple[int, ...]] = field(default_factory=dict)  # topic or id
     member_epoch: int = -1
+    subscribed: tuple[str, ...] = ()  # KIP-848: topic names, or ("*",) for a regex
 
     @property
     def identity(self) -> str:
@@ -122,7 +123,7 @@ class GroupHealth:
         self.groups: dict[str, _Group] = {}
         self.topic_names: dict[str, str] = {}  # KIP-848 topic id -> name
         self._dirty: set[str] = set()
-        self._removed: list[tuple[str, int]] = []
+        self._removed: list[tuple[str, bool]] = []
         self._owners: dict[str, dict[str, dict[int, Owner]]] = {}  # topic -> group -> p
         self._owners_changed: set[str] = set()
         self._next_scan_ms = 0
@@ -185,13 +186,13 @@ class GroupHealth:
     def _classic(self, r: GroupMetadata, ts_ms: int) -> None:
         g = self._group(r.group, "classic")
         new: dict[str, _Member] = {}
-        for m in r.members:
-            new[m.member_id] = _Member(
-                m.member_id,
-                m.client_id,
-                m.client_host,
-                m.group_instance_id,
-                {a.topic: a.partitions for a in m.assignment},
+        for gm in r.members:
+            new[gm.member_id] = _Member(
+                gm.member_id,
+                gm.client_id,
+                gm.client_host,
+                gm.group_instance_id,
+                {a.topic: a.partitions for a in gm.assignment},
             )
         for mid, m in g.members.items():
             if mid not in new:
@@ -218,6 +219,7 @@ class GroupHealth:
                 m = g.members[r.member_id] = _Member(r.member_id, "", "", None)
                 g.churn.append((ts_ms, "joined", "", m))
             m.client_id, m.client_host, m.instance_id = r.client_id, r.client_host, r.instance_id
+            m.subscribed = r.subscribed_topics if not r.subscribed_regex else ("*",)
             if g.churn and g.churn[-1][3] is m:  # name the join with the identity just read
                 g.churn[-1] = (g.churn[-1][0], "joined", m.identity, m)
         elif isinstance(r, ConsumerMemberAssignment):
@@ -266,6 +268,18 @@ class GroupHealth:
             for m in g.members.values()
             for t in m.assignment
             if t not in self.topic_names
+        }
+
+    def topics_to_resolve(self) -> set[str]:
+        """Names whose ids to look up: the subscriptions of members with an unknown topic
+        id in their assignment (``*``: a regex subscription, every topic)."""
+        return {
+            name
+            for g in self.groups.values()
+            if g.protocol == "consumer"
+            for m in g.members.values()
+            if any(t not in self.topic_names for t in m.assignment)
+            for name in m.subscribed
         }
 
     def _topic(self, g: _Group, key: str) -> str | None:
