@@ -242,7 +242,8 @@ class GroupHealth:
         g.members = {}
         self._index_owners(g)
         self._dirty.discard(name)
-        self._removed.append((name, g.protocol == "consumer"))
+        if g.sent_ms:  # never published (e.g. created and deleted in one replayed batch): quiet
+            self._removed.append((name, g.protocol == "consumer"))
 
     # -- ownership -------------------------------------------------------------------------
 

@@ -196,6 +196,7 @@ def test_kip848_members_assignment_and_topic_ids() -> None:
     ev = h.event("k", T0 + 2 * S)
     assert ev is not None and (ev["members"], ev["left"], ev["state"]) == ([], 1, "Empty")
     assert h.owners("orders") == []
+    assert [e["members"] for e in h.due(T0 + 2 * S)] == [[]]
     h.apply(ConsumerGroupTombstone("k", "group_epoch"), T0 + 3 * S)
     assert [e["status"] for e in h.due(T0 + 3 * S)] == ["DELETED"] and not h.groups
 
@@ -205,3 +206,10 @@ def test_config_errors_name_the_key() -> None:
         HealthConfig(storm_rebalances=1)
     with pytest.raises(ValueError, match="stall_s"):
         HealthConfig(stall_s=0)
+
+
+def test_a_group_created_and_deleted_before_it_was_published_stays_quiet() -> None:
+    h = GroupHealth()  # e.g. the history of deleted test groups, replayed at start
+    h.apply(_gm(1, STEADY), T0)
+    h.apply(GroupRemoved("g"), T0 + S)
+    assert h.due(T0 + S) == [] and not h.groups
