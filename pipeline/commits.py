@@ -21,6 +21,7 @@ would feed our consumption back into our lag model.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ import orjson
 from quixstreams.sources import Source
 
 from pipeline.group_health import GroupHealth, HealthConfig
+from pipeline.membership_scan import MembershipScan
 from pipeline.offsets import Skipped, decode_record, is_own_group
 from pipeline.procs import die_with_parent
 from pipeline.topic_ids import TopicIdResolver
@@ -340,6 +342,7 @@ class CommitsSource(Source):
         buffer = Coalescer()
         health = GroupHealth(self.health_cfg) if self.health_cfg is not None else None
         resolver = TopicIdResolver(self.broker_config)
+        scans: list[MembershipScan] = []
         next_commit = [time.monotonic() + self.commit_every_s]
 
         def flush(consumer: Any = consumer, commit: bool = False) -> None:
@@ -371,6 +374,16 @@ class CommitsSource(Source):
             self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions}
             for tp in partitions:
                 self._starts.pop(tp.partition, None)
+            if health is not None and partitions:
+                scans.append(
+                    MembershipScan(
+                        self.broker_config,
+                        offsets_topic=self.offsets_topic,
+                        source_group=self.consumer_group,
+                        partitions={tp.partition for tp in partitions},
+                        own_prefix=self.own_prefix,
+                    ).start()
+                )
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
@@ -378,6 +391,8 @@ class CommitsSource(Source):
             flush(c, commit=True)
             self._owned[0] = self._owned[0] - {tp.partition for tp in partitions}
             self._assigned = (self._assigned or set()) - {tp.partition for tp in partitions}
+            if health is not None:
+                health.forget_partitions({tp.partition for tp in partitions})
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
@@ -405,14 +420,17 @@ class CommitsSource(Source):
                     if is_own_group(record.group, self.own_prefix):
                         self.stats["own_group"] += commit
                         continue
-                    if health is not None:
-                        health.apply(record, msg.timestamp()[1])
+                    if health is not None:  # offsets order it against a start-up scan
+                        offset = msg.offset() if scans else -1
+                        health.apply(record, msg.timestamp()[1], offset, msg.partition())
                     if isinstance(record, OffsetCommit | OffsetDeleted):
                         self.stats[record.event] += 1
                         buffer.add(record, now_ms)
                     else:  # membership: read by group health only
                         self.stats[getattr(record, "event", "consumer_group")] += 1
                 if health is not None:
+                    if scans:
+                        _apply_scans(health, scans)
                     self._publish_health(health, resolver, now_ms, resend)
                 # "caught up" (positions against the watermarks of every assigned
                 # partition) is asked only while a sample waits for it
@@ -436,9 +454,30 @@ class CommitsSource(Source):
                     self._read_through(started_ms - FETCH_WAIT_MS)
             flush(commit=True)
         finally:
+            for scan in scans:
+                scan.stop()
             resolver.stop()
             consumer.close()
             if sampler_thread is not None and self.sampler is not None:
                 self.sampler.stop()
                 self._read_through(2**62)  # release a sampler waiting for alignment
                 sampler_thread.join(timeout=5)
+
+
+def _apply_scans(health: GroupHealth, scans: list[MembershipScan], limit: int = 5000) -> None:
+    """Apply what the start-up scans read (at most ``limit`` records a loop, so commits
+    keep flowing); once every scan is done, the model stops ordering records by offset."""
+    for scan in list(scans):
+        for _ in range(limit):
+            try:
+                item = scan.out.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                scans.remove(scan)
+                log.info("membership scan done: %d records", scan.records)
+                break
+            partition, offset, ts_ms, record = item
+            health.apply(record, ts_ms, offset, partition)
+    if not scans:
+        health.forget_order()

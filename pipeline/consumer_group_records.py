@@ -35,8 +35,8 @@ tagged fields (the group's metadata hash in 4.1, assignment epochs per partition
 skipped. A null value is a tombstone: the coordinator writes one for a member that left
 (types 5, 7, 8) and for every record of a deleted group (types 3..8, 16).
 
-Assignments name topics by id (Kafka's URL-safe base64 form of the UUID, as the
-AdminClient prints it), not by name: the group-health model resolves them.
+Assignments name topics by id (Kafka's URL-safe base64 form of the UUID, as Kafka's
+own tools print it), not by name: the group-health model resolves them.
 """
 
 from __future__ import annotations

@@ -127,11 +127,23 @@ class GroupHealth:
         self._owners: dict[str, dict[str, dict[int, Owner]]] = {}  # topic -> group -> p
         self._owners_changed: set[str] = set()
         self._next_scan_ms = 0
+        # offset of the last applied record per record key, and of each group's deletion
+        self._applied: dict[tuple[str, ...], int] = {}
+        self._gone: dict[str, int] = {}
+        self._partition_of: dict[str, int] = {}  # group -> its __consumer_offsets partition
 
     # -- records ---------------------------------------------------------------------------
 
-    def apply(self, record: object, ts_ms: int) -> None:
-        """One decoded record, ``ts_ms`` its timestamp on ``__consumer_offsets``."""
+    def apply(self, record: object, ts_ms: int, offset: int = -1, partition: int = -1) -> None:
+        """One decoded record, ``ts_ms`` its timestamp on ``__consumer_offsets``.
+
+        ``offset`` (its offset there, ``-1``: unknown) orders live records and those a
+        start-up scan reads again (:meth:`replay_is_stale`): all records of a group share
+        one offsets partition, so a lower offset of the same record key is older."""
+        if offset >= 0 and self._stale(record, offset):
+            return
+        if partition >= 0 and not isinstance(record, OffsetCommit | OffsetDeleted):
+            self._partition_of[getattr(record, "group", "")] = partition
         if isinstance(record, OffsetCommit):
             self._commit(record, ts_ms)
         elif isinstance(record, OffsetDeleted):
@@ -154,6 +166,42 @@ class GroupHealth:
             | ConsumerGroupTombstone,
         ):
             self._consumer(record, ts_ms)
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop, without a word, the groups of offsets partitions another replica now reads:
+        that replica publishes their health from here on."""
+        for name in [g for g, p in self._partition_of.items() if p in partitions]:
+            del self._partition_of[name]
+            g = self.groups.pop(name, None)
+            if g is not None:
+                g.members = {}
+                self._index_owners(g)
+                self._dirty.discard(name)
+
+    def forget_order(self) -> None:
+        """A start-up scan is over: no older record can come any more."""
+        self._applied.clear()
+        self._gone.clear()
+
+    def _stale(self, record: object, offset: int) -> bool:
+        """Has a newer record of the same key (or the group's deletion) been applied?"""
+        group = getattr(record, "group", None)
+        if group is None or isinstance(record, OffsetCommit | OffsetDeleted):
+            return False
+        if offset < self._gone.get(group, -1):
+            return True
+        if isinstance(record, GroupRemoved) or (
+            isinstance(record, ConsumerGroupTombstone) and record.kind == "group_epoch"
+        ):
+            self._gone[group] = offset
+            for key in [k for k in self._applied if k[0] == group]:
+                del self._applied[key]
+            return False
+        key = _record_key(record)
+        if offset < self._applied.get(key, -1):
+            return True
+        self._applied[key] = offset
+        return False
 
     def _group(self, name: str, protocol: str) -> _Group:
         g = self.groups.get(name)
@@ -236,6 +284,7 @@ class GroupHealth:
         self._dirty.add(g.name)
 
     def _remove(self, name: str, ts_ms: int) -> None:
+        self._partition_of.pop(name, None)
         g = self.groups.pop(name, None)
         if g is None:
             return
@@ -486,3 +535,21 @@ class GroupHealth:
         """(group, status, members, generation, rebalances_total) of every group: metrics."""
         for name, g in sorted(self.groups.items()):
             yield name, self.status(name, now_ms), len(g.members), g.generation, g.rebalances_total
+
+
+_KINDS = {
+    GroupMetadata: "group_metadata",
+    ConsumerGroupEpoch: "group_epoch",
+    ConsumerPartitionMetadata: "partition_metadata",
+    ConsumerMemberMetadata: "member_metadata",
+    ConsumerTargetEpoch: "target_epoch",
+    ConsumerMemberAssignment: "member_assignment",
+}
+
+
+def _record_key(record: Any) -> tuple[str, ...]:
+    """The record's key on ``__consumer_offsets`` as (group, kind[, member or regex])."""
+    if isinstance(record, ConsumerGroupTombstone):
+        return (record.group, record.kind, record.member_id or record.regex or "")
+    kind = _KINDS.get(type(record), type(record).__name__)
+    return (record.group, kind, getattr(record, "member_id", "") or getattr(record, "regex", ""))

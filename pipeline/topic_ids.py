@@ -10,6 +10,7 @@ subscription). It runs in its own thread so a slow answer never holds up the rea
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from typing import Any
@@ -76,8 +77,19 @@ class TopicIdResolver:
                     except Exception as exc:  # deleted meanwhile, or not authorised
                         log.debug("topic id lookup: %s", exc)
                         continue
-                    learnt[str(desc.topic_id)] = desc.name
+                    learnt[topic_id_text(desc.topic_id)] = desc.name
                 with self._lock:
                     self._learnt.update(learnt)
             except Exception as exc:  # the broker is busy or away: asked again next time
                 log.warning("topic id lookup failed: %s", exc)
+
+
+def topic_id_text(uuid: Any) -> str:
+    """A confluent-kafka ``Uuid`` as Kafka writes topic ids (URL-safe base64, unpadded),
+    the form :mod:`pipeline.consumer_group_records` decodes. ``str(uuid)`` is not it:
+    librdkafka prints the standard alphabet (``+``, ``/``)."""
+    mask = (1 << 64) - 1
+    raw = (uuid.get_most_significant_bits() & mask).to_bytes(8, "big") + (
+        uuid.get_least_significant_bits() & mask
+    ).to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()

@@ -298,6 +298,37 @@ def test_kip848_members_and_assignment_match_the_admin_client_then_deletion(
     assert [e for e in _health(reader, group) if e["observed_at_ms"] > gone["observed_at_ms"]] == []
 
 
+def test_a_restarted_pipeline_knows_a_stable_group_without_a_new_rebalance(
+    pipeline: PipelineProcess, reader: LagReader, kafka_bootstrap: str
+) -> None:
+    topic, group = f"{PREFIX}stable", f"{PREFIX}stable-g"
+    create_topic(kafka_bootstrap, topic, 2)
+    member = _Poller(kafka_bootstrap, group, f"{PREFIX}calm", topic)
+    try:
+        first = reader.wait_for(
+            lambda e: e["event"] == "group_health" and e["group"] == group and e["members"],
+            timeout_s=30,
+        )
+        time.sleep(1.5)  # the source commits its position (every second)
+        pipeline.kill()  # SIGKILL: it resumes __consumer_offsets after this group's records
+        restarted_ms = int(time.time() * 1000)
+        pipeline.start()
+        again = reader.wait_for(
+            lambda e: (
+                e["event"] == "group_health"
+                and e["group"] == group
+                and e["observed_at_ms"] > restarted_ms
+            ),
+            timeout_s=45,
+        )
+        assert again["generation"] == first["generation"]  # no rebalance since
+        assert [m["member_id"] for m in again["members"]] == [
+            m["member_id"] for m in first["members"]
+        ]
+    finally:
+        member.close()
+
+
 def test_lagpilot_own_groups_are_filtered_out(
     pipeline: PipelineProcess, own_reader: LagReader, reader: LagReader
 ) -> None:

@@ -213,3 +213,32 @@ def test_a_group_created_and_deleted_before_it_was_published_stays_quiet() -> No
     h.apply(_gm(1, STEADY), T0)
     h.apply(GroupRemoved("g"), T0 + S)
     assert h.due(T0 + S) == [] and not h.groups
+
+
+def test_a_start_up_scan_never_overrides_what_the_live_reader_applied() -> None:
+    h = GroupHealth()
+    live = _gm(7, STEADY, _flap(3))
+    h.apply(live, T0 + 9 * S, offset=900, partition=4)  # live, while a scan runs
+    h.apply(_gm(5, STEADY), T0, offset=500, partition=4)  # the scan's older snapshot
+    assert h.groups["g"].generation == 7 and len(h.groups["g"].members) == 2
+    h.apply(GroupRemoved("gone"), T0 + 9 * S, offset=901, partition=4)
+    h.apply(_gm(3, STEADY, group="gone"), T0, offset=300, partition=4)  # deleted since
+    assert "gone" not in h.groups
+    h.apply(ConsumerMemberMetadata("k", "m2", None, None, "c2", "/h", (), None, 1, None), T0,
+            offset=950, partition=4)  # fmt: skip
+    h.apply(ConsumerMemberMetadata("k", "m1", None, None, "c1", "/h", (), None, 1, None), T0,
+            offset=400, partition=4)  # fmt: skip
+    assert sorted(h.groups["k"].members) == ["m1", "m2"]  # another key: not superseded
+    h.forget_order()
+    h.apply(_gm(6, STEADY), T0, offset=600)
+    assert h.groups["g"].generation == 6  # no ordering once the scan is over
+
+
+def test_groups_of_partitions_another_replica_took_are_dropped_quietly() -> None:
+    h = GroupHealth()
+    h.apply(_gm(1, STEADY), T0, partition=3)
+    h.apply(_gm(1, STEADY, group="other"), T0, partition=5)
+    h.due(T0)
+    h.forget_partitions({3})
+    assert set(h.groups) == {"other"} and h.due(T0 + 100) == []
+    assert {o[0] for o in h.owners("orders")} == {"other"}
