@@ -6,7 +6,8 @@ health blind to every group that does not rebalance again: its membership record
 older than that position. The topic is compacted, so each group's latest membership
 records are still there. This scan reads each newly assigned offsets partition from its
 beginning up to where the source starts, in a thread with its own consumer, and hands
-the membership records (not the commits) to the reading loop, which applies them with
+the membership records (commits are skipped by their key's record type, undecoded: they
+are nearly all of the topic) to the reading loop, which applies them with
 their offsets: a record the live reader already superseded is dropped
 (:meth:`pipeline.group_health.GroupHealth.apply`).
 """
@@ -108,7 +109,10 @@ class MembershipScan:
                         todo.discard(p)
                         consumer.incremental_unassign([TopicPartition(self.offsets_topic, p)])
                         continue
-                    record = decode_record(msg.key(), msg.value())
+                    key = msg.key()
+                    if key is None or key[:2] in (b"\x00\x00", b"\x00\x01"):  # commits: skipped
+                        continue
+                    record = decode_record(key, msg.value())
                     if isinstance(record, Skipped | OffsetCommit | OffsetDeleted):
                         continue
                     if is_own_group(record.group, self.own_prefix):
