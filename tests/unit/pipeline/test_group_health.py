@@ -160,8 +160,10 @@ def test_a_deleted_group_is_published_once_then_forgotten() -> None:
 TID = "AAECAwQFBgcICQoLDA0ODw"
 
 
-def _kip848(h: GroupHealth, t: int, member: str, parts: tuple[int, ...], epoch: int) -> None:
-    h.apply(ConsumerMemberMetadata("k", member, None, None, f"c-{member}", "/10.1.1.1",
+def _kip848(
+    h: GroupHealth, t: int, member: str, parts: tuple[int, ...], epoch: int, client: str = ""
+) -> None:
+    h.apply(ConsumerMemberMetadata("k", member, None, None, client or f"c-{member}", "/10.1.1.1",
                                    ("orders",), None, 300_000, None), t)  # fmt: skip
     h.apply(ConsumerGroupEpoch("k", epoch), t)
     h.apply(ConsumerTargetEpoch("k", epoch), t)
@@ -242,3 +244,31 @@ def test_groups_of_partitions_another_replica_took_are_dropped_quietly() -> None
     h.forget_partitions({3})
     assert set(h.groups) == {"other"} and h.due(T0 + 100) == []
     assert {o[0] for o in h.owners("orders")} == {"other"}
+
+
+def test_a_kip848_member_that_keeps_leaving_is_a_storm_with_its_resolved_partitions() -> None:
+    h = GroupHealth()
+    h.learn_topic_ids({TID: "orders"})
+    _kip848(h, T0, "steady", (0, 1), 1)
+    t, epoch = T0, 1
+    for n in range(2):  # a crash-looping member: joins (epoch bump), leaves (epoch bump)
+        t += 3 * S
+        epoch += 1
+        _kip848(h, t, f"loop-{n}", (2, 3), epoch, client="looper")  # a new member id each run
+        t += 3 * S
+        epoch += 1
+        h.apply(ConsumerGroupTombstone("k", "member_assignment", f"loop-{n}"), t)
+        h.apply(ConsumerGroupTombstone("k", "member_metadata", f"loop-{n}"), t)
+        h.apply(ConsumerGroupEpoch("k", epoch), t)
+    ev = h.event("k", t)
+    assert ev is not None
+    validate(ev)
+    assert ev["status"] == "STORM" and ev["protocol"] == "consumer"
+    storm = ev["storm"]
+    assert (storm["identity"], storm["member_id"], storm["leaves"]) == (
+        "looper@/10.1.1.1",
+        "loop-1",
+        2,
+    )
+    assert storm["partitions"] == [{"topic": "orders", "topic_id": TID, "partitions": [2, 3]}]
+    assert [m["member_id"] for m in ev["members"]] == ["steady"]
