@@ -137,9 +137,12 @@ class GroupHealth:
     def apply(self, record: object, ts_ms: int, offset: int = -1, partition: int = -1) -> None:
         """One decoded record, ``ts_ms`` its timestamp on ``__consumer_offsets``.
 
-        ``offset`` (its offset there, ``-1``: unknown) orders live records and those a
-        start-up scan reads again (:meth:`replay_is_stale`): all records of a group share
-        one offsets partition, so a lower offset of the same record key is older."""
+        ``offset`` (its offset there; ``-1``: do not order) orders live records against
+        those a start-up scan (:mod:`pipeline.membership_scan`) reads again, until
+        :meth:`forget_order`: all records of a group share one offsets partition, so a
+        lower offset of the same record key is older, and one below the group's deletion
+        is of a group that is gone. ``partition`` (that offsets partition) lets
+        :meth:`forget_partitions` drop the groups of a partition this replica gave up."""
         if offset >= 0 and self._stale(record, offset):
             return
         if partition >= 0 and not isinstance(record, OffsetCommit | OffsetDeleted):
