@@ -284,10 +284,6 @@ def setup_logging(level: str) -> None:
         raise CommandError(
             f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
         ) from None
-    if level.upper() != "DEBUG":
-        # Quix Streams logs a broker it cannot reach as ERROR on every retry; lagpilot says
-        # it once in its own words.
-        logging.getLogger("quixstreams").setLevel(logging.CRITICAL)
 
 
 class ClientErrors:

@@ -114,7 +114,7 @@ def test_cli_without_a_signing_key_names_the_variable(
 ) -> None:
     monkeypatch.delenv("LAGPILOT_SIGNING_KEY", raising=False)
     monkeypatch.delenv("LAGPILOT_SIGNING_KEY_FILE", raising=False)
-    assert main(["--bootstrap", "127.0.0.1:1", "halt"]) == 2
+    assert main(["--bootstrap", "127.0.0.1:1", "halt"]) == 78  # EX_CONFIG, before any I/O
     assert "LAGPILOT_SIGNING_KEY" in capsys.readouterr().err
 
 
