@@ -207,8 +207,10 @@ def parse_since(text: str) -> float:
 
 def event_group(event: Mapping[str, Any]) -> str | None:
     """The consumer group an action is about (params.group, a halt's scope, reason.group)."""
-    params = event.get("params") if isinstance(event.get("params"), Mapping) else {}
-    reason = event.get("reason") if isinstance(event.get("reason"), Mapping) else {}
+    params = event.get("params")
+    reason = event.get("reason")
+    params = params if isinstance(params, Mapping) else {}
+    reason = reason if isinstance(reason, Mapping) else {}
     for value in (params.get("group"), params.get("scope"), reason.get("group")):
         if isinstance(value, str):
             return value

@@ -144,7 +144,7 @@ class Parser(argparse.ArgumentParser):
         if common:
             add_common(self)
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         self.print_usage(sys.stderr)
         self.exit(EX_USAGE, f"{self.prog}: {message}; see {self.prog} --help\n")
 
@@ -238,7 +238,9 @@ def add_common(p: Parser) -> None:
     )
 
 
-def add_connection(p: Parser, *, fill_bootstrap: bool = True) -> None:
+def add_connection(
+    p: Parser, *, fill_bootstrap: bool = True, connect_timeout_s: float = 10.0
+) -> None:
     """``--bootstrap`` and ``--connect-timeout-s`` for commands that talk to the broker."""
     p.option(
         "--bootstrap",
@@ -250,7 +252,7 @@ def add_connection(p: Parser, *, fill_bootstrap: bool = True) -> None:
     p.option(
         "--connect-timeout-s",
         env="LAGPILOT_CONNECT_TIMEOUT_S",
-        default=10.0,
+        default=connect_timeout_s,
         type=float,
         help="how long to wait for the broker before saying it is unreachable",
     )
