@@ -94,8 +94,12 @@ def test_missing_topics_pass_when_creatable_and_fail_with_the_reason_when_not() 
     ok = by_check(evaluate(healthy(topic_partitions=present, create_errors={
         t: None for t in LAGPILOT_TOPICS[2:]})))["lagpilot topics"]  # fmt: skip
     assert ok.status == OK and "creatable with replication 1" in ok.detail
-    bad = by_check(evaluate(healthy(topic_partitions=present, replication_factor=3, brokers=1,
-        create_errors={LAGPILOT_TOPICS[2]: "INVALID_REPLICATION_FACTOR: 3 > 1 broker"})))  # fmt: skip
+    why = {LAGPILOT_TOPICS[2]: "INVALID_REPLICATION_FACTOR: 3 > 1 broker"}
+    bad = by_check(
+        evaluate(
+            healthy(topic_partitions=present, replication_factor=3, brokers=1, create_errors=why)
+        )
+    )
     row = bad["lagpilot topics"]
     assert row.status == FAIL and row.exit_code == EX_FAILED
     assert "LAGPILOT_REPLICATION_FACTOR (now 3)" in row.fix

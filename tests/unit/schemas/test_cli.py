@@ -68,7 +68,7 @@ def test_a_config_file_section_lagpilot_does_not_know_is_an_error(tmp_path: Path
     cfg.write_text("[pipeline]\nwindow_s = 3\n")
     with pytest.raises(ConfigError, match=r"\[pipeline\] is not a section"):
         config_file_env(str(cfg))
-    with pytest.raises(ConfigError, match="LAGPILOT_CONFIG=.*cannot be read"):
+    with pytest.raises(ConfigError, match=r"LAGPILOT_CONFIG=.*cannot be read"):
         config_file_env(str(tmp_path / "absent.toml"))
 
 
