@@ -156,3 +156,18 @@ def test_the_runbook_documents_every_exit_code() -> None:
     runbook = (ROOT / "docs" / "runbook.md").read_text()
     documented = {int(c) for c in re.findall(r"^\| `(\d+)` \|", runbook, re.MULTILINE)}
     assert documented == set(EXIT_CODES)
+
+
+def test_the_readme_config_file_example_names_real_variables(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", readme, re.DOTALL)
+    assert example is not None
+    cfg = tmp_path / "lagpilot.toml"
+    cfg.write_text(example.group(1))
+    env = config_file_env(str(cfg))
+    assert env == {
+        "KAFKA_BOOTSTRAP": "redpanda-0:9092",
+        "LAGPILOT_SAMPLE_INTERVAL_MS": "250",
+        "LAGPILOT_POLICY_FILE": "/etc/lagpilot/policy.toml",
+        "LAGPILOT_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+    }
