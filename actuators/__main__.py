@@ -16,7 +16,16 @@ from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.runner import Runner
 from actuators.settings import Settings, from_env, load_policy
 from schemas import load_signing_key
-from schemas.cli import Parser, add_connection, connect, run
+from schemas.cli import (
+    EX_CONFIG,
+    EX_NOPERM,
+    EX_UNAVAILABLE,
+    CommandError,
+    Parser,
+    add_connection,
+    connect,
+    run,
+)
 
 EXAMPLE = """example:
   export KAFKA_BOOTSTRAP=redpanda-0:9092 LAGPILOT_SIGNING_KEY_FILE=/etc/lagpilot/key
@@ -92,16 +101,47 @@ def _actuate(args: Any) -> int:
     policy = load_policy(settings.policy_file)
     key = load_signing_key(args.env)
     connect(settings.bootstrap, settings.kafka, args.connect_timeout_s)
+    backend = _backend(settings)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    runner = Runner(settings, signing_key=key, policy=policy, backend=make_backend(settings))
+    runner = Runner(settings, signing_key=key, policy=policy, backend=backend)
     try:
         runner.start()
         runner.run(stop)
     finally:
         runner.close()
     return 0
+
+
+def _backend(settings: Settings) -> Any:
+    """The backend; with the Redpanda Admin API, one GET /v1/brokers first, so a wrong URL
+    or password is said at start in one line, not at the first leadership move."""
+    from actuators.redpanda_admin import RedpandaAdminError
+
+    urls = ",".join(settings.redpanda_admin_urls)
+    try:
+        backend = make_backend(settings)
+    except RedpandaAdminError as exc:  # the client refused its settings, before any I/O
+        raise CommandError(f"Redpanda Admin API settings: {exc}", EX_CONFIG) from exc
+    admin = getattr(backend, "admin", None)
+    if admin is None:
+        return backend
+    try:
+        admin.brokers()
+    except RedpandaAdminError as exc:
+        if exc.status in (401, 403):
+            raise CommandError(
+                f"the Redpanda Admin API at {urls} refused the credentials (HTTP {exc.status});"
+                " set LAGPILOT_REDPANDA_ADMIN_USERNAME and LAGPILOT_REDPANDA_ADMIN_PASSWORD",
+                EX_NOPERM,
+            ) from exc
+        raise CommandError(
+            f"cannot reach the Redpanda Admin API at {urls} ({exc.message}); check "
+            "LAGPILOT_REDPANDA_ADMIN_URLS (port 9644) and that the Admin API listens there",
+            EX_UNAVAILABLE,
+        ) from exc
+    return backend
 
 
 def main(argv: list[str] | None = None) -> int:

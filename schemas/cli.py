@@ -286,6 +286,9 @@ def setup_logging(level: str) -> None:
         raise CommandError(
             f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
         ) from None
+    if level.upper() != "DEBUG":  # HTTP clients' per-request lines are detail, as librdkafka's
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class ClientErrors:

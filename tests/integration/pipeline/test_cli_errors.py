@@ -182,3 +182,32 @@ def test_doctor_on_the_real_broker(kafka_bootstrap: str) -> None:
                  LAGPILOT_REDPANDA_ADMIN_URLS=f"http://{UNREACHABLE}")  # fmt: skip
     assert r.returncode == 69 and "admin api" in r.stdout and "fix: check" in r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_admin_api_unreachable_or_refusing_at_actuator_start(kafka_bootstrap: str) -> None:
+    from support.redpanda_admin_stub import running_stubs
+
+    common = {"KAFKA_BOOTSTRAP": kafka_bootstrap, "LAGPILOT_SIGNING_KEY": KEY,
+              "LAGPILOT_ACTUATOR_BACKEND": "redpanda"}  # fmt: skip
+    url = f"http://{UNREACHABLE}"
+    r = lagpilot("actuate", LAGPILOT_REDPANDA_ADMIN_URLS=url, **common)
+    one_clean_line(r, 69, f"cannot reach the Redpanda Admin API at {url}", "ADMIN_URLS")
+    with running_stubs(require_auth=("admin", "right")) as [stub]:
+        r = lagpilot("actuate", LAGPILOT_REDPANDA_ADMIN_URLS=stub.url,
+                     LAGPILOT_REDPANDA_ADMIN_USERNAME="admin",
+                     LAGPILOT_REDPANDA_ADMIN_PASSWORD="wrong", **common)  # fmt: skip
+        one_clean_line(r, 77, "refused the credentials (HTTP 401)", "ADMIN_PASSWORD")
+        r = lagpilot("doctor", "--json", LAGPILOT_REDPANDA_ADMIN_URLS=stub.url,
+                     LAGPILOT_REDPANDA_ADMIN_USERNAME="admin",
+                     LAGPILOT_REDPANDA_ADMIN_PASSWORD="right", **common)  # fmt: skip
+        rows = {row["check"]: row for row in orjson.loads(r.stdout)}
+        assert rows["admin api"]["status"] == "ok" and "Redpanda v24" in rows["admin api"]["detail"]
+
+
+def test_run_stops_on_an_authentication_failure(kafka_bootstrap: str) -> None:
+    r = lagpilot("run", KAFKA_BOOTSTRAP=kafka_bootstrap, LAGPILOT_SIGNING_KEY=KEY,
+                 LAGPILOT_METRICS_PORT="0", LAGPILOT_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+                 LAGPILOT_KAFKA_SASL_MECHANISM="PLAIN", LAGPILOT_KAFKA_SASL_USERNAME="u",
+                 LAGPILOT_KAFKA_SASL_PASSWORD="p")  # fmt: skip
+    assert r.returncode == 77, r.stderr
+    assert "authentication failed at" in r.stderr and "Traceback" not in r.stderr
