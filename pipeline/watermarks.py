@@ -31,7 +31,7 @@ from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
 from schemas import ConfigError, Watermarks, encode, topics
-from schemas.cli import Parser, add_connection, connect, run
+from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run
 
 logger = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ class HighWatermarkSource(Source):
             )
         self._selector = make_selector(self.include, self.exclude, self.exclude_internal)
         try:
-            self._admin = AdminClient(self.broker_config)
+            self._admin = AdminClient({**self.broker_config, "logger": CLIENT_LOG})
         except KafkaException as exc:
             raise ConfigError(
                 f"broker_config is rejected by the Kafka client: {exc.args[0].str()}; "

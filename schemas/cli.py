@@ -275,6 +275,22 @@ class _ClientLog:
 
 
 CLIENT_LOG = _ClientLog()
+#: the format confluent-kafka logs librdkafka's lines with: facility, client name, text
+_LIBRDKAFKA_FORMAT = "%s [%s] %s"
+
+
+class _ClientLinesToDebug(logging.Filter):
+    """On the loggers Quix Streams hands its clients: librdkafka's own lines go to
+    ``lagpilot.kafka`` at DEBUG like every other client's; Quix's own lines pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _LIBRDKAFKA_FORMAT:
+            return True
+        CLIENT_LOG.logger.debug(record.msg, *(record.args or ()))
+        return False
+
+
+_QUIX_CLIENT_LOGGERS = ("quixstreams.kafka.consumer", "quixstreams.kafka.producer")
 
 
 def setup_logging(level: str) -> None:
@@ -286,6 +302,10 @@ def setup_logging(level: str) -> None:
         raise CommandError(
             f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
         ) from None
+    for name in _QUIX_CLIENT_LOGGERS:
+        quix = logging.getLogger(name)
+        if not any(isinstance(f, _ClientLinesToDebug) for f in quix.filters):
+            quix.addFilter(_ClientLinesToDebug())
     if level.upper() != "DEBUG":  # HTTP clients' per-request lines are detail, as librdkafka's
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(logging.WARNING)

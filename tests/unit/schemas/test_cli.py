@@ -171,3 +171,41 @@ def test_the_readme_config_file_example_names_real_variables(tmp_path: Path) -> 
         "LAGPILOT_POLICY_FILE": "/etc/lagpilot/policy.toml",
         "LAGPILOT_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
     }
+
+
+def test_librdkafka_lines_reach_lagpilot_kafka_at_debug_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real client on a closed port logs FAIL lines (librdkafka level 3): they arrive on
+    ``lagpilot.kafka`` at DEBUG, both from lagpilot's clients and from the logger Quix
+    Streams gives its clients; Quix's own lines on that logger pass unchanged."""
+    import logging
+    import time
+
+    from confluent_kafka import Consumer
+
+    from schemas.cli import CLIENT_LOG, setup_logging
+
+    setup_logging("info")
+    quix = logging.getLogger("quixstreams.kafka.consumer")
+    caplog.set_level(logging.DEBUG)
+    clients = [
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "logger": CLIENT_LOG}),
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "logger": quix}),
+    ]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for c in clients:
+            c.poll(0.1)
+        client_lines = [r for r in caplog.records if r.name == "lagpilot.kafka"]
+        if len({r.getMessage().split("[")[1] for r in client_lines}) == 2:
+            break
+    for c in clients:
+        c.close()
+    client_lines = [r for r in caplog.records if r.name == "lagpilot.kafka"]
+    assert {r.levelno for r in client_lines} == {logging.DEBUG}
+    assert any("Connection refused" in r.getMessage() for r in client_lines)
+    assert len({r.getMessage().split("[")[1] for r in client_lines}) == 2  # both clients
+    assert not [r for r in caplog.records if r.name == quix.name]
+    quix.error("Kafka consumer error: x")  # Quix's own sentence is not swallowed
+    assert [r.levelno for r in caplog.records if r.name == quix.name] == [logging.ERROR]
