@@ -82,6 +82,7 @@ class Option:
     default: Any
     type: Callable[[str], Any] = str
     fill: bool = True  # False: the command's own settings loader reads the variable
+    many: bool = False  # a repeatable flag: the variable is comma-separated
 
 
 def env_name(key: str) -> str:
@@ -165,7 +166,8 @@ class Parser(argparse.ArgumentParser):
         )
         if kw.get("action") not in ("store_true", "store_false"):
             action.type = type
-        self.options.append(Option(action.dest, env, default, type, fill))
+        many = kw.get("action") == "append"
+        self.options.append(Option(action.dest, env, default, type, fill, many))
 
     def subcommands(self, **kw: Any) -> Any:
         """Subparsers whose options are resolved by this parser (they add no common ones)."""
@@ -190,7 +192,11 @@ class Parser(argparse.ArgumentParser):
                 setattr(ns, opt.dest, opt.default)
                 continue
             try:
-                setattr(ns, opt.dest, _coerce(opt.type, raw))
+                if opt.many:
+                    value = [_coerce(opt.type, v.strip()) for v in raw.split(",") if v.strip()]
+                else:
+                    value = _coerce(opt.type, raw)
+                setattr(ns, opt.dest, value)
             except (TypeError, ValueError):
                 raise ConfigError(
                     f"{opt.env}={raw!r}: not a valid {_type_name(opt.type)}; fix or unset it"

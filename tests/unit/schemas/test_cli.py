@@ -57,6 +57,16 @@ def test_flag_beats_env_beats_config_file_beats_default(
     assert args.interval_ms == 500
 
 
+def test_a_repeatable_option_reads_a_comma_separated_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    p = Parser(prog="lagpilot test")
+    p.option("--group", env="LAGPILOT_TAIL_GROUP", action="append", help="x")
+    monkeypatch.setenv("LAGPILOT_TAIL_GROUP", "parsers, crawlers")
+    assert p.parse_args([]).group == ["parsers", "crawlers"]
+    assert p.parse_args(["--group", "a"]).group == ["a"]
+
+
 def test_a_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAGPILOT_INTERVAL_MS", "soon")
     with pytest.raises(ConfigError, match="LAGPILOT_INTERVAL_MS='soon': not a valid whole"):
