@@ -1,69 +1,151 @@
 """``python -m actuators`` / ``lagpilot actuate``: run the actuator until SIGTERM or SIGINT.
 
 Configure (validate everything, no I/O) -> start (connect, rebuild the ledger) -> run ->
-stop in reverse order. A configuration error exits 2 with the key and the fix.
+stop in reverse order. A configuration error exits 78 with the key and the fix; a broker
+that cannot be reached at start exits 69 with its address (the supervisor restarts it).
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import signal
 import sys
 import threading
+from typing import Any
 
 from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.runner import Runner
-from actuators.settings import from_env, load_policy
-from schemas import ConfigError, load_signing_key
+from actuators.settings import Settings, from_env, load_policy
+from schemas import load_signing_key
+from schemas.cli import (
+    EX_CONFIG,
+    EX_NOPERM,
+    EX_UNAVAILABLE,
+    CommandError,
+    Parser,
+    add_connection,
+    connect,
+    run,
+)
+
+EXAMPLE = """example:
+  export KAFKA_BOOTSTRAP=redpanda-0:9092 LAGPILOT_SIGNING_KEY_FILE=/etc/lagpilot/key
+  lagpilot actuate --policy deploy/policy.example.toml --actuator-id actuator-0
+"""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def _parser() -> Parser:
+    d = Settings()
+    p = Parser(
         prog="lagpilot actuate",
         description="Apply signed control events from lagpilot.control; record outcomes.",
+        epilog=EXAMPLE,
     )
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (env KAFKA_BOOTSTRAP)")
-    p.add_argument("--backend", help=BACKENDS_HELP)
-    p.add_argument("--policy", dest="policy_file", help="policy TOML (env LAGPILOT_POLICY_FILE)")
-    p.add_argument("--actuator-id", help="unique, stable name (env LAGPILOT_ACTUATOR_ID)")
-    p.add_argument("--metrics-port", type=int, help="/metrics, /healthz, /readyz (default 9102)")
-    p.add_argument("--dry-run-log", help="dry-run backend: append each call to this file")
-    p.add_argument("--max-batch", type=int, help="control events per transaction (default 32)")
-    p.add_argument("--log-level", default="INFO")
+    add_connection(p, fill_bootstrap=False)
+    p.option(
+        "--backend",
+        env="LAGPILOT_ACTUATOR_BACKEND",
+        default=d.backend,
+        fill=False,
+        help=BACKENDS_HELP,
+    )
+    p.option(
+        "--policy",
+        dest="policy_file",
+        env="LAGPILOT_POLICY_FILE",
+        fill=False,
+        help="policy TOML (mode and [allow])",
+    )
+    p.option(
+        "--actuator-id",
+        env="LAGPILOT_ACTUATOR_ID",
+        default="the host name",
+        fill=False,
+        help="unique, stable name (the transactional id)",
+    )
+    p.option(
+        "--metrics-port",
+        env="LAGPILOT_ACTUATOR_METRICS_PORT",
+        default=d.metrics_port,
+        type=int,
+        fill=False,
+        help="/metrics, /healthz, /readyz; 0 disables",
+    )
+    p.option(
+        "--dry-run-log",
+        env="LAGPILOT_ACTUATOR_DRY_RUN_LOG",
+        fill=False,
+        help="dry-run backend: append each call to this file",
+    )
+    p.option(
+        "--max-batch",
+        env="LAGPILOT_ACTUATOR_MAX_BATCH",
+        default=d.max_batch,
+        type=int,
+        fill=False,
+        help="control events per transaction",
+    )
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+def _actuate(args: Any) -> int:
+    settings = from_env(
+        args.env,
+        bootstrap=args.bootstrap,
+        backend=args.backend,
+        policy_file=args.policy_file,
+        actuator_id=args.actuator_id,
+        metrics_port=args.metrics_port,
+        dry_run_log=args.dry_run_log,
+        max_batch=args.max_batch,
     )
-    try:
-        settings = from_env(
-            bootstrap=args.bootstrap,
-            backend=args.backend,
-            policy_file=args.policy_file,
-            actuator_id=args.actuator_id,
-            metrics_port=args.metrics_port,
-            dry_run_log=args.dry_run_log,
-            max_batch=args.max_batch,
-        )
-        policy = load_policy(settings.policy_file)
-        key = load_signing_key()
-    except ConfigError as exc:
-        print(f"lagpilot actuate: configuration error: {exc}", file=sys.stderr)
-        return 2
+    policy = load_policy(settings.policy_file)
+    key = load_signing_key(args.env)
+    connect(settings.bootstrap, settings.kafka, args.connect_timeout_s)
+    backend = _backend(settings)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    runner = Runner(settings, signing_key=key, policy=policy, backend=make_backend(settings))
+    runner = Runner(settings, signing_key=key, policy=policy, backend=backend)
     try:
         runner.start()
         runner.run(stop)
     finally:
         runner.close()
     return 0
+
+
+def _backend(settings: Settings) -> Any:
+    """The backend; with the Redpanda Admin API, one GET /v1/brokers first, so a wrong URL
+    or password is said at start in one line, not at the first leadership move."""
+    from actuators.redpanda_admin import RedpandaAdminError
+
+    urls = ",".join(settings.redpanda_admin_urls)
+    try:
+        backend = make_backend(settings)
+    except RedpandaAdminError as exc:  # the client refused its settings, before any I/O
+        raise CommandError(f"Redpanda Admin API settings: {exc}", EX_CONFIG) from exc
+    admin = getattr(backend, "admin", None)
+    if admin is None:
+        return backend
+    try:
+        admin.brokers()
+    except RedpandaAdminError as exc:
+        if exc.status in (401, 403):
+            raise CommandError(
+                f"the Redpanda Admin API at {urls} refused the credentials (HTTP {exc.status});"
+                " set LAGPILOT_REDPANDA_ADMIN_USERNAME and LAGPILOT_REDPANDA_ADMIN_PASSWORD",
+                EX_NOPERM,
+            ) from exc
+        raise CommandError(
+            f"cannot reach the Redpanda Admin API at {urls} ({exc.message}); check "
+            "LAGPILOT_REDPANDA_ADMIN_URLS (port 9644) and that the Admin API listens there",
+            EX_UNAVAILABLE,
+        ) from exc
+    return backend
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run("lagpilot actuate", _parser(), _actuate, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.settings import Policy, Settings
 from schemas import ActionType, EventError, OutcomeResult, decode, encode
+from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger("lagpilot.actuator")
 
@@ -135,7 +136,8 @@ class Runner:
         self._release_retry_at: dict[str, float] = {}
         self._ready = False
         self._server: MetricsServer | None = None
-        base = {"bootstrap.servers": settings.bootstrap, **settings.kafka}
+        # librdkafka's own lines go to lagpilot's logging (logger lagpilot.kafka, DEBUG)
+        base = {"bootstrap.servers": settings.bootstrap, **settings.kafka, "logger": CLIENT_LOG}
         self._admin = AdminClient(base)
         self._producer = Producer(
             base

@@ -2,60 +2,99 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
 from typing import Any
 
-from schemas import ConfigError, Mode, load_signing_key
+from schemas import Mode, load_signing_key
+from schemas.cli import (
+    CLIENT_LOG,
+    EX_UNAVAILABLE,
+    CommandError,
+    Parser,
+    add_connection,
+    connect,
+    run,
+)
 
 log = logging.getLogger("lagpilot.pipeline")
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
+EXAMPLE = """example:
+  export KAFKA_BOOTSTRAP=redpanda-0:9092 LAGPILOT_SIGNING_KEY_FILE=/etc/lagpilot/key
+  lagpilot run --policy-file deploy/policy.example.toml --include 'orders.*'
+
+Every setting of pipeline/settings.py is also LAGPILOT_<SETTING> (e.g.
+LAGPILOT_WINDOW_S) or a key of the --config file; Kafka client settings pass through as
+LAGPILOT_KAFKA_<NAME> (LAGPILOT_KAFKA_SECURITY_PROTOCOL=SASL_SSL). While the broker cannot
+be reached, run says so once, keeps retrying, and /readyz stays false.
+"""
+
+
+def parse_args(argv: list[str]) -> Any:
+    return _parser().parse_args(argv)
+
+
+def _parser() -> Parser:
+    from pipeline.settings import Settings
+
+    d = Settings()
+    ap = Parser(
         prog="lagpilot run",
         description="Read __consumer_offsets and watermark samples, model lag, decide, publish.",
-        epilog="Every option also reads LAGPILOT_<OPTION> from the environment "
-        "(e.g. LAGPILOT_SAMPLE_INTERVAL_MS); Kafka client settings pass through as "
-        "LAGPILOT_KAFKA_<NAME> (LAGPILOT_KAFKA_SECURITY_PROTOCOL=SASL_SSL).",
+        epilog=EXAMPLE,
     )
-    ap.add_argument("--bootstrap", help="Kafka bootstrap servers (env KAFKA_BOOTSTRAP)")
-    ap.add_argument("--consumer-group", dest="consumer_group")
-    ap.add_argument("--state-dir", dest="state_dir")
-    ap.add_argument("--sample-interval-ms", dest="sample_interval_ms", type=int)
-    ap.add_argument("--include", help="regex of topics to watch (default: all)")
-    ap.add_argument("--exclude", help="regex of topics not to watch")
-    ap.add_argument("--window-s", dest="window_s", type=float)
-    ap.add_argument("--metrics-port", dest="metrics_port", type=int)
-    ap.add_argument("--policy-file", dest="policy_file", help="policy TOML file")
-    ap.add_argument("--no-sampler", dest="run_sampler", action="store_false", default=None)
-    ap.add_argument("--no-policy", dest="run_policy", action="store_false", default=None)
-    ap.add_argument("--log-level", default="INFO")
-    return ap.parse_args(argv)
+    add_connection(ap, fill_bootstrap=False)
+
+    def opt(flag: str, dest: str, help_: str, type_: Any = str, **kw: Any) -> None:
+        ap.option(
+            flag,
+            dest=dest,
+            env=f"LAGPILOT_{dest.upper()}",
+            default=getattr(d, dest),
+            type=type_,
+            fill=False,
+            help=help_,
+            **kw,
+        )
+
+    opt("--consumer-group", "consumer_group", "the pipeline's consumer group (replicas share it)")
+    opt("--state-dir", "state_dir", "RocksDB state directory")
+    opt("--sample-interval-ms", "sample_interval_ms", "watermark sampling period", int)
+    opt("--include", "include", "regex of topics to watch")
+    opt("--exclude", "exclude", "regex of topics not to watch")
+    opt("--window-s", "window_s", "model window, seconds", float)
+    opt("--metrics-port", "metrics_port", "/metrics, /healthz, /readyz; 0 disables", int)
+    opt("--policy-file", "policy_file", "policy TOML file (built-in defaults if none)")
+    opt(
+        "--no-sampler",
+        "run_sampler",
+        "do not run the watermark sampler here",
+        bool,
+        action="store_false",
+    )
+    opt("--no-policy", "run_policy", "model only, decide nothing here", bool, action="store_false")
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    overrides = {k: v for k, v in vars(args).items() if k != "log_level" and v is not None}
-    try:
-        from pipeline.policy_config import load_policy_config
-        from pipeline.settings import describe, load_settings
+    return run("lagpilot run", _parser(), _run, sys.argv[1:] if argv is None else argv)
 
-        settings = load_settings(overrides=overrides)
-        policy_config = load_policy_config(settings.policy_file or None)
-        policy = None
-        if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
-            from pipeline.policy_op import PolicyOperator
 
-            policy = PolicyOperator(policy_config, load_signing_key())
-    except ConfigError as exc:
-        print(f"lagpilot run: configuration error: {exc}", file=sys.stderr)
-        return 2
+def _run(args: Any) -> int:
+    skip = {"log_level", "debug", "config", "connect_timeout_s", "env", "kafka"}
+    overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
+    from pipeline.policy_config import load_policy_config
+    from pipeline.settings import describe, load_settings
+
+    settings = load_settings(env=args.env, overrides=overrides)
+    policy_config = load_policy_config(settings.policy_file or None, env=args.env)
+    policy = None
+    if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
+        from pipeline.policy_op import PolicyOperator
+
+        policy = PolicyOperator(policy_config, load_signing_key(args.env))
     from pipeline.app import build_app
     from pipeline.exposition import RenderProcess
     from pipeline.metrics import BrokerProbe, HealthServer, PipelineMetrics
@@ -69,16 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         server = HealthServer(
             settings.metrics_port,
             metrics.registry,
-            BrokerProbe(settings.broker_config()),
+            BrokerProbe({**settings.broker_config(), "logger": CLIENT_LOG}),
             extra=metrics.lag.render,
         ).start()
         log.info("metrics on :%d/metrics, health on /healthz and /readyz", server.port)
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
     try:
+        wait_for_broker(settings.bootstrap, dict(settings.kafka), args.connect_timeout_s)
         app = _build_with_retries(build_app, settings, metrics, policy)
-    except KeyboardInterrupt:
-        return 130
-    try:
         app.run()
     except KeyboardInterrupt:
         pass
@@ -88,6 +125,27 @@ def main(argv: list[str] | None = None) -> int:
         if metrics.lag.process is not None:
             metrics.lag.process.close()
     return 0
+
+
+def wait_for_broker(bootstrap: str, kafka: dict[str, str], timeout_s: float) -> None:
+    """Return once the broker answers. A service keeps trying while it cannot be reached:
+    it says so in its own words (once, then on every tenth try), never with a traceback.
+    Authentication and TLS failures are configuration, not weather: they end the run."""
+    delay_s, tries = 0.5, 0
+    while True:
+        try:
+            connect(bootstrap, kafka, timeout_s)
+            if tries:
+                log.info("the broker at %s answers now", bootstrap)
+            return
+        except CommandError as exc:
+            if exc.exit_code != EX_UNAVAILABLE:
+                raise
+            if tries % 10 == 0:
+                log.warning("%s; retrying every %.0f s, /readyz is false", exc, 5.0)
+            tries += 1
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 5.0)
 
 
 def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) -> Any:

@@ -11,6 +11,8 @@ import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from schemas.cli import EX_USAGE
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
         "pipeline.__main__",
@@ -21,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "control": ("pipeline.control", "kill switch and control topic: halt | resume | tail"),
     "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
+    "doctor": (
+        "pipeline.doctor",
+        "check broker, permissions, topics, Admin API, key, policy, clock",
+    ),
 }
 
 
@@ -31,7 +37,9 @@ def _usage() -> str:
     lines += [
         f"  {'version':<{width}}  print the version",
         "",
-        "lagpilot <command> --help for its options",
+        "lagpilot <command> --help for its options, their environment variables and",
+        "defaults, and an example. Exit codes: 0 ok, 64 usage, 66 topic missing,",
+        "69 unreachable, 75 try again, 77 permission, 78 configuration, 1 other failure.",
     ]
     return "\n".join(lines)
 
@@ -50,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if name not in COMMANDS:
         print(f"lagpilot: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return EX_USAGE
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)
 

@@ -40,6 +40,7 @@ from pipeline.procs import die_with_parent
 from pipeline.topic_ids import TopicIdResolver
 from pipeline.watermarks import HighWatermarkSource
 from schemas import OffsetCommit, OffsetDeleted, topics
+from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ class CommitsSource(Source):
         }
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
-        return Consumer(conf)
+        return Consumer({**conf, "logger": CLIENT_LOG})
 
     def _wait_for_model(self, timeout_s: float = 30.0) -> None:
         """Until the pipeline's own consumer group (the model) is Stable with members.
@@ -288,7 +289,7 @@ class CommitsSource(Source):
             return
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.broker_config)
+        admin = AdminClient({**self.broker_config, "logger": CLIENT_LOG})
         deadline = time.monotonic() + timeout_s
         while self.running and time.monotonic() < deadline:
             try:

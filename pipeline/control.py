@@ -14,6 +14,7 @@ be recorded and ignored by the actuator.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -21,6 +22,8 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+import orjson
 
 from pipeline.policy import CONTROL_TTL_MS, build_action
 from schemas import (
@@ -35,9 +38,21 @@ from schemas import (
     validate,
     verify,
 )
+from schemas.cli import (
+    EX_FAILED,
+    EX_NOINPUT,
+    EX_TEMPFAIL,
+    EX_USAGE,
+    CommandError,
+    Parser,
+    add_connection,
+    client_config,
+    connect,
+    run,
+)
 from schemas.topics import CONTROL, OUTCOMES
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:21092"
+log = logging.getLogger("lagpilot.control")
 #: tail's columns and their widths (the last one, detail, takes the rest of the line)
 COLUMNS = (("time(UTC)", 12), ("topic", 17), ("type", 19), ("target", 30), ("mode/result", 11),
            ("sig", 3), ("id", 12), ("detail", 0))  # fmt: skip
@@ -130,18 +145,19 @@ def publish_actions(
     return signed
 
 
-def _bootstrap(args: argparse.Namespace) -> str:
-    return str(args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP") or DEFAULT_BOOTSTRAP)
-
-
 def _switch(args: argparse.Namespace, kind: ActionType) -> int:
     from confluent_kafka import Producer
 
-    key = load_signing_key()
+    key = load_signing_key(args.env)
     now_ms = int(time.time() * 1000)
     action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
     producer = Producer(
-        {"bootstrap.servers": _bootstrap(args), "enable.idempotence": True, "acks": "all"}
+        {
+            **client_config(args.bootstrap, args.kafka),
+            "enable.idempotence": True,
+            "acks": "all",
+        }
     )
     [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
     print(f"{kind} scope={args.scope} id={event['id']} published to {args.topic}")
@@ -174,25 +190,102 @@ def _row(topic: str, event: Mapping[str, Any], key: bytes | None) -> list[str]:
     return [when, topic, what, str(event.get("target", "")), state, sig, ident[:12], str(detail)]
 
 
+def parse_since(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h`` or ``1d`` as seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    scale = units.get(text[-1:], 0)
+    number = text[:-1] if scale else text
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"--since {text!r}: use seconds or a duration like 90s, 10m, 2h") from None
+    if value < 0:
+        raise ValueError(f"--since {text!r}: must not be negative")
+    return value
+
+
+def event_group(event: Mapping[str, Any]) -> str | None:
+    """The consumer group an action is about (params.group, a halt's scope, reason.group)."""
+    params = event.get("params")
+    reason = event.get("reason")
+    params = params if isinstance(params, Mapping) else {}
+    reason = reason if isinstance(reason, Mapping) else {}
+    for value in (params.get("group"), params.get("scope"), reason.get("group")):
+        if isinstance(value, str):
+            return value
+    return None
+
+
+class TailFilter:
+    """Which events ``tail`` shows: by type and by group. An outcome has no group of its
+    own: it takes its action's (actions come before their outcomes on the topics)."""
+
+    def __init__(self, groups: Sequence[str] = (), types: Sequence[str] = ()) -> None:
+        self.groups, self.types = set(groups), set(types)
+        self._action_groups: dict[str, str | None] = {}
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        if event.get("event") == "outcome":
+            kind = event.get("action_type")
+            group = self._action_groups.get(str(event.get("action_id")), event.get("group"))
+        else:
+            kind, group = event.get("type"), event_group(event)
+            self._action_groups[str(event.get("id"))] = group
+        if self.types and kind not in self.types:
+            return False
+        return not self.groups or group in self.groups
+
+
+def _start_positions(consumer: Any, args: argparse.Namespace, names: Sequence[str]) -> list[Any]:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+    md = consumer.list_topics(timeout=args.connect_timeout_s)
+    wanted: list[Any] = []
+    for name in names:
+        meta = md.topics.get(name)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise CommandError(
+                f"topic {name} not found at {args.bootstrap}; the pipeline creates it "
+                "(lagpilot run), or pass the right --topic / --outcomes-topic",
+                EX_NOINPUT,
+            )
+        wanted += [TopicPartition(name, p, OFFSET_END) for p in sorted(meta.partitions)]
+    if args.from_beginning:
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in wanted]
+    if args.since is not None:
+        start_ms = int((time.time() - parse_since(args.since)) * 1000)
+        by_time = [TopicPartition(tp.topic, tp.partition, start_ms) for tp in wanted]
+        found = consumer.offsets_for_times(by_time, timeout=args.connect_timeout_s)
+        # no message after the time: the end (offset -1 means "none", not "from the start")
+        return [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_END)
+                for tp in found]  # fmt: skip
+    return wanted
+
+
 def _tail(args: argparse.Namespace) -> int:
     from confluent_kafka import Consumer, KafkaError
 
+    if args.since is not None:
+        parse_since(args.since)  # a usage error before any I/O
     try:
-        key: bytes | None = load_signing_key()
+        key: bytes | None = load_signing_key(args.env)
     except ConfigError:
         key = None  # the table still shows events; the sig column says "?"
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
     consumer = Consumer(
         {
-            "bootstrap.servers": _bootstrap(args),
+            **client_config(args.bootstrap, args.kafka),
             "group.id": f"lagpilot-control-tail-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
-            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         }
     )
-    consumer.subscribe(sorted({args.topic, args.outcomes_topic}))
-    print(format_row([name for name, _ in COLUMNS]), flush=True)
-    shown, idle_since = 0, time.monotonic()
+    keep = TailFilter(args.group or (), args.type or ())
     try:
+        consumer.assign(_start_positions(consumer, args, sorted({args.topic, args.outcomes_topic})))
+        if not args.json:
+            print(format_row([name for name, _ in COLUMNS]), flush=True)
+        shown, idle_since = 0, time.monotonic()
         while args.max is None or shown < args.max:
             if args.idle_exit is not None and time.monotonic() - idle_since > args.idle_exit:
                 break
@@ -201,62 +294,121 @@ def _tail(args: argparse.Namespace) -> int:
                 continue
             if msg.error():
                 if msg.error().code() != KafkaError._PARTITION_EOF:
-                    print(f"# {msg.error()}", file=sys.stderr)
+                    log.warning("reading %s: %s", msg.topic(), msg.error())
                 continue
             idle_since = time.monotonic()
             try:
                 event = decode(msg.value() or b"")
             except EventError as exc:
-                print(f"# skipped a malformed event at {msg.topic()}/{msg.partition()}"
-                      f"@{msg.offset()}: {exc}", file=sys.stderr)  # fmt: skip
+                log.warning("skipped a malformed event at %s/%s@%s: %s",
+                            msg.topic(), msg.partition(), msg.offset(), exc)  # fmt: skip
                 continue
-            print(format_row(_row(str(msg.topic()), event, key)), flush=True)
+            if not keep(event):
+                continue
+            if args.json:
+                print(orjson.dumps({"topic": msg.topic(), **event}).decode(), flush=True)
+            else:
+                print(format_row(_row(str(msg.topic()), event, key)), flush=True)
             shown += 1
-    except KeyboardInterrupt:
-        pass
     finally:
         consumer.close()
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lagpilot control", description=__doc__.split("\n\n")[1])
-    p.add_argument(
-        "--bootstrap", help=f"Kafka bootstrap (else $KAFKA_BOOTSTRAP, {DEFAULT_BOOTSTRAP})"
-    )
-    p.add_argument("--topic", default=CONTROL, help=f"control topic (default {CONTROL})")
-    sub = p.add_subparsers(dest="command", required=True)
+EXAMPLE = """examples:
+  lagpilot control halt --reason "INC-123: stop all actions"
+  lagpilot control tail --since 10m --group doc-parsers --type throttle_producer
+  lagpilot control tail --since 1h --json --idle-exit 2 | jq -c 'select(.result == "failed")'
+"""
+
+
+def _parser() -> Parser:
+    p = Parser(prog="lagpilot control", description=__doc__.split("\n\n")[1], epilog=EXAMPLE)
+    add_connection(p)
+    p.option("--topic", env="LAGPILOT_CONTROL_TOPIC", default=CONTROL, help="control topic")
+    sub = p.subcommands(dest="command", required=True, metavar="{halt,resume,tail}")
     for name, help_ in (("halt", "stop all changes"), ("resume", "lift a halt")):
-        s = sub.add_parser(name, help=help_)
-        s.add_argument("--scope", default="all", help="'all' (default) or a consumer group")
-        s.add_argument("--reason", default="operator kill switch", help="why, for the record")
-        s.add_argument("--timeout", type=float, default=10.0, help="delivery timeout, seconds")
-    t = sub.add_parser("tail", help="print control and outcome events as a table")
-    t.add_argument("--outcomes-topic", default=OUTCOMES)
-    t.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
-    t.add_argument("--max", type=int, default=None, help="stop after this many events")
-    t.add_argument("--idle-exit", type=float, default=None, help="stop after N idle seconds")
+        s = sub.add_parser(name, help=help_, epilog=EXAMPLE)
+        s.option(
+            "--scope", env="LAGPILOT_CONTROL_SCOPE", default="all", help="'all' or a consumer group"
+        )
+        s.option(
+            "--reason",
+            env="LAGPILOT_CONTROL_REASON",
+            default="operator kill switch",
+            help="why, for the record",
+        )
+        s.option(
+            "--timeout",
+            env="LAGPILOT_CONTROL_TIMEOUT_S",
+            default=10.0,
+            type=float,
+            help="delivery timeout, seconds",
+        )
+        p.adopt(s)
+    t = sub.add_parser("tail", help="print control and outcome events", epilog=EXAMPLE)
+    t.option(
+        "--outcomes-topic", env="LAGPILOT_OUTCOMES_TOPIC", default=OUTCOMES, help="outcomes topic"
+    )
+    t.option(
+        "--from-beginning",
+        env="LAGPILOT_TAIL_FROM_BEGINNING",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="start at the oldest event",
+    )
+    t.option(
+        "--since",
+        env="LAGPILOT_TAIL_SINCE",
+        help="start this far back: seconds or 90s, 10m, 2h, 1d (default: new events)",
+    )
+    t.option(
+        "--group",
+        env="LAGPILOT_TAIL_GROUP",
+        action="append",
+        help="only events about this consumer group (repeatable)",
+    )
+    t.option(
+        "--type",
+        env="LAGPILOT_TAIL_TYPE",
+        action="append",
+        help="only this action type, e.g. halt, throttle_producer (repeatable)",
+    )
+    t.option(
+        "--json",
+        env="LAGPILOT_TAIL_JSON",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="one JSON event per line (with its topic), for scripts",
+    )
+    t.option("--max", env="LAGPILOT_TAIL_MAX", type=int, help="stop after this many events")
+    t.option(
+        "--idle-exit", env="LAGPILOT_TAIL_IDLE_EXIT_S", type=float, help="stop after N idle seconds"
+    )
+    p.adopt(t)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from confluent_kafka import KafkaException
-
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+def _control(args: argparse.Namespace) -> int:
     try:
         if args.command == "tail":
             return _tail(args)
         kind = ActionType.HALT if args.command == "halt" else ActionType.RESUME
         return _switch(args, kind)
-    except ConfigError as exc:
-        print(f"lagpilot control: {exc}", file=sys.stderr)
-        return 2
     except PublishError as exc:
-        print(f"lagpilot control: {exc}", file=sys.stderr)
-        return 75 if exc.retriable else 1  # EX_TEMPFAIL: try again
-    except KafkaException as exc:
-        print(f"lagpilot control: Kafka client error: {exc}; check --bootstrap", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), EX_TEMPFAIL if exc.retriable else EX_FAILED) from exc
+    except ValueError as exc:  # --since
+        if isinstance(exc, ConfigError | EventError):
+            raise
+        raise CommandError(str(exc), EX_USAGE) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(
+        "lagpilot control", _parser(), _control, list(sys.argv[1:] if argv is None else argv)
+    )
 
 
 if __name__ == "__main__":

@@ -2,33 +2,46 @@
 
 Reads the last few seconds of the topic (offsets for a timestamp, then to the end), keeps
 the latest snapshot per partition and summary per group, and prints them. It needs only
-the topic, so it works against any running pipeline, from any machine.
+the topic, so it works against any running pipeline, from any machine. ``--watch`` redraws
+it every few seconds; ``--json`` prints the events themselves for scripts.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 import uuid
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from schemas import EventError, decode, topics
+from schemas.cli import (
+    EX_NOINPUT,
+    CommandError,
+    Parser,
+    add_connection,
+    client_config,
+    connect,
+    run,
+)
 
 Latest = dict[str, dict[str, Any]]
 
 
 def read_latest(
-    bootstrap: str, since_s: float, group: str | None = None, timeout_s: float = 10.0
+    bootstrap: str,
+    since_s: float,
+    group: str | None = None,
+    timeout_s: float = 10.0,
+    kafka: dict[str, str] | None = None,
 ) -> tuple[Latest, Latest, Latest]:
     """Latest ``group_lag`` per group|topic, ``partition_lag`` per group|topic|partition and
     ``group_health`` per group."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap, kafka or {}),
             "group.id": f"lagpilot-status-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -38,8 +51,10 @@ def read_latest(
         md = consumer.list_topics(topics.LAG, timeout=timeout_s)
         meta = md.topics.get(topics.LAG)
         if meta is None or meta.error is not None or not meta.partitions:
-            raise SystemExit(
-                f"lagpilot status: topic {topics.LAG} not found: is the pipeline running?"
+            raise CommandError(
+                f"topic {topics.LAG} not found at {bootstrap}: is the pipeline running? "
+                "(lagpilot run creates it)",
+                EX_NOINPUT,
             )
         start_ms = int((time.time() - since_s) * 1000)
         wanted = [TopicPartition(topics.LAG, p, start_ms) for p in meta.partitions]
@@ -129,16 +144,83 @@ def render(summaries: Latest, partitions: Latest, health: Latest | None = None) 
     return "\n".join(lines)
 
 
+def as_json(summaries: Latest, partitions: Latest, health: Latest | None = None) -> str:
+    """One JSON document for scripts: the events as they are on the topic."""
+    doc = {
+        "groups": sorted(summaries.values(), key=lambda s: (s["group"], s["topic"])),
+        "partitions": sorted(
+            partitions.values(), key=lambda p: (p["group"], p["topic"], p["partition"])
+        ),
+        "group_health": sorted((health or {}).values(), key=lambda h: h["group"]),
+    }
+    return orjson.dumps(doc).decode()
+
+
+EXAMPLE = """example:
+  KAFKA_BOOTSTRAP=redpanda-0:9092 lagpilot status --group doc-parsers --watch
+  lagpilot status --json | jq '.groups[] | select(.status != "OK")'
+"""
+
+
+def _parser() -> Parser:
+    p = Parser(prog="lagpilot status", description=__doc__, epilog=EXAMPLE)
+    add_connection(p)
+    p.option("--group", env="LAGPILOT_STATUS_GROUP", help="only this consumer group")
+    p.option(
+        "--since-s",
+        env="LAGPILOT_STATUS_SINCE_S",
+        default=5.0,
+        type=float,
+        help="read this many seconds back",
+    )
+    p.option(
+        "--partitions",
+        env="LAGPILOT_STATUS_PARTITIONS",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="also print every partition",
+    )
+    p.option(
+        "--json",
+        env="LAGPILOT_STATUS_JSON",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="print {groups: [...], partitions: [...], group_health: [...]} as JSON",
+    )
+    p.option(
+        "--watch",
+        env="LAGPILOT_STATUS_WATCH_S",
+        type=float,
+        nargs="?",
+        const=2.0,
+        help="redraw every N seconds (2 if no N) until Ctrl-C",
+    )
+    return p
+
+
+def _status(args: Any) -> int:
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=topics.LAG)
+    show_partitions = args.partitions or bool(args.group) or args.json
+    while True:
+        summaries, partitions, health = read_latest(
+            args.bootstrap, args.since_s, args.group, args.connect_timeout_s, args.kafka
+        )
+        shown = partitions if show_partitions else {}
+        text = as_json(summaries, shown, health) if args.json else render(summaries, shown, health)
+        if not args.watch:
+            print(text)
+            return 0
+        if not args.json:  # a live view: clear the screen, then the table and its time
+            stamp = time.strftime("%H:%M:%S")
+            text = f"\x1b[H\x1b[2J{stamp}  lagpilot status (every {args.watch:g} s)\n{text}"
+        print(text, flush=True)
+        time.sleep(args.watch)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="lagpilot status", description=__doc__)
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
-    ap.add_argument("--group", help="only this consumer group")
-    ap.add_argument("--since-s", type=float, default=5.0, help="read this many seconds back")
-    ap.add_argument("--partitions", action="store_true", help="also print every partition")
-    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    summaries, partitions, health = read_latest(args.bootstrap, args.since_s, args.group)
-    print(render(summaries, partitions if (args.partitions or args.group) else {}, health))
-    return 0
+    return run("lagpilot status", _parser(), _status, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

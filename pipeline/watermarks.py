@@ -15,7 +15,6 @@ the thin edge that talks to the cluster and produces.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import dataclasses
 import logging
@@ -32,6 +31,7 @@ from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
 from schemas import ConfigError, Watermarks, encode, topics
+from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run
 
 logger = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ class HighWatermarkSource(Source):
             )
         self._selector = make_selector(self.include, self.exclude, self.exclude_internal)
         try:
-            self._admin = AdminClient(self.broker_config)
+            self._admin = AdminClient({**self.broker_config, "logger": CLIENT_LOG})
         except KafkaException as exc:
             raise ConfigError(
                 f"broker_config is rejected by the Kafka client: {exc.args[0].str()}; "
@@ -534,59 +534,85 @@ def _key_values(pairs: Iterable[str]) -> dict[str, str]:
     return config
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+EXAMPLE = """example:
+  KAFKA_BOOTSTRAP=redpanda-0:9092 lagpilot sample --include 'orders.*' --sample-interval-ms 250
+"""
+
+
+def build_parser() -> Parser:
+    p = Parser(
         prog="lagpilot sample",
         description="Sample the high watermarks of the watched topics and produce one "
         f"message per topic per tick to {topics.WATERMARKS}.",
+        epilog=EXAMPLE,
     )
-    p.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,host:port]")
-    p.add_argument(
-        "--include", default=".*", help="regex of topics to watch (whole name); default all"
+    add_connection(p)
+    p.option(
+        "--include",
+        env="LAGPILOT_INCLUDE",
+        default=".*",
+        help="regex of topics to watch (whole name)",
     )
-    p.add_argument("--exclude", default=None, help="regex of topics not to watch (whole name)")
-    p.add_argument(
+    p.option("--exclude", env="LAGPILOT_EXCLUDE", help="regex of topics not to watch")
+    p.option(
         "--include-internal",
+        env="LAGPILOT_INCLUDE_INTERNAL",
+        default=False,
+        type=bool,
         action="store_true",
         help=f"also watch internal topics ({INTERNAL_TOPICS})",
     )
-    p.add_argument("--sample-interval-ms", type=int, default=250)
-    p.add_argument("--metadata-refresh-ms", type=int, default=5000)
-    p.add_argument("--topic", default=topics.WATERMARKS, help="topic to produce to")
+    p.option(
+        "--sample-interval-ms",
+        env="LAGPILOT_SAMPLE_INTERVAL_MS",
+        default=250,
+        type=int,
+        help="time between two samples",
+    )
+    p.option(
+        "--metadata-refresh-ms",
+        env="LAGPILOT_METADATA_REFRESH_MS",
+        default=5000,
+        type=int,
+        help="time between two topic listings",
+    )
+    p.option(
+        "--topic",
+        env="LAGPILOT_WATERMARKS_TOPIC",
+        default=topics.WATERMARKS,
+        help="topic to produce to",
+    )
     p.add_argument(
         "-X",
-        dest="config",
+        dest="config_pairs",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="Kafka client setting (security.protocol, sasl.*, ssl.*), repeatable",
+        help="Kafka client setting (security.protocol, sasl.*, ssl.*), repeatable "
+        "[env LAGPILOT_KAFKA_<NAME>]",
     )
-    p.add_argument("--log-level", default="INFO")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """``lagpilot sample``: run only the sampler in a Quix Application; Ctrl-C stops it."""
+    return run("lagpilot sample", build_parser(), _sample, argv)
+
+
+def _sample(args: Any) -> int:
     from quixstreams import Application
 
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    extra = {**args.kafka, **_key_values(args.config_pairs)}
+    source = HighWatermarkSource(
+        "lagpilot-watermarks",
+        {"bootstrap.servers": args.bootstrap, **extra},
+        include=args.include,
+        exclude=args.exclude,
+        exclude_internal=not args.include_internal,
+        sample_interval_ms=args.sample_interval_ms,
+        metadata_refresh_ms=args.metadata_refresh_ms,
     )
-    try:
-        extra = _key_values(args.config)
-        source = HighWatermarkSource(
-            "lagpilot-watermarks",
-            {"bootstrap.servers": args.bootstrap, **extra},
-            include=args.include,
-            exclude=args.exclude,
-            exclude_internal=not args.include_internal,
-            sample_interval_ms=args.sample_interval_ms,
-            metadata_refresh_ms=args.metadata_refresh_ms,
-        )
-    except ConfigError as exc:
-        print(f"lagpilot sample: {exc}", file=sys.stderr)
-        return 2
+    connect(args.bootstrap, extra, args.connect_timeout_s)
     app = Application(
         broker_address=args.bootstrap,
         consumer_group="lagpilot-sampler",

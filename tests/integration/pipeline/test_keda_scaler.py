@@ -115,7 +115,7 @@ def test_get_metrics_agrees_with_lagpilot_status_across_replicas_and_a_restart(
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and client.metric(offsets) != want_lag:
             time.sleep(0.25)
-        summaries, _ = read_latest(kafka_bootstrap, since_s=5, group=group)
+        summaries, _, _ = read_latest(kafka_bootstrap, since_s=5, group=group)
         status = summaries[f"{group}|{topic}"]
         assert status["total_lag_offsets"] == want_lag
         assert client.metric(offsets) == status["total_lag_offsets"]
@@ -182,7 +182,7 @@ def _wait_for_group(
     """Until lagpilot.lag shows the group OK on all its partitions (after ``after_ms``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        summaries, _ = read_latest(bootstrap, since_s=2, group=group, timeout_s=5)
+        summaries, _, _ = read_latest(bootstrap, since_s=2, group=group, timeout_s=5)
         if any(
             s["partitions"] == partitions and s["status"] == "OK" and s["observed_at_ms"] > after_ms
             for s in summaries.values()

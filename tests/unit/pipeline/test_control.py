@@ -114,7 +114,7 @@ def test_cli_without_a_signing_key_names_the_variable(
 ) -> None:
     monkeypatch.delenv("LAGPILOT_SIGNING_KEY", raising=False)
     monkeypatch.delenv("LAGPILOT_SIGNING_KEY_FILE", raising=False)
-    assert main(["--bootstrap", "127.0.0.1:1", "halt"]) == 2
+    assert main(["--bootstrap", "127.0.0.1:1", "halt"]) == 78  # EX_CONFIG, before any I/O
     assert "LAGPILOT_SIGNING_KEY" in capsys.readouterr().err
 
 
@@ -125,3 +125,27 @@ def test_tail_rows_are_aligned_and_truncated() -> None:
                          "detail"])  # fmt: skip
     assert row.index("act") == header.index("mode/result")
     assert "x" * 31 not in row
+
+
+def test_since_accepts_seconds_and_durations() -> None:
+    from pipeline.control import parse_since
+
+    assert [parse_since(t) for t in ("90", "90s", "10m", "2h", "1d")] == [90, 90, 600, 7200, 86400]
+    for bad in ("soon", "-5", "m"):
+        with pytest.raises(ValueError, match="--since"):
+            parse_since(bad)
+
+
+def test_tail_filter_gives_an_outcome_its_actions_group() -> None:
+    from pipeline.control import TailFilter
+
+    keep = TailFilter(groups=["parsers"], types=["throttle_producer"])
+    params = {"entity": "client-id", "name": "c"}
+    action = {"event": "action", "id": "a1", "type": "throttle_producer", "params": params,
+              "reason": {"group": "parsers"}}  # fmt: skip
+    other = {**action, "id": "a2", "reason": {"group": "crawlers"}}
+    assert keep(action) and not keep(other)
+    assert keep({"event": "outcome", "action_id": "a1", "action_type": "throttle_producer"})
+    assert not keep({"event": "outcome", "action_id": "a2", "action_type": "throttle_producer"})
+    assert not keep({"event": "action", "id": "a3", "type": "halt", "params": {"scope": "parsers"}})
+    assert TailFilter()(other)  # no filter: everything

@@ -266,12 +266,12 @@ def test_cli_defaults_match_the_issue() -> None:
     assert args.sample_interval_ms == 250
     assert args.metadata_refresh_ms == 5000
     assert args.topic == topics.WATERMARKS
-    assert args.config == ["security.protocol=SSL"]
+    assert args.config_pairs == ["security.protocol=SSL"]
     assert not args.include_internal
 
 
 def test_cli_rejects_malformed_client_setting(capsys) -> None:
     from pipeline.watermarks import main
 
-    assert main(["--bootstrap", "h:9092", "-X", "security.protocol"]) == 2
+    assert main(["--bootstrap", "h:9092", "-X", "security.protocol"]) == 78  # EX_CONFIG
     assert "write client settings as key=value" in capsys.readouterr().err

@@ -1,0 +1,489 @@
+"""The command line's shared plumbing: options, exit codes, one-line errors, client logs.
+
+``pipeline`` and ``actuators`` both have commands, and a user must meet one behaviour:
+
+- **One way to configure.** Every option is read from its flag, then its environment
+  variable, then the config file (``--config`` / ``LAGPILOT_CONFIG``), then its default.
+  The config file is TOML whose keys are the environment variables' names without the
+  ``LAGPILOT_`` prefix, lower case (``sample_interval_ms = 250``; ``bootstrap`` is
+  ``KAFKA_BOOTSTRAP``; a ``[kafka]`` table holds the ``LAGPILOT_KAFKA_<NAME>`` client
+  settings), so a setting has one name everywhere. ``--help`` shows each option's
+  variable and default.
+- **No traceback for an expected failure.** Broker unreachable, authentication or TLS
+  failure, missing topic, ACL denied, bad key file, Admin API unreachable: one line saying
+  what failed, where, and what to do, and a sysexits-style code (``EXIT_CODES``).
+  ``--debug`` adds the traceback.
+- **librdkafka speaks through lagpilot's logging**, at DEBUG on ``lagpilot.kafka``: its
+  ``%3|...|FAIL|`` lines appear only with ``--log-level debug``, after lagpilot's own
+  sentence has said what went wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tomllib
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schemas.codec import ConfigError
+
+EX_OK = 0
+EX_FAILED = 1
+EX_USAGE = 64
+EX_NOINPUT = 66
+EX_UNAVAILABLE = 69
+EX_TEMPFAIL = 75
+EX_NOPERM = 77
+EX_CONFIG = 78
+EX_INTERRUPTED = 130
+
+#: every exit code a lagpilot command returns, and what it means (docs/runbook.md lists them)
+EXIT_CODES: dict[int, str] = {
+    EX_OK: "success",
+    EX_FAILED: "a doctor check failed, or an unexpected error (rerun with --debug)",
+    EX_USAGE: "bad command line: unknown option, missing or malformed argument",
+    EX_NOINPUT: "a topic lagpilot reads is missing (is the pipeline running?)",
+    EX_UNAVAILABLE: "broker or Redpanda Admin API unreachable",
+    EX_TEMPFAIL: "a publish timed out or failed retriably: try again",
+    EX_NOPERM: "authentication failed or an ACL denies the operation",
+    EX_CONFIG: "configuration error: a setting, the policy file, TLS files or the signing key",
+    EX_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+CONFIG_ENV = "LAGPILOT_CONFIG"
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
+KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
+DEFAULT_BOOTSTRAP = "127.0.0.1:21092"
+
+log = logging.getLogger("lagpilot")
+
+
+class CommandError(Exception):
+    """An expected failure: ``str(exc)`` is the one line a user reads, ``exit_code`` its class."""
+
+    def __init__(self, message: str, exit_code: int = EX_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    env: str
+    default: Any
+    type: Callable[[str], Any] = str
+    fill: bool = True  # False: the command's own settings loader reads the variable
+    many: bool = False  # a repeatable flag: the variable is comma-separated
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a config-file key (``sample_interval_ms``)."""
+    return BOOTSTRAP_ENV if key == "bootstrap" else f"LAGPILOT_{key.upper()}"
+
+
+def config_file_env(path: str) -> dict[str, str]:
+    """The config file as environment variables (lower priority than the real ones)."""
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"{CONFIG_ENV}={path}: cannot be read ({exc.strerror}); point --config at a "
+            "readable TOML file or unset it"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{CONFIG_ENV}={path}: not valid TOML ({exc}); fix it there") from None
+    out: dict[str, str] = {}
+    for key, value in doc.items():
+        if key == "kafka" and isinstance(value, Mapping):
+            for name, v in value.items():
+                out[KAFKA_ENV_PREFIX + name.upper().replace(".", "_")] = _text(v)
+        elif isinstance(value, Mapping):
+            raise ConfigError(
+                f"{path}: [{key}] is not a section lagpilot knows; settings are top-level "
+                "keys (sample_interval_ms = 250) and client settings go in [kafka]"
+            )
+        else:
+            out[env_name(key)] = _text(value)
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def kafka_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings from ``LAGPILOT_KAFKA_<NAME>``: ``..._SECURITY_PROTOCOL`` ->
+    ``security.protocol``."""
+    return {
+        k[len(KAFKA_ENV_PREFIX) :].lower().replace("_", "."): v
+        for k, v in env.items()
+        if k.startswith(KAFKA_ENV_PREFIX) and v != ""
+    }
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with lagpilot's rules: usage errors exit 64; options read flag > environment
+    > config file > default; ``args.env`` is the environment merged with the config file."""
+
+    def __init__(self, *args: Any, common: bool = True, **kw: Any) -> None:
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kw)
+        self.options: list[Option] = []
+        if common:
+            add_common(self)
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: {message}; see {self.prog} --help\n")
+
+    def option(
+        self,
+        *flags: str,
+        env: str,
+        default: Any = None,
+        type: Callable[[str], Any] = str,
+        help: str = "",
+        fill: bool = True,
+        **kw: Any,
+    ) -> None:
+        """An option with its variable and default in ``--help``."""
+        shown = "none" if default in (None, "") else default
+        action = self.add_argument(
+            *flags, default=None, help=f"{help} [env {env}; default {shown}]", **kw
+        )
+        if kw.get("action") not in ("store_true", "store_false"):
+            action.type = type
+        many = kw.get("action") == "append"
+        self.options.append(Option(action.dest, env, default, type, fill, many))
+
+    def subcommands(self, **kw: Any) -> Any:
+        """Subparsers whose options are resolved by this parser (they add no common ones)."""
+        return self.add_subparsers(parser_class=_SubParser, **kw)
+
+    def adopt(self, sub: Parser) -> None:
+        self.options.extend(sub.options)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        ns = super().parse_args(args, namespace)
+        ns.env = dict(os.environ)
+        path = getattr(ns, "config", None) or os.environ.get(CONFIG_ENV)
+        if path:
+            ns.env = {**config_file_env(path), **os.environ}
+        for opt in self.options:
+            if not hasattr(ns, opt.dest):  # another subcommand's option
+                continue
+            if getattr(ns, opt.dest) is not None or not opt.fill:
+                continue
+            raw = ns.env.get(opt.env, "")
+            if raw == "":
+                setattr(ns, opt.dest, opt.default)
+                continue
+            try:
+                if opt.many:
+                    value = [_coerce(opt.type, v.strip()) for v in raw.split(",") if v.strip()]
+                else:
+                    value = _coerce(opt.type, raw)
+                setattr(ns, opt.dest, value)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"{opt.env}={raw!r}: not a valid {_type_name(opt.type)}; fix or unset it"
+                ) from None
+        ns.kafka = kafka_settings(ns.env)
+        return ns
+
+
+class _SubParser(Parser):
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, common=False, **kw)
+
+
+def _coerce(typ: Callable[[str], Any], raw: str) -> Any:
+    if typ is bool:
+        low = raw.strip().lower()
+        if low in {"1", "true", "yes", "on"}:
+            return True
+        if low in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(raw)
+    return typ(raw)
+
+
+def _type_name(typ: Any) -> str:
+    return {int: "whole number", float: "number", bool: "true/false"}.get(typ, "value")
+
+
+def add_common(p: Parser) -> None:
+    """The options every command has, read the same way."""
+    p.option("--config", env=CONFIG_ENV, help="TOML file of settings (keys: the variables' names)")
+    p.option(
+        "--log-level",
+        env="LAGPILOT_LOG_LEVEL",
+        default="info",
+        help="debug shows the Kafka client's own lines",
+    )
+    p.option(
+        "--debug",
+        env="LAGPILOT_DEBUG",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="print the traceback of a failure",
+    )
+
+
+def add_connection(
+    p: Parser, *, fill_bootstrap: bool = True, connect_timeout_s: float = 10.0
+) -> None:
+    """``--bootstrap`` and ``--connect-timeout-s`` for commands that talk to the broker."""
+    p.option(
+        "--bootstrap",
+        env=BOOTSTRAP_ENV,
+        default=DEFAULT_BOOTSTRAP,
+        help="Kafka bootstrap servers, host:port[,host:port]",
+        fill=fill_bootstrap,
+    )
+    p.option(
+        "--connect-timeout-s",
+        env="LAGPILOT_CONNECT_TIMEOUT_S",
+        default=connect_timeout_s,
+        type=float,
+        help="how long to wait for the broker before saying it is unreachable",
+    )
+
+
+# --------------------------------------------------------------------------- logging
+
+
+class _ClientLog:
+    """librdkafka's log callback target: every line to ``lagpilot.kafka`` at DEBUG.
+
+    librdkafka marks a refused connection as an error, but for a user it is detail under
+    lagpilot's own sentence ("cannot reach the broker at ..."), so its level is not kept.
+    """
+
+    logger = logging.getLogger("lagpilot.kafka")
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        self.logger.debug(msg, *args)
+
+
+CLIENT_LOG = _ClientLog()
+#: the format confluent-kafka logs librdkafka's lines with: facility, client name, text
+_LIBRDKAFKA_FORMAT = "%s [%s] %s"
+
+
+class _ClientLinesToDebug(logging.Filter):
+    """On the loggers Quix Streams hands its clients: librdkafka's own lines go to
+    ``lagpilot.kafka`` at DEBUG like every other client's; Quix's own lines pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _LIBRDKAFKA_FORMAT:
+            return True
+        CLIENT_LOG.logger.debug(record.msg, *(record.args or ()))
+        return False
+
+
+_QUIX_CLIENT_LOGGERS = ("quixstreams.kafka.consumer", "quixstreams.kafka.producer")
+
+
+def setup_logging(level: str) -> None:
+    try:
+        logging.basicConfig(
+            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    except ValueError:
+        raise CommandError(
+            f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
+        ) from None
+    for name in _QUIX_CLIENT_LOGGERS:
+        quix = logging.getLogger(name)
+        if not any(isinstance(f, _ClientLinesToDebug) for f in quix.filters):
+            quix.addFilter(_ClientLinesToDebug())
+    if level.upper() != "DEBUG":  # HTTP clients' per-request lines are detail, as librdkafka's
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class ClientErrors:
+    """An ``error_cb`` that keeps what librdkafka reported: the exception a call raises says
+    only "transport failure", the callback says it was SASL or TLS."""
+
+    def __init__(self) -> None:
+        self.errors: list[Any] = []
+
+    def __call__(self, err: Any) -> None:
+        self.errors.append(err)
+        CLIENT_LOG.logger.debug("client error: %s", err)
+
+
+def client_config(
+    bootstrap: str, kafka: Mapping[str, str], errors: ClientErrors | None = None
+) -> dict[str, Any]:
+    """librdkafka settings with lagpilot's log routing (and error collector)."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **kafka, "logger": CLIENT_LOG}
+    if errors is not None:
+        conf["error_cb"] = errors
+    return conf
+
+
+# --------------------------------------------------------------------------- errors
+
+_AUTH = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "UNSUPPORTED_SASL_MECHANISM",
+         "ILLEGAL_SASL_STATE"}  # fmt: skip
+_DENIED = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
+           "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+           "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}  # fmt: skip
+_MISSING = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID"}
+_UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_MSG_TIMED_OUT",
+                "REQUEST_TIMED_OUT", "_TIMED_OUT_QUEUE", "NETWORK_EXCEPTION"}  # fmt: skip
+_CONFIG = {"_INVALID_ARG", "_SSL", "_UNKNOWN_PROTOCOL", "_NOT_IMPLEMENTED"}
+_TLS_WORDS = ("SSL", "TLS", "certificate")
+
+
+def _kafka_error(e: Any) -> Any:
+    """The ``KafkaError`` of a ``KafkaException`` (or the error itself)."""
+    args = getattr(e, "args", ())
+    if args and hasattr(args[0], "name"):
+        return args[0]
+    return e
+
+
+def explain_kafka(
+    exc: Any, *, bootstrap: str, topic: str | None = None, seen: Sequence[Any] = ()
+) -> CommandError:
+    """One sentence and an exit code for a librdkafka failure.
+
+    ``seen`` are the errors the client reported through ``error_cb`` meanwhile: the most
+    specific of them (authentication, TLS) names the cause better than the call's own error.
+    """
+    errs = [_kafka_error(exc), *(_kafka_error(e) for e in seen)]
+    names = [e.name() if hasattr(e, "name") else "" for e in errs]
+    texts = [e.str() if hasattr(e, "str") else str(e) for e in errs]
+    where = f"topic {topic} at {bootstrap}" if topic else bootstrap
+    for name, text in zip(names, texts, strict=True):
+        if name in _AUTH:
+            return CommandError(
+                f"authentication failed at {bootstrap} ({_short(text)}); check "
+                "LAGPILOT_KAFKA_SASL_MECHANISM, _SASL_USERNAME and _SASL_PASSWORD, and that "
+                "the listener speaks LAGPILOT_KAFKA_SECURITY_PROTOCOL",
+                EX_NOPERM,
+            )
+    for name in names:
+        if name in _DENIED:
+            return CommandError(
+                f"permission denied on {where} ({name}); grant lagpilot's principal the "
+                "ACLs listed in docs/runbook.md (lagpilot doctor shows which are missing)",
+                EX_NOPERM,
+            )
+    for name, text in zip(names, texts, strict=True):
+        if name in _CONFIG or (name == "_TRANSPORT" and any(w in text for w in _TLS_WORDS)):
+            tls = any(w in text for w in _TLS_WORDS)
+            fix = (
+                "check LAGPILOT_KAFKA_SECURITY_PROTOCOL and the LAGPILOT_KAFKA_SSL_* files "
+                "against the broker's listener"
+                if tls
+                else "check the LAGPILOT_KAFKA_* client settings (librdkafka names)"
+            )
+            what = "TLS failed" if tls else "bad Kafka client setting"
+            return CommandError(f"{what} for {bootstrap} ({_short(text)}); {fix}", EX_CONFIG)
+    for name in names:
+        if name in _MISSING:
+            return CommandError(
+                f"{'topic ' + topic if topic else 'a topic'} not found at {bootstrap}; "
+                "start the pipeline (lagpilot run creates lagpilot's topics) or check the name",
+                EX_NOINPUT,
+            )
+    detail_first = list(zip(names, texts, strict=True))
+    for name, text in detail_first[1:] + detail_first[:1]:  # the client's own words first
+        if name in _UNREACHABLE:
+            return CommandError(
+                f"cannot reach the broker at {bootstrap} ({_short(text)}); check --bootstrap "
+                f"or {BOOTSTRAP_ENV} and that the broker is up (lagpilot doctor)",
+                EX_UNAVAILABLE,
+            )
+    return CommandError(f"Kafka error at {where}: {names[0]}: {_short(texts[0])}", EX_FAILED)
+
+
+def _short(text: str) -> str:
+    """librdkafka's detail without its "thrd:" and "(after N ms in state X)" noise."""
+    text = text.split(" (after ")[0]
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def connect(
+    bootstrap: str, kafka: Mapping[str, str], timeout_s: float, *, topic: str | None = None
+) -> Any:
+    """Cluster metadata from an AdminClient, or a ``CommandError`` saying why not."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors = ClientErrors()
+    conf = client_config(bootstrap, kafka, errors)
+    conf.setdefault("socket.connection.setup.timeout.ms", max(1000, int(timeout_s * 1000)))
+    admin = None
+    try:
+        admin = AdminClient(conf)
+        return admin.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as exc:
+        if admin is not None:
+            admin.poll(0)  # serve the error callbacks: they hold the cause
+        raise explain_kafka(exc, bootstrap=bootstrap, seen=errors.errors) from exc
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run(prog: str, parser: Parser, body: Callable[[Any], int | None], argv: Any) -> int:
+    """Parse, set up logging, run ``body``; turn every expected failure into one line.
+
+    The line is ``<prog>: <what failed, where, what to do>`` on stderr; the exit code says
+    which kind (``EXIT_CODES``). Anything unexpected prints its type and message and asks
+    for ``--debug``, which prints every traceback.
+    """
+    from confluent_kafka import KafkaException
+
+    debug = "--debug" in (argv or []) or os.environ.get("LAGPILOT_DEBUG", "") in {"1", "true"}
+    args: Any = None
+    try:
+        args = parser.parse_args(argv)
+        debug = debug or bool(getattr(args, "debug", False))
+        setup_logging(args.log_level)
+        return int(body(args) or 0)
+    except CommandError as exc:
+        return _fail(prog, str(exc), exc.exit_code, debug)
+    except ConfigError as exc:
+        return _fail(prog, f"configuration error: {exc}", EX_CONFIG, debug)
+    except KafkaException as exc:
+        where = getattr(args, "bootstrap", None) or "the broker"
+        err = explain_kafka(exc, bootstrap=where)
+        return _fail(prog, str(err), err.exit_code, debug)
+    except KeyboardInterrupt:
+        return EX_INTERRUPTED
+    except Exception as exc:
+        return _fail(
+            prog,
+            f"unexpected error: {type(exc).__name__}: {exc}; rerun with --debug for the "
+            "traceback and report it",
+            EX_FAILED,
+            debug,
+        )
+
+
+def _fail(prog: str, message: str, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    return code
