@@ -43,7 +43,7 @@ class Settings:
     include: str = ".*"
     exclude: str = ""
     window_s: float = 10.0
-    history_rows: int = 256
+    history_rows: int = 4096  # cap on HWM history rows per topic (pipeline/history.py)
     warn_time_lag_s: float = 5.0
     err_time_lag_s: float = 30.0
     # partition_lag snapshots of every partition this often, of partitions not OK every
