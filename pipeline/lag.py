@@ -538,6 +538,7 @@ _POSITION = {  # per group x partition, what commits change; fill for a new row/
 }
 _DTYPES = {"interval_s": np.float64}
 _COMPACT_EVERY = 32  # samples between compactions of the HWM history (8 s at 250 ms)
+_HISTORY_FULL_MS = 30_000  # the whole HWM history is persisted this often (see history_state)
 
 
 class TopicModel:
@@ -565,6 +566,8 @@ class TopicModel:
         self.read_offset: np.ndarray
         self.read_ms: np.ndarray
         self._since_compact = 0  # rows appended since the history was last compacted
+        self._history_saved_ms = 0  # when the whole history was last persisted...
+        self._history_split_ms = 0  # ...up to this row
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
         self.w_t = np.zeros(0, np.int64)
         self.w_hw = np.zeros((0, 0), np.int64)
@@ -864,11 +867,34 @@ class TopicModel:
 
     # -- persistence ----------------------------------------------------------------------
 
-    def hw_state(self) -> dict[str, Any]:
-        return {"t_ms": _enc(self.t_ms), "hw": _enc(self.hw), "leaders": _enc(self.leaders)}
+    def hw_state(self, rows: np.ndarray | None = None) -> dict[str, Any]:
+        """The HWM history (``rows``: a mask of the rows to write; all by default)."""
+        t_ms, hw = (self.t_ms, self.hw) if rows is None else (self.t_ms[rows], self.hw[rows])
+        return {"t_ms": _enc(t_ms), "hw": _enc(hw), "leaders": _enc(self.leaders)}
 
-    def load_hw_state(self, d: dict[str, Any]) -> None:
-        self.t_ms, self.hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
+    def history_state(self, now_ms: int) -> dict[str, dict[str, Any]]:
+        """What to persist of the HWM history: ``hw``, the rows since the last full write,
+        every time; ``hwold``, every row, at most every ``_HISTORY_FULL_MS``. A day of
+        history is ~1,100 rows x partitions: written whole every second it would be most of
+        the state traffic, and its old rows change only when they are compacted."""
+        out: dict[str, dict[str, Any]] = {}
+        if not self._history_saved_ms or now_ms - self._history_saved_ms >= _HISTORY_FULL_MS:
+            out["hwold"] = self.hw_state()
+            self._history_saved_ms = now_ms
+            self._history_split_ms = self.last_sample_ms
+        out["hw"] = self.hw_state(self.t_ms > self._history_split_ms)
+        return out
+
+    def load_hw_state(self, d: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """Restore the history from ``hw`` (and ``hwold``, the rows before it, if any)."""
+        t_ms, hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
+        if old is not None:
+            t_old, hw_old = _dec(old["t_ms"]), _dec(old["hw"])
+            before = t_old < (t_ms[0] if len(t_ms) else np.iinfo(np.int64).max)
+            width = max(hw.shape[1], hw_old.shape[1])
+            t_ms = np.concatenate([t_old[before], t_ms])
+            hw = np.concatenate([_widen(hw_old[before], width, 0), _widen(hw, width, 0)])
+        self.t_ms, self.hw = t_ms, hw
         self._widen(self.width)
 
     def position_state(self, group: str) -> dict[str, Any]:

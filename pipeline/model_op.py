@@ -10,9 +10,10 @@ restarted or rebalanced replica resumes the model:
 - ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
   crash, because a group that commits once and goes idle would otherwise look lagging
   forever;
-- ``hw`` (the HWM history) and ``win`` (every group's rate window) at most every
-  ``persist_interval_ms``: a lost row only thins the fit, and the samples since are
-  replayed (at-least-once) anyway;
+- ``hw`` (the HWM history since its last full write) and ``win`` (every group's rate
+  window) at most every ``persist_interval_ms``, ``hwold`` (the whole HWM history) at most
+  every 30 s: a lost row only thins the fit, and the samples since are replayed
+  (at-least-once) anyway;
 - ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
   the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
   model is reloaded from the store.
@@ -103,7 +104,7 @@ class LagOperator:
         model = TopicModel(topic, self.cfg)
         hw = state.get("hw")
         if hw:
-            model.load_hw_state(hw)
+            model.load_hw_state(hw, state.get("hwold"))
         for name in state.get("groups", []):
             position = state.get(f"c:{name}")
             if position:
@@ -135,14 +136,15 @@ class LagOperator:
         self._bump(topic, model, state)
 
     def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
-        state.set("hw", model.hw_state())
+        for key, value in model.history_state(now_ms).items():
+            state.set(key, value)
         state.set("win", model.window_state())
         self._bump(topic, model, state, saved_ms=now_ms)
 
     def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
         for name in model.groups:
             state.delete(f"c:{name}")
-        for k in ("hw", "win", "groups"):
+        for k in ("hw", "hwold", "win", "groups"):
             state.delete(k)
         self._models.pop(topic, None)
         self._touched.pop(topic, None)

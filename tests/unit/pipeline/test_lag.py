@@ -198,6 +198,25 @@ def test_new_partitions_widen_the_model():
     assert list(o.lag) == [0, 2]
 
 
+def test_history_persisted_in_two_parts_restores_whole():
+    m = TopicModel("t", CFG)
+    for i in range(400):  # compacted along the way
+        m.add_sample(1_000 + i * 250, [i * 3, i])
+    first = m.history_state(100_000)
+    assert set(first) == {"hwold", "hw"}  # the first write is whole
+    for i in range(400, 480):
+        m.add_sample(1_000 + i * 250, [i * 3, i, 5])  # and a partition appears
+    later = m.history_state(110_000)
+    assert set(later) == {"hw"}  # within 30 s: only the rows since
+    assert len(_dec(later["hw"]["t_ms"])) < len(m.t_ms) // 2
+    m2 = TopicModel("t", CFG)
+    m2.load_hw_state(later["hw"], first["hwold"])
+    # every row in memory is restored (the old part may hold rows compacted since)
+    assert np.isin(m.t_ms, m2.t_ms).all() and m2.t_ms[-1] == m.t_ms[-1]
+    assert np.array_equal(m2.hw[np.isin(m2.t_ms, m.t_ms)], m.hw)
+    assert "hwold" in m.history_state(140_000)
+
+
 def test_forgotten_offsets_prune_the_group():
     m = TopicModel("t", CFG)
     m.commit("g", 0, 5, 1_000)
