@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-timelag clean
 
 install: $(VENV)/.installed
 
@@ -82,6 +82,9 @@ bench-actuation: install
 
 bench-war-story: install
 	$(PY) bench/war_story.py
+
+bench-timelag: install
+	$(PY) bench/timelag.py
 
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache
