@@ -25,13 +25,23 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from pipeline.lag import LagConfig, TopicModel, TopicObservation
 
 log = logging.getLogger(__name__)
+
+
+class RecordTimes(Protocol):
+    """Where time lags the history cannot answer get their truth (``pipeline.truth``):
+    ``want`` sees every tick's observations, ``take`` returns the record timestamps read
+    since for a topic, as ``[group, partition, offset, record_ms]`` rows."""
+
+    def want(self, obs: TopicObservation) -> None: ...
+
+    def take(self, topic: str) -> list[list[Any]]: ...
 
 
 class LagOperator:
@@ -58,6 +68,7 @@ class LagOperator:
         on_input: Callable[[str], None] | None = None,
         on_commits: Callable[[int], None] | None = None,
         on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+        record_times: RecordTimes | None = None,
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
@@ -70,6 +81,7 @@ class LagOperator:
         self.on_input = on_input
         self.on_commits = on_commits
         self.on_events = on_events
+        self.record_times = record_times
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
@@ -184,7 +196,12 @@ class LagOperator:
         now_ms = int(value["sampled_at_ms"])
         if not model.add_sample(now_ms, hwms, value.get("leaders") or ()):
             return []  # a replayed or out-of-order sample
+        if self.record_times is not None:
+            for group, partition, offset, record_ms in self.record_times.take(topic):
+                model.record_read(group, partition, offset, record_ms)
         observations = model.observe(now_ms)
+        if self.record_times is not None:
+            self.record_times.want(observations)
         if self.on_observations is not None:
             self.on_observations(observations)
         events = self._events(model, observations, now_ms)

@@ -53,6 +53,11 @@ class Settings:
     partition_alert_interval_ms: int = 1000
     ok_summary_interval_ms: int = 1000
     persist_interval_ms: int = 1000  # HWM history and rate windows to the state store
+    # where the HWM history cannot answer (time lag extrapolated), the timestamp of the
+    # record at the committed offset is read from the broker: at most this many reads a
+    # second (0: never), each group-partition at most every record_read_interval_s
+    record_reads_per_s: float = 20.0
+    record_read_interval_s: float = 30.0
     worst_n: int = 5
     topic_partitions: int = 16  # partitions of lagpilot.watermarks (the unit of parallelism)
     replication_factor: int = 1
@@ -101,6 +106,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "partition_alert_interval_ms": (0, 3_600_000),
     "ok_summary_interval_ms": (0, 60_000),
     "persist_interval_ms": (50, 600_000),
+    "record_reads_per_s": (0, 10_000),
+    "record_read_interval_s": (1, 86_400),
     "worst_n": (1, 100),
     "topic_partitions": (1, 10_000),
     "replication_factor": (1, 5),
