@@ -538,6 +538,7 @@ _POSITION = {  # per group x partition, what commits change; fill for a new row/
 }
 _DTYPES = {"interval_s": np.float64}
 _COMPACT_EVERY = 32  # samples between compactions of the HWM history (8 s at 250 ms)
+_SPARE_ROWS = 2 * _COMPACT_EVERY  # room to append in the history's buffers
 _HISTORY_FULL_MS = 30_000  # the whole HWM history is persisted this often (see history_state)
 
 
@@ -550,8 +551,12 @@ class TopicModel:
     def __init__(self, topic: str, cfg: LagConfig) -> None:
         self.topic = topic
         self.cfg = cfg
-        self.t_ms = np.zeros(0, np.int64)
-        self.hw = np.zeros((0, 0), np.int64)
+        # the HWM history, in buffers with room to append (``t_ms``/``hw`` are views of the
+        # rows in use): a day of history is ~1,100 rows, and copying the table on every
+        # sample (np.vstack) cost more than the fits of 2,500 group-partitions
+        self._t_buf = np.zeros(0, np.int64)
+        self._hw_buf = np.zeros((0, 0), np.int64)
+        self._rows_t = self._rows_hw = 0
         self.leaders = np.zeros(0, np.int64)
         self.groups: list[str] = []
         self._index: dict[str, int] = {}
@@ -576,6 +581,34 @@ class TopicModel:
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
         self.last_alert_ms = np.zeros(0, np.int64)
+
+    @property
+    def t_ms(self) -> np.ndarray:
+        return self._t_buf[: self._rows_t]
+
+    @t_ms.setter
+    def t_ms(self, a: np.ndarray) -> None:
+        self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
+        self._t_buf[: len(a)] = a
+        self._rows_t = len(a)
+
+    @property
+    def hw(self) -> np.ndarray:
+        return self._hw_buf[: self._rows_hw]
+
+    @hw.setter
+    def hw(self, a: np.ndarray) -> None:
+        self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
+        self._hw_buf[: len(a)] = a
+        self._rows_hw = len(a)
+
+    def _append_row(self, t_ms: int, row: np.ndarray) -> None:
+        n = self._rows_t
+        if n == len(self._t_buf):
+            self.t_ms, self.hw = self.t_ms, self.hw  # a bigger buffer (a copy)
+        self._t_buf[n] = t_ms
+        self._hw_buf[n] = row
+        self._rows_t = self._rows_hw = n + 1
 
     @property
     def width(self) -> int:
@@ -730,8 +763,7 @@ class TopicModel:
             self.leaders = _widen(np.asarray(leaders, dtype=np.int64), width, -1)
         else:
             self.leaders = _widen(self.leaders, width, -1)
-        self.t_ms = np.append(self.t_ms, sampled_at_ms)
-        self.hw = np.vstack([self.hw, row[None, :]])
+        self._append_row(sampled_at_ms, row)
         self._since_compact += 1
         if self._since_compact >= _COMPACT_EVERY or len(self.t_ms) > self.cfg.history_rows:
             self._compact(sampled_at_ms)
