@@ -201,6 +201,7 @@ def build_app(
                 per_s=settings.record_reads_per_s,
             ),
             group_id=f"{settings.consumer_group}.record-times",
+            on_result=lambda result, n: metrics.record_reads.labels(result).inc(n),
         )
         if settings.record_reads_per_s > 0
         else None,

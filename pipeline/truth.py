@@ -27,6 +27,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,7 @@ class RecordTimeReader:
         group_id: str = "lagpilot-record-times",
         timeout_s: float = 2.0,
         max_queued: int = 1_000,
+        on_result: Callable[[str, int], None] | None = None,
     ) -> None:
         self.broker_config = dict(broker_config)
         self.planner = ReadPlanner(limits or ReadLimits())
@@ -122,8 +124,14 @@ class RecordTimeReader:
         self._running = True
         self.reads = 0
         self.misses = 0  # asked, but no record came back within the timeout
+        self.on_result = on_result  # (read | miss | dropped, count): for the metrics
+
+    def _count(self, result: str, n: int) -> None:
+        if n and self.on_result is not None:
+            self.on_result(result, n)
 
     def want(self, obs: TopicObservation) -> None:
+        dropped = self.planner.dropped
         for req in self.planner.plan(obs, obs.now_ms):
             try:
                 self._requests.put_nowait(req)
@@ -135,6 +143,7 @@ class RecordTimeReader:
                     target=self._run, name="record-time-reader", daemon=True
                 )
                 self._thread.start()
+        self._count("dropped", self.planner.dropped - dropped)
 
     def take(self, topic: str) -> list[list[Any]]:
         """``[group, partition, offset, record_ms]`` rows read for ``topic`` since the last
@@ -214,5 +223,7 @@ class RecordTimeReader:
                         for q in reqs:
                             self._results[q.topic].append([q.group, q.partition, q.offset, ts_ms])
                     self.reads += 1
+                    self._count("read", 1)
             self.misses += len(waiting)
+            self._count("miss", len(waiting))
             consumer.unassign()

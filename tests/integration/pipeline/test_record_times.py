@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 from confluent_kafka import Producer
@@ -31,7 +32,12 @@ def test_reads_the_timestamp_of_the_record_at_each_committed_offset(kafka_bootst
     commits = {("a", 0): 3, ("a", 1): 7, ("b", 0): 3, ("b", 1): 19}  # b/0 shares a's record
     for (g, p), off in commits.items():
         model.commit(g, p, off, BASE_MS + 1)
-    reader = RecordTimeReader({"bootstrap.servers": kafka_bootstrap}, ReadLimits(per_s=100))
+    counts: Counter[str] = Counter()
+    reader = RecordTimeReader(
+        {"bootstrap.servers": kafka_bootstrap},
+        ReadLimits(per_s=100),
+        on_result=lambda result, n: counts.update({result: n}),
+    )
     try:
         now = int(time.time() * 1000)
         model.add_sample(now, [20, 20])
@@ -55,6 +61,7 @@ def test_reads_the_timestamp_of_the_record_at_each_committed_offset(kafka_bootst
         assert (obs.time_lag_source[obs.mask] == READ).all()
         b = obs.groups.index("b")
         assert obs.time_lag_s[b, 1] == (now - (BASE_MS + 1000 + 19 * 60_000)) / 1000
-        assert reader.misses == 0
+        # 3 or 4 reads: a/0 and b/0 wait for the same record, read once when in one batch
+        assert set(counts) == {"read"} and 3 <= counts["read"] == reader.reads <= 4
     finally:
         reader.close()
