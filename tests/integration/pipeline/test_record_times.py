@@ -7,14 +7,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from pipeline.history import EXTRAPOLATED, READ
 from pipeline.lag import LagConfig, TopicModel
 from pipeline.truth import ReadLimits, RecordTimeReader
-from tests.integration.pipeline.harness import create_topic
+from schemas import validate
+from tests.integration.pipeline.harness import LagReader, PipelineProcess, commit, create_topic
 
 BASE_MS = int(time.time() * 1000) - 3_600_000  # records written "an hour ago"
 
@@ -65,3 +68,36 @@ def test_reads_the_timestamp_of_the_record_at_each_committed_offset(kafka_bootst
         assert set(counts) == {"read"} and 3 <= counts["read"] == reader.reads <= 4
     finally:
         reader.close()
+
+
+def test_a_fresh_pipeline_reports_the_read_truth_for_a_group_an_hour_behind(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The whole path: the group committed before the pipeline existed, so the pipeline's
+    history cannot date its offset; the partition_lag events say `read`, with the exact age
+    of the record at the committed offset."""
+    prefix = f"lpr-{uuid.uuid4().hex[:6]}-"
+    topic, group = f"{prefix}t", f"g-read-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka_bootstrap, topic, 1)
+    written_ms = int(time.time() * 1000) - 3_600_000
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"x", partition=0, timestamp=written_ms + i * 1000)
+    assert producer.flush(10) == 0
+    commit(kafka_bootstrap, group, {(topic, 0): 3})
+    pipe = PipelineProcess(kafka_bootstrap, f"{prefix}.*", tmp_path / "state").start()
+    reader = LagReader(kafka_bootstrap, {group}).start()
+    try:
+        event = reader.wait_for(
+            lambda e: e["event"] == "partition_lag" and e.get("time_lag_source") == "read",
+            timeout_s=90,
+        )
+    finally:
+        reader.close()
+        pipe.stop()
+    validate(
+        {k: v for k, v in event.items() if not k.startswith("_")}
+    )  # the reader adds _received_ms
+    assert event["committed_offset"] == 3 and event["lag_offsets"] == 7
+    truth_s = (event["observed_at_ms"] - (written_ms + 3_000)) / 1000
+    assert event["time_lag_s"] == pytest.approx(truth_s, abs=0.001)
