@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-keda clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-keda bench-timelag clean
 
 install: $(VENV)/.installed
 
@@ -85,6 +85,9 @@ bench-war-story: install
 
 bench-keda: install
 	$(PY) bench/keda.py
+
+bench-timelag: install
+	$(PY) bench/timelag.py
 
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache

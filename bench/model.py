@@ -5,7 +5,8 @@ in one pass. The baseline, measured in the same run on the same inputs, is the p
 loop the model had before: one ``TopicModel`` per group, each observed on its own (the same
 numpy work, called once per group). Inputs: ``--groups`` groups on a ``--partitions``
 partition topic, each committing every 5 s, sampled every 250 ms, with the window full
-(10 s) and a history of 256 rows, as in steady state.
+(10 s) and the HWM history a pipeline holds after ``--history-h`` hours (24: ~1,100 rows,
+as compacted by ``pipeline.history``), as in steady state.
 
 Prints microseconds per group-partition per tick for both and their ratio, and what the
 figure means at the scale benchmark's shape (20 topics x 50 partitions x 50 groups, 4
@@ -23,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -31,14 +34,43 @@ from pipeline.lag import LagConfig, TopicModel  # noqa: E402
 TICK_MS = 250
 
 
-def build(groups: int, partitions: int, ticks: int) -> tuple[TopicModel, list[TopicModel], int]:
+RATE_PER_S = 160  # messages a second per partition (40 a tick)
+
+
+def day_of_history(hours: float, partitions: int, t_end: int) -> tuple[np.ndarray, np.ndarray]:
+    """An HWM history as a pipeline that has run ``hours`` holds it: rows spaced as the
+    compaction leaves them (about 3/4 of the bound, max(1 s, 1% of their age), apart),
+    ending 12 s before ``t_end``."""
+    ages, a = [], 12.0
+    while a < hours * 3_600:
+        ages.append(a)
+        a += 0.75 * max(1.0, 0.01 * a)
+    age = np.array(ages[::-1])
+    t = (t_end - age * 1000).astype(np.int64)
+    hw = (base_offset(hours) - RATE_PER_S * age).astype(np.int64)[:, None]
+    return t, hw + np.arange(partitions, dtype=np.int64)
+
+
+def base_offset(hours: float) -> int:
+    return int(RATE_PER_S * hours * 3_600) + 1
+
+
+def build(
+    groups: int, partitions: int, ticks: int, history_h: float
+) -> tuple[TopicModel, list[TopicModel], int]:
     """The same commits and samples into one shared model and into one model per group."""
     shared = TopicModel("t", LagConfig())
     alone = [TopicModel("t", LagConfig()) for _ in range(groups)]
     t = 1_800_000_000_000
+    base = 0
+    if history_h > 0:
+        t_hist, hw_hist = day_of_history(history_h, partitions, t)
+        base = base_offset(history_h)
+        for m in (shared, *alone):
+            m.t_ms, m.hw = t_hist.copy(), hw_hist.copy()
     for i in range(ticks):
         t += TICK_MS
-        hw = [i * 40 + p for p in range(partitions)]
+        hw = [base + i * 40 + p for p in range(partitions)]
         for g in range(groups):
             if (i + g) % 20 == 0:  # every 5 s, groups at different phases
                 for p in range(partitions):
@@ -71,13 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=50)
     ap.add_argument("--partitions", type=int, default=50)
     ap.add_argument("--ticks", type=int, default=40)
+    ap.add_argument(
+        "--history-h", type=float, default=24.0, help="hours of HWM history the models hold"
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "model.json"))
     args = ap.parse_args(argv)
     if args.smoke:
         args.groups, args.partitions, args.ticks = 4, 6, 5
     warm = 4 * 12  # 12 s: the 10 s window full
-    shared, alone, t = build(args.groups, args.partitions, warm)
+    shared, alone, t = build(args.groups, args.partitions, warm, args.history_h)
     gp = args.groups * args.partitions
     # the two measurements continue from the same state, each on its own models
     t_shared = time_ticks([shared], t, args.ticks, args.partitions)
@@ -88,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         "groups": args.groups,
         "partitions": args.partitions,
         "ticks": args.ticks,
+        "history_h": args.history_h,
+        "history_rows": len(shared.t_ms),
         "columnar_ms_per_tick": round(t_shared * 1e3, 3),
         "per_group_ms_per_tick": round(t_alone * 1e3, 3),
         "columnar_us_per_group_partition": round(us_shared, 3),
@@ -97,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
     }
     print(
-        f"{args.groups} groups x {args.partitions} partitions, window full: "
+        f"{args.groups} groups x {args.partitions} partitions, window full, "
+        f"{len(shared.t_ms)} history rows ({args.history_h:g} h): "
         f"one model for all groups {t_shared * 1e3:.2f} ms/tick ({us_shared:.2f} us per "
         f"group-partition); one model per group {t_alone * 1e3:.2f} ms/tick "
         f"({us_alone:.2f} us): {t_alone / t_shared:.1f}x"

@@ -28,6 +28,7 @@ from pipeline.lag import TopicObservation
 from pipeline.metrics import PipelineMetrics
 from pipeline.model_op import LagOperator, lag_key
 from pipeline.settings import Settings
+from pipeline.truth import ReadLimits, RecordTimeReader
 from pipeline.watermarks import STATS_HEADER as SAMPLER_HEADER
 from pipeline.watermarks import HighWatermarkSource
 from schemas import topics
@@ -202,6 +203,17 @@ def build_app(
         on_commits=lambda n: metrics.model_inputs.labels("commit").inc(n),
         on_events=metrics.events_published,
         on_group_health=metrics.group_health,
+        record_times=RecordTimeReader(
+            settings.broker_config(),
+            ReadLimits(
+                per_partition_s=settings.record_read_interval_s,
+                per_s=settings.record_reads_per_s,
+            ),
+            group_id=f"{settings.consumer_group}.record-times",
+            on_result=lambda result, n: metrics.record_reads.labels(result).inc(n),
+        )
+        if settings.record_reads_per_s > 0
+        else None,
     )
     model = app.dataframe(topic=wm_topic)
     model = model.update(SourceStats(metrics), metadata=True)

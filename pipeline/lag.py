@@ -4,10 +4,10 @@ Pure and numpy-based: no Kafka, no Quix, no clock (``now_ms`` is the sample's ev
 so the same inputs always give the same outputs and every rule is unit-tested.
 
 One ``TopicModel`` per topic holds
-- the topic's high-watermark history: rows of (sample time, every partition's HWM). The
-  last ``window_s`` are kept at full rate (rates and acceleration are fitted there); older
-  rows are thinned by halves when the table is full, so time lag can be interpolated far
-  back in bounded memory (kafka-lag-exporter's offset->time table, without its 30 s poll);
+- the topic's high-watermark history: rows of (sample time, every partition's HWM),
+  compacted by ``pipeline.history`` so that time lag is interpolated within a stated error
+  (1 s or 1 % of the lag) for 24 h back (kafka-lag-exporter's offset->time table, without
+  its 30 s poll and without its error on idle and spiky partitions);
 - every consumer group on the topic as one row of (groups x partitions) arrays: committed
   offset, last commit time, last progress time and the usual interval between progress,
   and the window of (time, HWM, committed) rows the rates are fitted on. A tick fits every
@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.history import READ, SOURCE_NAMES, HistoryBound, compact, time_lag_s
 from schemas.lag import SEVERITY, GroupLag, LagStatus, PartitionLag, WorstPartition
 
 _STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
@@ -39,7 +40,11 @@ class LagConfig:
     """Model knobs. Defaults suit 250 ms sampling; see docs/lag-model.md for each."""
 
     window_s: float = 10.0  # rates and acceleration are least-squares fits over this window
-    history_rows: int = 256  # HWM rows kept per topic for time-lag interpolation
+    # the HWM history (pipeline/history.py): time lag within max(min gap, ratio x lag)
+    history_rows: int = 4096  # hard cap on rows per topic (the bound needs ~1,500 for 24 h)
+    history_min_gap_s: float = 1.0
+    history_error_ratio: float = 0.01
+    history_horizon_s: float = 86_400.0
     warn_time_lag_s: float = 5.0  # WARN when the oldest unconsumed message waited this long
     err_time_lag_s: float = 30.0  # ERR beyond this
     warn_factor: float = 1.5  # WARN: no progress for warn_factor x the usual interval
@@ -65,6 +70,16 @@ class LagConfig:
     @property
     def window_ms(self) -> int:
         return int(self.window_s * 1000)
+
+    @property
+    def history_bound(self) -> HistoryBound:
+        return HistoryBound(
+            full_rate_s=self.window_s,
+            min_gap_s=self.history_min_gap_s,
+            error_ratio=self.history_error_ratio,
+            horizon_s=self.history_horizon_s,
+            max_rows=self.history_rows,
+        )
 
 
 def _enc(a: np.ndarray) -> dict[str, Any]:
@@ -171,6 +186,7 @@ class Observation:
     produce_rate_per_s: np.ndarray
     consume_rate_per_s: np.ndarray
     time_lag_s: np.ndarray
+    time_lag_source: np.ndarray  # int8 codes: pipeline.history.SOURCE_NAMES
     eta_drain_s: np.ndarray  # nan: not draining
     status: np.ndarray  # int8 codes: SEVERITY
     last_commit_ms: np.ndarray
@@ -192,6 +208,7 @@ class Observation:
             produce_rate_per_s=round(float(self.produce_rate_per_s[i]), 3),
             consume_rate_per_s=round(float(self.consume_rate_per_s[i]), 3),
             time_lag_s=round(float(self.time_lag_s[i]), 3),
+            time_lag_source=SOURCE_NAMES[int(self.time_lag_source[i])],
             eta_drain_s=None if np.isnan(eta) else round(eta, 3),
             status=_STATUS_BY_CODE[int(self.status[i])],
             last_commit_ms=int(self.last_commit_ms[i]),
@@ -227,57 +244,6 @@ class Observation:
             topic_partitions=self.topic_partitions,
             worst=worst,
         )
-
-
-def time_lag_s(t_ms: np.ndarray, hw: np.ndarray, committed: np.ndarray, now_ms: int) -> np.ndarray:
-    """Seconds since the high watermark passed each committed offset (0 when caught up).
-
-    ``hw`` rows are samples at ``t_ms`` (ascending; HWMs non-decreasing down each column);
-    ``committed`` is (P,) or (groups, P), -1 where nothing is committed (0 out).
-    The message at offset c was written when the HWM went from <= c to c + 1: between the
-    last row with hw <= c and the first with hw > c, interpolated linearly. Older than the
-    table: extrapolated at the table's average produce rate. Never NaN, never negative.
-    """
-    n, width = hw.shape
-    c2 = committed.reshape(-1, width)
-    out = np.zeros(c2.shape)
-    if n == 0:
-        return out.reshape(committed.shape)
-    behind = (c2 >= 0) & (c2 < hw[-1])
-    gi, pi = np.nonzero(behind)
-    if not len(gi):
-        return out.reshape(committed.shape)
-    c = c2[gi, pi]
-    # i = the first row whose HWM is beyond c (exists: the last row is): one binary search
-    # per partition for all of its groups
-    i = np.empty(len(gi), np.int64)
-    order = np.argsort(pi, kind="stable")
-    parts, starts = np.unique(pi[order], return_index=True)
-    bounds = [*starts.tolist(), len(order)]
-    columns = np.ascontiguousarray(hw.T)
-    for k, p in enumerate(parts.tolist()):
-        sel = order[bounds[k] : bounds[k + 1]]
-        i[sel] = np.searchsorted(columns[p], c[sel], side="right")
-    inside = i > 0
-    t_star = np.empty(len(gi))
-    # interpolated between rows i-1 and i
-    ii, pin, cin = i[inside], pi[inside], c[inside]
-    h0, h1 = hw[ii - 1, pin].astype(np.float64), hw[ii, pin].astype(np.float64)
-    t0, t1 = t_ms[ii - 1].astype(np.float64), t_ms[ii].astype(np.float64)
-    frac = np.clip((cin + 1 - h0) / np.maximum(h1 - h0, 1.0), 0.0, 1.0)
-    t_star[inside] = t0 + frac * (t1 - t0)
-    # before the oldest row: extrapolate with the table's mean produce rate
-    po, co = pi[~inside], c[~inside]
-    if len(po):
-        span_ms = float(t_ms[-1] - t_ms[0])
-        grown = (hw[-1, po] - hw[0, po]).astype(np.float64)
-        rate_per_ms = np.where(span_ms > 0, grown / max(span_ms, 1.0), 0.0)
-        missing = (hw[0, po] - co).astype(np.float64)
-        safe_rate = np.where(rate_per_ms > 0, rate_per_ms, 1.0)
-        back_ms = np.where(rate_per_ms > 0, missing / safe_rate, 0.0)
-        t_star[~inside] = float(t_ms[0]) - back_ms
-    out[gi, pi] = np.maximum(0.0, (now_ms - t_star) / 1000.0)
-    return out.reshape(committed.shape)
 
 
 def classify(
@@ -384,6 +350,7 @@ class TopicObservation:
     produce_rate_per_s: np.ndarray  # (P,)
     consume_rate_per_s: np.ndarray
     time_lag_s: np.ndarray
+    time_lag_source: np.ndarray
     eta_drain_s: np.ndarray
     status: np.ndarray
     last_commit_ms: np.ndarray
@@ -424,6 +391,7 @@ class TopicObservation:
             produce_rate_per_s=self.produce_rate_per_s[cols],
             consume_rate_per_s=self.consume_rate_per_s[g, cols],
             time_lag_s=self.time_lag_s[g, cols],
+            time_lag_source=self.time_lag_source[g, cols],
             eta_drain_s=self.eta_drain_s[g, cols],
             status=self.status[g, cols],
             last_commit_ms=self.last_commit_ms[g, cols],
@@ -522,6 +490,7 @@ class TopicObservation:
             self.produce_rate_per_s[p].tolist(),
             self.consume_rate_per_s[g, p].tolist(),
             self.time_lag_s[g, p].tolist(),
+            self.time_lag_source[g, p].tolist(),
             eta_l,
             has_eta,
             self.status[g, p].tolist(),
@@ -544,6 +513,7 @@ class TopicObservation:
                 "produce_rate_per_s": round(prod, 3),
                 "consume_rate_per_s": round(cons, 3),
                 "time_lag_s": round(tl, 3),
+                "time_lag_source": SOURCE_NAMES[how],
                 "eta_drain_s": round(e, 3) if ok else None,
                 "status": names[st],
                 "last_commit_ms": lc,
@@ -551,7 +521,7 @@ class TopicObservation:
                 "event": "partition_lag",
                 "v": 1,
             }
-            for grp, part, c, h, lag, rate, acc, prod, cons, tl, e, ok, st, lc, ld in cols
+            for grp, part, c, h, lag, rate, acc, prod, cons, tl, how, e, ok, st, lc, ld in cols
         ]
 
 
@@ -561,8 +531,15 @@ _POSITION = {  # per group x partition, what commits change; fill for a new row/
     "progress_ms": 0,  # when the committed offset last advanced
     "interval_s": np.nan,  # EWMA of the time between advances (nan: unknown)
     "rewind_ms": 0,
+    # the timestamp of the record at offset read_offset, read from the broker by an edge
+    # (``record_read``): an exact time lag while the group stays at that offset
+    "read_offset": -1,
+    "read_ms": 0,
 }
 _DTYPES = {"interval_s": np.float64}
+_COMPACT_EVERY = 32  # samples between compactions of the HWM history (8 s at 250 ms)
+_SPARE_ROWS = 2 * _COMPACT_EVERY  # room to append in the history's buffers
+_HISTORY_FULL_MS = 30_000  # the whole HWM history is persisted this often (see history_state)
 
 
 class TopicModel:
@@ -574,8 +551,12 @@ class TopicModel:
     def __init__(self, topic: str, cfg: LagConfig) -> None:
         self.topic = topic
         self.cfg = cfg
-        self.t_ms = np.zeros(0, np.int64)
-        self.hw = np.zeros((0, 0), np.int64)
+        # the HWM history, in buffers with room to append (``t_ms``/``hw`` are views of the
+        # rows in use): a day of history is ~1,100 rows, and copying the table on every
+        # sample (np.vstack) cost more than the fits of 2,500 group-partitions
+        self._t_buf = np.zeros(0, np.int64)
+        self._hw_buf = np.zeros((0, 0), np.int64)
+        self._rows_t = self._rows_hw = 0
         self.leaders = np.zeros(0, np.int64)
         self.groups: list[str] = []
         self._index: dict[str, int] = {}
@@ -587,6 +568,11 @@ class TopicModel:
         self.progress_ms: np.ndarray
         self.interval_s: np.ndarray
         self.rewind_ms: np.ndarray
+        self.read_offset: np.ndarray
+        self.read_ms: np.ndarray
+        self._since_compact = 0  # rows appended since the history was last compacted
+        self._history_saved_ms = 0  # when the whole history was last persisted...
+        self._history_split_ms = 0  # ...up to this row
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
         self.w_t = np.zeros(0, np.int64)
         self.w_hw = np.zeros((0, 0), np.int64)
@@ -595,6 +581,34 @@ class TopicModel:
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
         self.last_alert_ms = np.zeros(0, np.int64)
+
+    @property
+    def t_ms(self) -> np.ndarray:
+        return self._t_buf[: self._rows_t]
+
+    @t_ms.setter
+    def t_ms(self, a: np.ndarray) -> None:
+        self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
+        self._t_buf[: len(a)] = a
+        self._rows_t = len(a)
+
+    @property
+    def hw(self) -> np.ndarray:
+        return self._hw_buf[: self._rows_hw]
+
+    @hw.setter
+    def hw(self, a: np.ndarray) -> None:
+        self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
+        self._hw_buf[: len(a)] = a
+        self._rows_hw = len(a)
+
+    def _append_row(self, t_ms: int, row: np.ndarray) -> None:
+        n = self._rows_t
+        if n == len(self._t_buf):
+            self.t_ms, self.hw = self.t_ms, self.hw  # a bigger buffer (a copy)
+        self._t_buf[n] = t_ms
+        self._hw_buf[n] = row
+        self._rows_t = self._rows_hw = n + 1
 
     @property
     def width(self) -> int:
@@ -723,6 +737,7 @@ class TopicModel:
             self.committed[g, partition] = -1
             self.interval_s[g, partition] = np.nan
             self.rewind_ms[g, partition] = 0
+            self.read_offset[g, partition] = -1
         if not (self.committed[g] >= 0).any():
             self._drop_group(g)
 
@@ -748,24 +763,29 @@ class TopicModel:
             self.leaders = _widen(np.asarray(leaders, dtype=np.int64), width, -1)
         else:
             self.leaders = _widen(self.leaders, width, -1)
-        if len(self.t_ms) >= self.cfg.history_rows:
-            self._thin(sampled_at_ms)
-        self.t_ms = np.append(self.t_ms, sampled_at_ms)
-        self.hw = np.vstack([self.hw, row[None, :]])
+        self._append_row(sampled_at_ms, row)
+        self._since_compact += 1
+        if self._since_compact >= _COMPACT_EVERY or len(self.t_ms) > self.cfg.history_rows:
+            self._compact(sampled_at_ms)
         self._widen(width)
         return True
 
-    def _thin(self, now_ms: int) -> None:
-        """Halve the rows older than the window (keeping the oldest); never drop the window."""
-        old = self.t_ms < now_ms - self.cfg.window_ms
-        n_old = int(old.sum())
-        if n_old >= 2:
-            keep = np.ones(len(self.t_ms), bool)
-            keep[1:n_old:2] = False  # drop every other old row after the oldest
-        else:
-            keep = np.ones(len(self.t_ms), bool)
-            keep[0] = False
-        self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]
+    def _compact(self, now_ms: int) -> None:
+        """Drop the history rows its bound allows (``pipeline.history.compact``)."""
+        keep = compact(self.t_ms, self.hw, now_ms, self.cfg.history_bound)
+        if not keep.all():
+            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]
+        self._since_compact = 0
+
+    def record_read(self, group: str, partition: int, offset: int, record_ms: int) -> None:
+        """The timestamp of the record at ``offset``, read from the broker (an edge does
+        the read; see docs/lag-model.md): the exact time lag while the group's committed
+        offset stays there. Unknown groups and partitions are ignored."""
+        g = self._index.get(group)
+        if g is None or not 0 <= partition < self._width or offset < 0 or record_ms <= 0:
+            return
+        self.read_offset[g, partition] = offset
+        self.read_ms[g, partition] = record_ms
 
     # -- the tick -------------------------------------------------------------------------
 
@@ -809,7 +829,12 @@ class TopicModel:
         recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
 
         # time lag: only where data waits
-        tl = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        tl, how = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        # a record timestamp read at the committed offset is the truth: it wins
+        read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
+        if read.any():
+            tl = np.where(read, np.maximum(0.0, (now_ms - self.read_ms[:, :width]) / 1000.0), tl)
+            how = np.where(read, READ, how).astype(np.int8)
         with np.errstate(divide="ignore", invalid="ignore"):
             eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
         eta = np.where(lag == 0, 0.0, eta)
@@ -837,6 +862,7 @@ class TopicModel:
                 "produce_rate_per_s": produce,
                 "consume_rate_per_s": consume,
                 "time_lag_s": tl,
+                "time_lag_source": how,
                 "eta_drain_s": eta,
                 "status": np.where(mask, status, 0).astype(np.int8),
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
@@ -855,6 +881,7 @@ class TopicModel:
             "produce_rate_per_s": np.zeros(width),
             "consume_rate_per_s": np.zeros(shape),
             "time_lag_s": np.zeros(shape),
+            "time_lag_source": np.zeros(shape, np.int8),
             "eta_drain_s": np.zeros(shape),
             "status": np.zeros(shape, np.int8),
             "last_commit_ms": np.zeros(shape, np.int64),
@@ -872,11 +899,34 @@ class TopicModel:
 
     # -- persistence ----------------------------------------------------------------------
 
-    def hw_state(self) -> dict[str, Any]:
-        return {"t_ms": _enc(self.t_ms), "hw": _enc(self.hw), "leaders": _enc(self.leaders)}
+    def hw_state(self, rows: np.ndarray | None = None) -> dict[str, Any]:
+        """The HWM history (``rows``: a mask of the rows to write; all by default)."""
+        t_ms, hw = (self.t_ms, self.hw) if rows is None else (self.t_ms[rows], self.hw[rows])
+        return {"t_ms": _enc(t_ms), "hw": _enc(hw), "leaders": _enc(self.leaders)}
 
-    def load_hw_state(self, d: dict[str, Any]) -> None:
-        self.t_ms, self.hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
+    def history_state(self, now_ms: int) -> dict[str, dict[str, Any]]:
+        """What to persist of the HWM history: ``hw``, the rows since the last full write,
+        every time; ``hwold``, every row, at most every ``_HISTORY_FULL_MS``. A day of
+        history is ~1,100 rows x partitions: written whole every second it would be most of
+        the state traffic, and its old rows change only when they are compacted."""
+        out: dict[str, dict[str, Any]] = {}
+        if not self._history_saved_ms or now_ms - self._history_saved_ms >= _HISTORY_FULL_MS:
+            out["hwold"] = self.hw_state()
+            self._history_saved_ms = now_ms
+            self._history_split_ms = self.last_sample_ms
+        out["hw"] = self.hw_state(self.t_ms > self._history_split_ms)
+        return out
+
+    def load_hw_state(self, d: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """Restore the history from ``hw`` (and ``hwold``, the rows before it, if any)."""
+        t_ms, hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
+        if old is not None:
+            t_old, hw_old = _dec(old["t_ms"]), _dec(old["hw"])
+            before = t_old < (t_ms[0] if len(t_ms) else np.iinfo(np.int64).max)
+            width = max(hw.shape[1], hw_old.shape[1])
+            t_ms = np.concatenate([t_old[before], t_ms])
+            hw = np.concatenate([_widen(hw_old[before], width, 0), _widen(hw, width, 0)])
+        self.t_ms, self.hw = t_ms, hw
         self._widen(self.width)
 
     def position_state(self, group: str) -> dict[str, Any]:
@@ -889,7 +939,8 @@ class TopicModel:
         self._widen(width)
         g = self._group(group)
         for k in _POSITION:
-            getattr(self, k)[g, :width] = _dec(d[k])[:width]
+            if k in d:  # (read_offset and read_ms are absent from older states)
+                getattr(self, k)[g, :width] = _dec(d[k])[:width]
 
     def window_state(self) -> dict[str, Any]:
         """The rate window of every group: larger, written periodically (a lost row only

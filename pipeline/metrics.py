@@ -118,6 +118,14 @@ class PipelineMetrics:
             ["where", "kind"],
             registry=r,
         )
+        self.record_reads = Counter(
+            "lagpilot_record_reads_total",
+            "Timestamps of records at committed offsets read where the HWM history could not "
+            "answer, by result (read; miss: no record within the timeout; dropped: over the "
+            "rate, asked again later).",
+            ["result"],
+            registry=r,
+        )
         self.processing_delay = Histogram(
             "lagpilot_processing_delay_seconds",
             "Wall time from a watermark sample to its modelled lag (pipeline behind-ness).",

@@ -10,9 +10,10 @@ restarted or rebalanced replica resumes the model:
 - ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
   crash, because a group that commits once and goes idle would otherwise look lagging
   forever;
-- ``hw`` (the HWM history) and ``win`` (every group's rate window) at most every
-  ``persist_interval_ms``: a lost row only thins the fit, and the samples since are
-  replayed (at-least-once) anyway;
+- ``hw`` (the HWM history since its last full write) and ``win`` (every group's rate
+  window) at most every ``persist_interval_ms``, ``hwold`` (the whole HWM history) at most
+  every 30 s: a lost row only thins the fit, and the samples since are replayed
+  (at-least-once) anyway;
 - ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
   the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
   model is reloaded from the store.
@@ -24,13 +25,23 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from pipeline.lag import LagConfig, TopicModel, TopicObservation
 
 log = logging.getLogger(__name__)
+
+
+class RecordTimes(Protocol):
+    """Where time lags the history cannot answer get their truth (``pipeline.truth``):
+    ``want`` sees every tick's observations, ``take`` returns the record timestamps read
+    since for a topic, as ``[group, partition, offset, record_ms]`` rows."""
+
+    def want(self, obs: TopicObservation) -> None: ...
+
+    def take(self, topic: str) -> list[list[Any]]: ...
 
 
 class LagOperator:
@@ -58,6 +69,7 @@ class LagOperator:
         on_commits: Callable[[int], None] | None = None,
         on_events: Callable[[list[dict[str, Any]]], None] | None = None,
         on_group_health: Callable[[dict[str, Any]], None] | None = None,
+        record_times: RecordTimes | None = None,
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
@@ -74,6 +86,7 @@ class LagOperator:
         # topic -> (group, partition) -> owner, from the source's ``owners`` messages (held
         # in memory only: the source re-sends them with the commits it knows)
         self._owners: dict[str, dict[tuple[str, int], dict[str, str]]] = {}
+        self.record_times = record_times
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
@@ -108,7 +121,7 @@ class LagOperator:
         model = TopicModel(topic, self.cfg)
         hw = state.get("hw")
         if hw:
-            model.load_hw_state(hw)
+            model.load_hw_state(hw, state.get("hwold"))
         for name in state.get("groups", []):
             position = state.get(f"c:{name}")
             if position:
@@ -140,14 +153,15 @@ class LagOperator:
         self._bump(topic, model, state)
 
     def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
-        state.set("hw", model.hw_state())
+        for key, value in model.history_state(now_ms).items():
+            state.set(key, value)
         state.set("win", model.window_state())
         self._bump(topic, model, state, saved_ms=now_ms)
 
     def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
         for name in model.groups:
             state.delete(f"c:{name}")
-        for k in ("hw", "win", "groups"):
+        for k in ("hw", "hwold", "win", "groups"):
             state.delete(k)
         self._models.pop(topic, None)
         self._touched.pop(topic, None)
@@ -197,7 +211,12 @@ class LagOperator:
         now_ms = int(value["sampled_at_ms"])
         if not model.add_sample(now_ms, hwms, value.get("leaders") or ()):
             return []  # a replayed or out-of-order sample
+        if self.record_times is not None:
+            for group, partition, offset, record_ms in self.record_times.take(topic):
+                model.record_read(group, partition, offset, record_ms)
         observations = model.observe(now_ms)
+        if self.record_times is not None:
+            self.record_times.want(observations)
         if self.on_observations is not None:
             self.on_observations(observations)
         events = self._events(model, observations, now_ms)

@@ -44,7 +44,7 @@ class Settings:
     include: str = ".*"
     exclude: str = ""
     window_s: float = 10.0
-    history_rows: int = 256
+    history_rows: int = 4096  # cap on HWM history rows per topic (pipeline/history.py)
     warn_time_lag_s: float = 5.0
     err_time_lag_s: float = 30.0
     # partition_lag snapshots of every partition this often, of partitions not OK every
@@ -54,6 +54,11 @@ class Settings:
     partition_alert_interval_ms: int = 1000
     ok_summary_interval_ms: int = 1000
     persist_interval_ms: int = 1000  # HWM history and rate windows to the state store
+    # where the HWM history cannot answer (time lag extrapolated), the timestamp of the
+    # record at the committed offset is read from the broker: at most this many reads a
+    # second (0: never), each group-partition at most every record_read_interval_s
+    record_reads_per_s: float = 20.0
+    record_read_interval_s: float = 30.0
     worst_n: int = 5
     # group health (pipeline/group_health.py): a group whose generation moves
     # storm_rebalances times within storm_window_s while no commit advances for
@@ -118,6 +123,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "partition_alert_interval_ms": (0, 3_600_000),
     "ok_summary_interval_ms": (0, 60_000),
     "persist_interval_ms": (50, 600_000),
+    "record_reads_per_s": (0, 10_000),
+    "record_read_interval_s": (1, 86_400),
     "worst_n": (1, 100),
     "storm_rebalances": (2, 1_000),
     "storm_window_s": (1, 3_600),

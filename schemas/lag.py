@@ -46,6 +46,10 @@ class PartitionLag:
     status: LagStatus
     last_commit_ms: int
     leader: int = -1
+    # how time_lag_s was obtained: caught_up (0), interpolated in the HWM history (within
+    # its bound), read (the record's timestamp at the committed offset: exact) or
+    # extrapolated (older than the history; no bound)
+    time_lag_source: str = "interpolated"
     event: str = field(default="partition_lag", init=False)
     v: int = field(default=1, init=False)
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.lag import Fit, LagConfig, TopicModel, TopicObservation, _dec, _enc, time_lag_s
+from pipeline.history import SOURCE_NAMES, time_lag_s
+from pipeline.lag import Fit, LagConfig, TopicModel, TopicObservation, _dec, _enc
 from schemas import LagStatus, to_dict, validate
 
 CFG = LagConfig()
@@ -144,19 +145,46 @@ def test_history_is_bounded_and_keeps_the_window_and_the_oldest_row():
     m = TopicModel("t", cfg)
     for i in range(2_000):
         m.add_sample(1_000 + i * 250, [i * 10])
-    assert len(m.t_ms) <= 64
+    assert len(m.t_ms) <= 64  # the cap holds even where the bound would need more rows
     assert m.t_ms[0] == 1_000  # still reaches back to the start, thinned
     window_rows = (m.t_ms >= m.t_ms[-1] - 2_000).sum()
     assert window_rows == 9  # every sample of the last 2 s is kept
 
 
+def test_a_read_record_timestamp_is_the_time_lag_until_the_group_moves():
+    m = TopicModel("t", CFG)
+    m.commit("g", 0, 10, 1_000)
+    m.add_sample(1_000, [50])  # offset 10 is older than the history: extrapolated
+    m.add_sample(1_250, [60])
+    (o,) = m.observe(1_250)
+    assert SOURCE_NAMES[o.time_lag_source[0]] == "extrapolated"
+    m.record_read("g", 0, 10, record_ms=-500_000)  # ignored: not a timestamp
+    m.record_read("nobody", 0, 10, record_ms=700)  # ignored: unknown group
+    (o,) = m.observe(1_250)
+    assert SOURCE_NAMES[o.time_lag_source[0]] == "extrapolated"
+    m.record_read("g", 0, 10, record_ms=700)
+    (o,) = m.observe(1_250)
+    assert SOURCE_NAMES[o.time_lag_source[0]] == "read"
+    assert o.time_lag_s[0] == pytest.approx(0.55)
+    assert o.partition_lag(0).time_lag_source == "read"
+    m.commit("g", 0, 55, 1_400)  # moved: the read no longer applies
+    m.add_sample(1_500, [70])
+    (o,) = m.observe(1_500)
+    assert SOURCE_NAMES[o.time_lag_source[0]] == "interpolated"
+    m.commit("g", 0, 70, 1_600)
+    m.add_sample(1_750, [70])
+    (o,) = m.observe(1_750)
+    assert SOURCE_NAMES[o.time_lag_source[0]] == "caught_up" and o.time_lag_s[0] == 0
+
+
 def test_time_lag_beyond_the_table_is_extrapolated_not_nan():
     t = np.array([10_000, 11_000], np.int64)
     hw = np.array([[1_000], [2_000]], np.int64)
-    tl = time_lag_s(t, hw, np.array([0], np.int64), now_ms=11_000)
+    tl, how = time_lag_s(t, hw, np.array([0], np.int64), now_ms=11_000)
+    assert SOURCE_NAMES[how[0]] == "extrapolated"
     # 1000 msgs/s: offset 0 was written ~1 s before the first row
     assert tl[0] == pytest.approx(2.0, abs=0.01)
-    assert not np.isnan(time_lag_s(t, hw, np.array([5_000], np.int64), 11_000)).any()
+    assert not np.isnan(time_lag_s(t, hw, np.array([5_000], np.int64), 11_000)[0]).any()
 
 
 def test_new_partitions_widen_the_model():
@@ -168,6 +196,25 @@ def test_new_partitions_widen_the_model():
     (o,) = m.observe(1_250)
     assert list(o.partitions) == [0, 2]
     assert list(o.lag) == [0, 2]
+
+
+def test_history_persisted_in_two_parts_restores_whole():
+    m = TopicModel("t", CFG)
+    for i in range(400):  # compacted along the way
+        m.add_sample(1_000 + i * 250, [i * 3, i])
+    first = m.history_state(100_000)
+    assert set(first) == {"hwold", "hw"}  # the first write is whole
+    for i in range(400, 480):
+        m.add_sample(1_000 + i * 250, [i * 3, i, 5])  # and a partition appears
+    later = m.history_state(110_000)
+    assert set(later) == {"hw"}  # within 30 s: only the rows since
+    assert len(_dec(later["hw"]["t_ms"])) < len(m.t_ms) // 2
+    m2 = TopicModel("t", CFG)
+    m2.load_hw_state(later["hw"], first["hwold"])
+    # every row in memory is restored (the old part may hold rows compacted since)
+    assert np.isin(m.t_ms, m2.t_ms).all() and m2.t_ms[-1] == m.t_ms[-1]
+    assert np.array_equal(m2.hw[np.isin(m2.t_ms, m.t_ms)], m.hw)
+    assert "hwold" in m.history_state(140_000)
 
 
 def test_forgotten_offsets_prune_the_group():
@@ -396,6 +443,7 @@ def observations(draw: st.DrawFn) -> TopicObservation:
         produce_rate_per_s=floats(p),
         consume_rate_per_s=floats(g, p),
         time_lag_s=rng.choice([0.0, 0.25, 1.5, 7.0005], (g, p)),
+        time_lag_source=rng.integers(0, 4, (g, p)).astype(np.int8),
         eta_drain_s=np.where(rng.random((g, p)) < 0.5, np.nan, np.abs(floats(g, p))),
         status=np.where(mask, rng.integers(0, len(LagStatus), (g, p)), 0).astype(np.int8),
         last_commit_ms=rng.integers(0, 1000, (g, p)),

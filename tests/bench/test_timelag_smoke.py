@@ -1,0 +1,36 @@
+"""A tiny run of the time-lag benchmark so it cannot rot (figures come from
+make bench-timelag): seconds of each broker scenario and two hours of the offline case."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_timelag_bench_smoke(tmp_path: Path, kafka_bootstrap: str) -> None:
+    out = tmp_path / "timelag.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "timelag.py"), "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = orjson.loads(out.read_bytes())
+    scenarios = result["scenarios"]
+    assert set(scenarios) == {"steady", "burst", "idle_10min", "trickle"}
+    for name, r in scenarios.items():
+        assert r["samples"] >= 10, name
+        assert 0 <= r["mae_s"] <= r["max_error_s"], name
+        assert r["within_bound"], (name, r)  # seconds of lag: within max(1 s, 1%)
+    offline = result["diurnal_offline"]
+    assert offline["within_bound"] and result["max_error_s_at_1h"] is not None
+    assert result["max_error_s_at_1h"] == abs(offline["error_s_by_lag_s"]["3600"])
