@@ -83,7 +83,14 @@ class SourceStats:
             m.own_group_filtered.inc(delta)
         elif stat == "read_errors":
             m.bad_messages.labels("read").inc(delta)
-        elif stat in ("commit", "offset_deleted", "group_metadata", "group_removed"):
+        elif stat in (
+            "commit",
+            "offset_deleted",
+            "group_metadata",
+            "group_removed",
+            "consumer_group",
+            "group_health",
+        ):
             m.records.labels(stat).inc(delta)
         elif stat.startswith("sampler|"):
             where, _, kind = stat.removeprefix("sampler|").partition(":")
@@ -173,6 +180,7 @@ def build_app(
             auto_offset_reset="earliest",
             sampler=sampler,
             model_group=settings.consumer_group,
+            health=settings.health_config(),
         ),
         topic=wm_topic,
     )
@@ -193,6 +201,7 @@ def build_app(
         on_input=lambda event: metrics.model_inputs.labels(event).inc(),
         on_commits=lambda n: metrics.model_inputs.labels("commit").inc(n),
         on_events=metrics.events_published,
+        on_group_health=metrics.group_health,
     )
     model = app.dataframe(topic=wm_topic)
     model = model.update(SourceStats(metrics), metadata=True)

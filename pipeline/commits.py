@@ -21,6 +21,7 @@ would feed our consumption back into our lag model.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -32,8 +33,11 @@ from typing import Any
 import orjson
 from quixstreams.sources import Source
 
+from pipeline.group_health import GroupHealth, HealthConfig
+from pipeline.membership_scan import MembershipScan
 from pipeline.offsets import Skipped, decode_record, is_own_group
 from pipeline.procs import die_with_parent
+from pipeline.topic_ids import TopicIdResolver
 from pipeline.watermarks import HighWatermarkSource
 from schemas import OffsetCommit, OffsetDeleted, topics
 
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 
 STATS_HEADER = "lagpilot-offsets"
 RUN_KEY = "_run"  # in the stats header: which run of the source its counters belong to
+HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
 FETCH_WAIT_MS = 10
 
 
@@ -138,6 +143,7 @@ class CommitsSource(Source):
         commit_every_s: float = 1.0,
         align_timeout_s: float = 1.0,
         shutdown_timeout: float = 10,
+        health: HealthConfig | None = None,
     ) -> None:
         super().__init__(name=name, shutdown_timeout=shutdown_timeout)
         self.broker_config = dict(broker_config)
@@ -155,6 +161,10 @@ class CommitsSource(Source):
         self.resend_every_s = resend_every_s
         self.commit_every_s = commit_every_s
         self.align_timeout_s = align_timeout_s
+        # group health (pipeline/group_health.py) runs here: every record of a group, its
+        # membership and its commits, lands on one offsets partition, read by this source
+        self.health_cfg = health
+        self._resolve_at_ms = 0
         # wall ms up to which every commit record has been read and forwarded: a sample
         # taken before it may go out (built in run(): a Condition does not pickle)
         self._read_through_ms = 0
@@ -296,6 +306,30 @@ class CommitsSource(Source):
             timeout_s,
         )
 
+    def _publish_health(
+        self, health: GroupHealth, resolver: TopicIdResolver, now_ms: int, resend: bool = False
+    ) -> None:
+        """``group_health`` events (keyed ``group_health|<group>``: the model passes them to
+        ``lagpilot.lag``) and each changed topic's ``owners`` (keyed by the topic, so they
+        reach its model in order with its commits)."""
+        learnt = resolver.take()
+        if learnt:
+            health.learn_topic_ids(learnt)
+        if now_ms >= self._resolve_at_ms:  # at most once a second: it walks every group
+            self._resolve_at_ms = now_ms + 1000
+            resolver.want(health.topics_to_resolve())
+        for ev in health.due(now_ms):
+            self.stats["group_health"] += 1
+            self.produce(
+                key=HEALTH_KEY_PREFIX + ev["group"], value=orjson.dumps(ev), timestamp=now_ms
+            )
+        changed = health.drain_owner_changes()
+        if resend:
+            changed.update(health.owned_topics())
+        for topic in sorted(changed):
+            owners = {"event": "owners", "v": 1, "topic": topic, "owners": health.owners(topic)}
+            self.produce(key=topic, value=orjson.dumps(owners), timestamp=now_ms)
+
     def run(self) -> None:
         die_with_parent()  # a kill -9 of the pipeline must not leave this reader running
         run_id = uuid.uuid4().hex[:12]  # the counters below begin again with each run
@@ -306,6 +340,9 @@ class CommitsSource(Source):
         self._offsets_partitions = len(md.partitions) if md is not None and md.partitions else 1
         sampler_thread = self._start_sampler()
         buffer = Coalescer()
+        health = GroupHealth(self.health_cfg) if self.health_cfg is not None else None
+        resolver = TopicIdResolver(self.broker_config)
+        scans: list[MembershipScan] = []
         next_commit = [time.monotonic() + self.commit_every_s]
 
         def flush(consumer: Any = consumer, commit: bool = False) -> None:
@@ -337,6 +374,16 @@ class CommitsSource(Source):
             self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions}
             for tp in partitions:
                 self._starts.pop(tp.partition, None)
+            if health is not None and partitions:
+                scans.append(
+                    MembershipScan(
+                        self.broker_config,
+                        offsets_topic=self.offsets_topic,
+                        source_group=self.consumer_group,
+                        partitions={tp.partition for tp in partitions},
+                        own_prefix=self.own_prefix,
+                    ).start()
+                )
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
@@ -344,6 +391,8 @@ class CommitsSource(Source):
             flush(c, commit=True)
             self._owned[0] = self._owned[0] - {tp.partition for tp in partitions}
             self._assigned = (self._assigned or set()) - {tp.partition for tp in partitions}
+            if health is not None:
+                health.forget_partitions({tp.partition for tp in partitions})
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
@@ -351,7 +400,8 @@ class CommitsSource(Source):
         next_resend = time.monotonic() + self.resend_first_s
         try:
             while self.running:
-                if time.monotonic() >= next_resend:
+                resend = time.monotonic() >= next_resend
+                if resend:
                     buffer.resend_known(int(time.time() * 1000))
                     next_resend = time.monotonic() + self.resend_every_s
                 started_ms = int(time.time() * 1000)
@@ -366,14 +416,22 @@ class CommitsSource(Source):
                         kind = f"{record.reason}|{record.record_type}|{record.version}"
                         self.stats[f"skipped|{kind}"] += 1
                         continue
+                    commit = isinstance(record, OffsetCommit | OffsetDeleted)
+                    if is_own_group(record.group, self.own_prefix):
+                        self.stats["own_group"] += commit
+                        continue
+                    if health is not None:  # offsets order it against a start-up scan
+                        offset = msg.offset() if scans else -1
+                        health.apply(record, msg.timestamp()[1], offset, msg.partition())
                     if isinstance(record, OffsetCommit | OffsetDeleted):
-                        if is_own_group(record.group, self.own_prefix):
-                            self.stats["own_group"] += 1
-                            continue
                         self.stats[record.event] += 1
                         buffer.add(record, now_ms)
-                    else:
-                        self.stats[record.event] += 1  # group metadata: not needed for lag
+                    else:  # membership: read by group health only
+                        self.stats[getattr(record, "event", "consumer_group")] += 1
+                if health is not None:
+                    if scans:
+                        _apply_scans(health, scans)
+                    self._publish_health(health, resolver, now_ms, resend)
                 # "caught up" (positions against the watermarks of every assigned
                 # partition) is asked only while a sample waits for it
                 caught_up = (
@@ -396,8 +454,30 @@ class CommitsSource(Source):
                     self._read_through(started_ms - FETCH_WAIT_MS)
             flush(commit=True)
         finally:
+            for scan in scans:
+                scan.stop()
+            resolver.stop()
             consumer.close()
             if sampler_thread is not None and self.sampler is not None:
                 self.sampler.stop()
                 self._read_through(2**62)  # release a sampler waiting for alignment
                 sampler_thread.join(timeout=5)
+
+
+def _apply_scans(health: GroupHealth, scans: list[MembershipScan], limit: int = 5000) -> None:
+    """Apply what the start-up scans read (at most ``limit`` records a loop, so commits
+    keep flowing); once every scan is done, the model stops ordering records by offset."""
+    for scan in list(scans):
+        for _ in range(limit):
+            try:
+                item = scan.out.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                scans.remove(scan)
+                log.info("membership scan done: %d records", scan.records)
+                break
+            partition, offset, ts_ms, record = item
+            health.apply(record, ts_ms, offset, partition)
+    if not scans:
+        health.forget_order()

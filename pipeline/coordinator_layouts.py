@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pipeline.consumer_group_records import CONSUMER_GROUP_RECORD_TYPES
+
 WireType = Literal["int16", "int32", "int64", "string", "bytes", "[]member"]
 
 #: Versions 0..3 of Redpanda's GroupMetadataValue prefix each member with an int16 version.
@@ -147,9 +149,12 @@ VALUE_OF: dict[str, Layout] = {
     GROUP_METADATA_KEY.name: GROUP_METADATA_VALUE,
 }
 
+#: Record types decoded by :mod:`pipeline.consumer_group_records`, whose ``LAYOUTS`` states
+#: them: the KIP-848 consumer-group records (16, regular expressions, is newer).
+CONSUMER_GROUP_TYPES = tuple(sorted(CONSUMER_GROUP_RECORD_TYPES))
+
 #: What the decoder says of record types it skips, by type: the kinds Kafka defines.
 SKIPPED_KINDS: dict[str, range] = {
-    "KIP-848 consumer group": range(3, 9),
     "share group": range(9, 16),
 }
 

@@ -9,6 +9,7 @@ only when Prometheus scrapes (in a child process: ``pipeline.exposition``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -165,6 +166,31 @@ class PipelineMetrics:
             "Seconds since this replica last modelled a watermark sample.",
             registry=r,
         )
+        self.group_members = Gauge(
+            "lagpilot_group_members",
+            "Members of each consumer group (group health).",
+            ["group"],
+            registry=r,
+        )
+        self.group_generation = Gauge(
+            "lagpilot_group_generation",
+            "Each group's generation (classic) or group epoch (KIP-848).",
+            ["group"],
+            registry=r,
+        )
+        self.group_rebalances = Counter(
+            "lagpilot_group_rebalances_total",
+            "Generation moves of each group seen since this pipeline started.",
+            ["group"],
+            registry=r,
+        )
+        self.group_storm = Gauge(
+            "lagpilot_group_storm",
+            "1 while a group is in a rebalance STORM (see docs/runbook.md).",
+            ["group"],
+            registry=r,
+        )
+        self._rebalances_seen: dict[str, int] = {}
         self._last_sample_wall = 0.0
         self.last_sample_age.set_function(
             lambda: time.time() - self._last_sample_wall if self._last_sample_wall else -1.0
@@ -176,6 +202,29 @@ class PipelineMetrics:
             (e["event"], e.get("status", "")) for e in events
         ).items():
             self.lag_events.labels(event, status).inc(n)
+
+    def group_health(self, event: dict[str, Any]) -> None:
+        """One ``group_health`` event into the group gauges; a deleted group's are removed."""
+        group = event["group"]
+        if event["status"] == "DELETED":
+            self._rebalances_seen.pop(group, None)
+            for metric in (
+                self.group_members,
+                self.group_generation,
+                self.group_rebalances,
+                self.group_storm,
+            ):
+                with contextlib.suppress(KeyError):  # never set for this group
+                    metric.remove(group)
+            return
+        self.group_members.labels(group).set(len(event["members"]))
+        self.group_generation.labels(group).set(event["generation"])
+        self.group_storm.labels(group).set(1 if event["status"] == "STORM" else 0)
+        total = int(event["rebalances_total"])
+        seen = self._rebalances_seen.get(group, 0)
+        # a restarted source counts from 0 again: a lower total is a new run, not a rewind
+        self.group_rebalances.labels(group).inc(total - seen if total >= seen else total)
+        self._rebalances_seen[group] = total
 
     def sample_modelled(self, sampled_at_ms: int) -> None:
         now = time.time()

@@ -57,6 +57,7 @@ class LagOperator:
         on_input: Callable[[str], None] | None = None,
         on_commits: Callable[[int], None] | None = None,
         on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_group_health: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
@@ -69,6 +70,10 @@ class LagOperator:
         self.on_input = on_input
         self.on_commits = on_commits
         self.on_events = on_events
+        self.on_group_health = on_group_health
+        # topic -> (group, partition) -> owner, from the source's ``owners`` messages (held
+        # in memory only: the source re-sends them with the commits it knows)
+        self._owners: dict[str, dict[tuple[str, int], dict[str, str]]] = {}
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
@@ -162,6 +167,16 @@ class LagOperator:
         event = value.get("event")
         if self.on_input is not None:
             self.on_input(str(event))
+        if event == "group_health":  # from group health in the source: published as is
+            if self.on_group_health is not None:
+                self.on_group_health(value)
+            return [value]
+        if event == "owners":
+            self._owners[key] = {
+                (g, p): {"member_id": m, "client_id": c, "client_host": h}
+                for g, p, m, c, h in value.get("owners") or ()
+            }
+            return []
         topic = key
         model = self._model(topic, state)
         if event == "commits":  # a coalesced batch from CommitsSource
@@ -222,7 +237,14 @@ class LagOperator:
         emit = obs.mask & ((sent != obs.status) | periodic)
         sent[obs.mask] = obs.status[obs.mask]
         gi, pi = np.nonzero(emit)
-        out.extend(obs.partition_events(gi, pi))
+        partitions = obs.partition_events(gi, pi)
+        owners = self._owners.get(obs.topic)
+        if owners:  # who owns each partition, where group health knows it
+            for ev in partitions:
+                owner = owners.get((ev["group"], ev["partition"]))
+                if owner is not None:
+                    ev["owner"] = owner
+        out.extend(partitions)
         return out
 
 
@@ -235,7 +257,10 @@ def _due(last_ms: np.ndarray, now_ms: int, interval_ms: int, phase: np.ndarray) 
 
 
 def lag_key(event: dict[str, Any]) -> str:
-    """Key of an event on ``lagpilot.lag``: ``group|topic`` or ``group|topic|partition``."""
+    """Key of an event on ``lagpilot.lag``: ``group|topic``, ``group|topic|partition``, or
+    the group for ``group_health``."""
+    if event.get("event") == "group_health":
+        return str(event["group"])
     if event.get("event") == "partition_lag":
         return f"{event['group']}|{event['topic']}|{event['partition']}"
     return f"{event['group']}|{event['topic']}"

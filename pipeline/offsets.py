@@ -3,7 +3,8 @@
 A record's key is an int16 record type followed by a struct; its value is an int16 value
 version followed by a struct; a null value is a tombstone. :func:`decode_record` is pure:
 it returns an :class:`~schemas.offsets.OffsetCommit`, :class:`~schemas.offsets.OffsetDeleted`,
-:class:`~schemas.offsets.GroupMetadata` or :class:`~schemas.offsets.GroupRemoved`, or a
+:class:`~schemas.offsets.GroupMetadata` or :class:`~schemas.offsets.GroupRemoved`, a KIP-848
+membership record of :mod:`pipeline.consumer_group_records` (types 3..8 and 16), or a
 :class:`Skipped` naming why and which field it could not read. It never raises: the topic
 is written by brokers of many versions and vendors, and one record we do not understand
 must not stop lag detection for every other group.
@@ -23,6 +24,12 @@ from typing import Any, Literal
 
 from quixstreams.models.serializers import Deserializer, SerializationContext
 
+from pipeline.consumer_group_records import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    ConsumerGroupRecord,
+    decode_consumer_group_record,
+)
+from pipeline.wire import INT16, INT32, INT64, Malformed, Reader
 from schemas.codec import to_dict
 from schemas.offsets import (
     CoordinatorRecord,
@@ -54,7 +61,6 @@ GROUP_METADATA_VALUE_VERSIONS = range(5)  # v0..v4, v4 flexible
 FLEXIBLE_FROM = 4
 
 _KIND_BY_TYPE = {
-    **dict.fromkeys(range(3, 9), "a KIP-848 consumer group record (types 3..8)"),
     **dict.fromkeys(range(9, 16), "a share group record (types 9..15)"),
 }
 
@@ -73,20 +79,9 @@ class Skipped:
     detail: str
 
 
-class _Malformed(Exception):
-    """Raised inside the slow reader only; :func:`decode_record` turns it into Skipped."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-
-
 # --------------------------------------------------------------------------- hot path
 
 _KEY_HEAD = struct.Struct(">hh")  # record type, group length
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
 _INT64X2 = struct.Struct(">qq")
 _V1_HEAD = struct.Struct(">hqh")  # version, offset, metadata length
 _V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
@@ -157,10 +152,15 @@ def _builder_works() -> bool:
 
 
 _FAST_BUILD = _builder_works()
+
+Decoded = CoordinatorRecord | ConsumerGroupRecord | Skipped
+"""What :func:`decode_record` returns: a record the lag model and group health read, or
+why it was skipped. KIP-848 membership records (:mod:`pipeline.consumer_group_records`)
+feed the group-health model inside the reader and are never forwarded as events."""
 _new_commit: Callable[..., OffsetCommit] = _build_commit if _FAST_BUILD else OffsetCommit
 
 
-def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord | Skipped:
+def decode_record(key: bytes | None, value: bytes | None) -> Decoded:
     """Decode one ``__consumer_offsets`` record; never raises.
 
     >>> key = bytes.fromhex("0001" "0001") + b"g" + bytes.fromhex("0001") + b"t" + bytes(4)
@@ -182,9 +182,9 @@ def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord |
         if (ktype != 1 and ktype != 0) or glen < 0:
             return _decode_slow(key, value)
         p = 4 + glen
-        (tlen,) = _INT16.unpack_from(key, p)
+        (tlen,) = INT16.unpack_from(key, p)
         p2 = p + 2 + tlen
-        (partition,) = _INT32.unpack_from(key, p2)
+        (partition,) = INT32.unpack_from(key, p2)
         if tlen < 0 or p2 + 4 != len(key):
             return _decode_slow(key, value)
         n = len(value)
@@ -204,7 +204,7 @@ def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord |
         elif value[0] == 0 and value[1] == 3:
             _, offset, epoch, mlen = _V3_HEAD.unpack_from(value)
             q = 16 + mlen
-            (commit_ts,) = _INT64.unpack_from(value, q)
+            (commit_ts,) = INT64.unpack_from(value, q)
             if mlen < 0 or q + 8 != n:
                 return _decode_slow(key, value)
             metadata = value[16:q].decode()
@@ -245,112 +245,22 @@ def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord |
 # --------------------------------------------------------------------------- slow path
 
 
-class _Reader:
-    """Reads Kafka's wire types from a buffer, naming the field when it cannot."""
-
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes, pos: int = 0) -> None:
-        self.buf = buf
-        self.pos = pos
-
-    def _take(self, n: int, field: str) -> bytes:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise _Malformed(field, f"needs {n} bytes at byte {self.pos}, {self.remaining} left")
-        out = self.buf[self.pos : end]
-        self.pos = end
-        return out
-
-    @property
-    def remaining(self) -> int:
-        return len(self.buf) - self.pos
-
-    def int16(self, field: str) -> int:
-        return int(_INT16.unpack(self._take(2, field))[0])
-
-    def int32(self, field: str) -> int:
-        return int(_INT32.unpack(self._take(4, field))[0])
-
-    def int64(self, field: str) -> int:
-        return int(_INT64.unpack(self._take(8, field))[0])
-
-    def uvarint(self, field: str) -> int:
-        result = shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise _Malformed(field, "truncated varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise _Malformed(field, "varint longer than 5 bytes")
-
-    def _length(self, field: str, compact: bool, wide: bool = False) -> int:
-        """-1 for null; compact lengths are stored +1, 0 meaning null."""
-        if compact:
-            return self.uvarint(field) - 1
-        return self.int32(field) if wide else self.int16(field)
-
-    def string(self, field: str, compact: bool) -> str:
-        s = self.nullable_string(field, compact)
-        if s is None:
-            raise _Malformed(field, "null where a string is required")
-        return s
-
-    def nullable_string(self, field: str, compact: bool) -> str | None:
-        n = self._length(field, compact)
-        if n < -1:
-            raise _Malformed(field, f"negative length {n}")
-        if n == -1:
-            return None
-        raw = self._take(n, field)
-        try:
-            return raw.decode()
-        except UnicodeDecodeError as exc:
-            raise _Malformed(field, f"not UTF-8 ({exc.reason} at {exc.start})") from None
-
-    def nullable_bytes(self, field: str, compact: bool) -> bytes | None:
-        n = self._length(field, compact, wide=True)
-        if n < -1:
-            raise _Malformed(field, f"negative length {n}")
-        return None if n == -1 else self._take(n, field)
-
-    def array_len(self, field: str, compact: bool) -> int:
-        n = self._length(field, compact, wide=True)
-        if n < -1:
-            raise _Malformed(field, f"negative array length {n}")
-        if n > self.remaining:  # every element takes at least one byte
-            raise _Malformed(field, f"array length {n} exceeds the {self.remaining} bytes left")
-        return max(n, 0)
-
-    def skip_tagged_fields(self, field: str) -> None:
-        for _ in range(self.uvarint(field)):
-            self.uvarint(field)  # tag
-            self._take(self.uvarint(field), field)
-
-    def end(self, last_field: str) -> None:
-        if self.remaining:
-            raise _Malformed(last_field, f"{self.remaining} trailing bytes after it")
-
-
-def _decode_slow(key: bytes | None, value: bytes | None) -> CoordinatorRecord | Skipped:
+def _decode_slow(key: bytes | None, value: bytes | None) -> Decoded:
     if not isinstance(key, bytes | bytearray | memoryview):
         return Skipped("malformed_key", None, None, "key: null or not bytes")
-    kr = _Reader(bytes(key))
+    kr = Reader(bytes(key))
     try:
         ktype = kr.int16("key.record_type")
-    except _Malformed as exc:
+    except Malformed as exc:
         return Skipped("malformed_key", None, None, str(exc))
     version: int | None = None
     if value is not None:
         if not isinstance(value, bytes | bytearray | memoryview):
             return Skipped("malformed_value", ktype, None, "value: not bytes")
         value = bytes(value)
-        version = _INT16.unpack_from(value)[0] if len(value) >= 2 else None
+        version = INT16.unpack_from(value)[0] if len(value) >= 2 else None
+    if ktype in CONSUMER_GROUP_RECORD_TYPES:
+        return _consumer_group_record(ktype, kr, value, version)
     if ktype not in (0, 1, 2):
         kind = _KIND_BY_TYPE.get(ktype, "a record type this decoder does not know")
         return Skipped("unknown_type", ktype, version, f"key.record_type: {ktype} is {kind}")
@@ -363,7 +273,7 @@ def _decode_slow(key: bytes | None, value: bytes | None) -> CoordinatorRecord | 
             topic = kr.string("key.topic", compact=False)
             partition = kr.int32("key.partition")
             kr.end("key.partition")
-    except _Malformed as exc:
+    except Malformed as exc:
         return Skipped("malformed_key", ktype, version, str(exc))
     if value is None:
         return GroupRemoved(group) if ktype == 2 else OffsetDeleted(group, topic, partition)
@@ -376,18 +286,31 @@ def _decode_slow(key: bytes | None, value: bytes | None) -> CoordinatorRecord | 
     if version not in OFFSET_COMMIT_VALUE_VERSIONS:
         return Skipped("unknown_version", ktype, version, _unknown_version("OffsetCommit", version))
     try:
-        return _offset_commit(group, topic, partition, _Reader(value, 2), version)
-    except _Malformed as exc:
+        return _offset_commit(group, topic, partition, Reader(value, 2), version)
+    except Malformed as exc:
         return Skipped("malformed_value", ktype, version, str(exc))
+
+
+def _consumer_group_record(
+    ktype: int, kr: Reader, value: bytes | None, version: int | None
+) -> ConsumerGroupRecord | Skipped:
+    if value is not None and version is None:
+        return Skipped("malformed_value", ktype, None, "value.version: needs 2 bytes")
+    try:
+        return decode_consumer_group_record(ktype, kr, value, version)
+    except Malformed as exc:
+        reason: SkipReason = "malformed_key" if exc.field.startswith("key.") else "malformed_value"
+        return Skipped(reason, ktype, version, str(exc))
+    except ValueError:
+        detail = f"value.version: v{version} of record type {ktype} is newer than this decoder (v0)"
+        return Skipped("unknown_version", ktype, version, detail)
 
 
 def _unknown_version(kind: str, version: int) -> str:
     return f"value.version: {kind}Value v{version} is newer than this decoder (v0..v4)"
 
 
-def _offset_commit(
-    group: str, topic: str, partition: int, r: _Reader, version: int
-) -> OffsetCommit:
+def _offset_commit(group: str, topic: str, partition: int, r: Reader, version: int) -> OffsetCommit:
     flexible = version >= FLEXIBLE_FROM
     offset = r.int64("value.offset")
     epoch = r.int32("value.leader_epoch") if version >= 3 else -1
@@ -419,20 +342,18 @@ def _group_metadata(group: str, value: bytes, version: int) -> GroupMetadata | S
     bytes long, so the Redpanda reading is only tried when Kafka's has failed.
     """
     try:
-        return _group_metadata_layout(group, _Reader(value, 2), version, per_member_version=False)
-    except _Malformed as kafka_exc:
+        return _group_metadata_layout(group, Reader(value, 2), version, per_member_version=False)
+    except Malformed as kafka_exc:
         if version >= FLEXIBLE_FROM:
             return Skipped("malformed_value", 2, version, str(kafka_exc))
         try:
-            return _group_metadata_layout(
-                group, _Reader(value, 2), version, per_member_version=True
-            )
-        except _Malformed:
+            return _group_metadata_layout(group, Reader(value, 2), version, per_member_version=True)
+        except Malformed:
             return Skipped("malformed_value", 2, version, str(kafka_exc))
 
 
 def _group_metadata_layout(
-    group: str, r: _Reader, version: int, *, per_member_version: bool
+    group: str, r: Reader, version: int, *, per_member_version: bool
 ) -> GroupMetadata:
     flexible = version >= FLEXIBLE_FROM
     protocol_type = r.string("value.protocol_type", flexible)
@@ -447,7 +368,7 @@ def _group_metadata_layout(
         if per_member_version:
             mv = r.int16(f"{f}.version")
             if mv not in range(FLEXIBLE_FROM):
-                raise _Malformed(f"{f}.version", f"member version {mv} is not 0..3")
+                raise Malformed(f"{f}.version", f"member version {mv} is not 0..3")
         member_id = r.string(f"{f}.member_id", flexible)
         instance = r.nullable_string(f"{f}.group_instance_id", flexible) if mv >= 3 else None
         client_id = r.string(f"{f}.client_id", flexible)
@@ -495,7 +416,7 @@ def decode_assignment(raw: bytes | None) -> tuple[TopicAssignment, ...]:
     """
     if not raw or len(raw) < 2:
         return ()
-    r = _Reader(bytes(raw), 2)  # skip the assignment's int16 version
+    r = Reader(bytes(raw), 2)  # skip the assignment's int16 version
     try:
         out = []
         for _ in range(r.array_len("assigned_partitions", compact=False)):
@@ -504,7 +425,7 @@ def decode_assignment(raw: bytes | None) -> tuple[TopicAssignment, ...]:
             parts = struct.unpack_from(f">{n}i", r._take(4 * n, "partitions"))
             out.append(TopicAssignment(topic, tuple(parts)))
         return tuple(out)
-    except (_Malformed, struct.error):
+    except (Malformed, struct.error):
         return ()
 
 
@@ -568,6 +489,8 @@ def make_message_decoder(
         if is_own_group(record.group, own_prefix):
             if counters is not None:
                 counters.own_group_filtered += 1
+            return None
+        if not hasattr(record, "event"):  # KIP-848 membership: read by group health only
             return None
         return to_dict(record)
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pipeline.group_health import HealthConfig
 from pipeline.lag import LagConfig
 from schemas import ConfigError
 
@@ -54,6 +55,14 @@ class Settings:
     ok_summary_interval_ms: int = 1000
     persist_interval_ms: int = 1000  # HWM history and rate windows to the state store
     worst_n: int = 5
+    # group health (pipeline/group_health.py): a group whose generation moves
+    # storm_rebalances times within storm_window_s while no commit advances for
+    # group_stall_s is in a rebalance STORM; unchanged groups are re-published every
+    # group_health_interval_ms
+    storm_rebalances: int = 3
+    storm_window_s: float = 60.0
+    group_stall_s: float = 10.0
+    group_health_interval_ms: int = 5_000
     topic_partitions: int = 16  # partitions of lagpilot.watermarks (the unit of parallelism)
     replication_factor: int = 1
     metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
@@ -76,6 +85,14 @@ class Settings:
         if self.instance_id:
             extra["group.instance.id"] = self.instance_id
         return extra
+
+    def health_config(self) -> HealthConfig:
+        return HealthConfig(
+            storm_rebalances=self.storm_rebalances,
+            storm_window_s=self.storm_window_s,
+            stall_s=self.group_stall_s,
+            interval_ms=self.group_health_interval_ms,
+        )
 
     def lag_config(self) -> LagConfig:
         return LagConfig(
@@ -102,6 +119,10 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "ok_summary_interval_ms": (0, 60_000),
     "persist_interval_ms": (50, 600_000),
     "worst_n": (1, 100),
+    "storm_rebalances": (2, 1_000),
+    "storm_window_s": (1, 3_600),
+    "group_stall_s": (0.1, 3_600),
+    "group_health_interval_ms": (100, 600_000),
     "topic_partitions": (1, 10_000),
     "replication_factor": (1, 5),
     "metrics_port": (0, 65_535),

@@ -36,8 +36,8 @@ from schemas import topics
 #: Which events go on which topic: the table at the top of docs/events.md
 #: (tests/unit/deploy/test_compose.py keeps the two equal).
 TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
-    topics.WATERMARKS: ("watermarks", "commits"),
-    topics.LAG: ("partition_lag", "group_lag"),
+    topics.WATERMARKS: ("watermarks", "commits", "owners"),
+    topics.LAG: ("partition_lag", "group_lag", "group_health"),
     topics.CONTROL: ("action",),
     topics.OUTCOMES: ("outcome",),
 }

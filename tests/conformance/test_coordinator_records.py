@@ -28,7 +28,9 @@ import pytest
 from support import kafka_schemas, layout_codec, offset_vectors
 from support.reference import require
 
+from pipeline.consumer_group_records import ConsumerGroupTombstone
 from pipeline.coordinator_layouts import (
+    CONSUMER_GROUP_TYPES,
     GROUP_METADATA_VALUE,
     LAYOUTS,
     OFFSET_COMMIT_VALUE,
@@ -41,7 +43,7 @@ from schemas import GroupRemoved
 
 #: Share-coordinator records in the same folder: they go to ``__share_group_state``.
 OTHER_TOPIC = ("ShareSnapshot", "ShareUpdate")
-KIND_PREFIX = {"KIP-848 consumer group": "ConsumerGroup", "share group": "ShareGroup"}
+KIND_PREFIX = {"share group": "ShareGroup"}
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +214,9 @@ def test_kafka_4x_keys_decode_or_are_skipped_as_stated(upstream: Path) -> None:
             assert got == OffsetDeleted(values["group"], values["topic"], 9)
         elif rtype == 2:
             assert got == GroupRemoved(values["group"])
+        elif rtype in CONSUMER_GROUP_TYPES:  # read by pipeline.consumer_group_records
+            assert isinstance(got, ConsumerGroupTombstone), got
+            assert got.group == values["GroupId"]
         else:
             assert isinstance(got, Skipped) and (got.reason, got.record_type) == (
                 "unknown_type",
@@ -228,15 +233,20 @@ def test_skipped_kinds_are_the_record_types_upstream_gives_them(upstream: Path) 
     for kind, types in SKIPPED_KINDS.items():
         theirs = sorted(kafka_schemas.key_type(n) for n in names if n.startswith(KIND_PREFIX[kind]))
         assert theirs == list(types), kind
-    others = [n for n in names if n not in stated and not n.startswith(tuple(KIND_PREFIX.values()))]
+    consumer_groups = sorted(
+        kafka_schemas.key_type(n) for n in names if n.startswith("ConsumerGroup")
+    )
+    assert set(consumer_groups) <= set(CONSUMER_GROUP_TYPES)  # stated in consumer_group_records
+    others = [
+        n for n in names
+        if n not in stated and not n.startswith(("ConsumerGroup", *KIND_PREFIX.values()))
+    ]  # fmt: skip
     assert others == [], "upstream has record kinds the table does not name"
 
 
 @pytest.mark.parametrize(
     "key_name",
     [
-        "ConsumerGroupMetadataKey",
-        "ConsumerGroupCurrentMemberAssignmentKey",
         "ShareGroupMetadataKey",
         "ShareGroupStatePartitionMetadataKey",
     ],

@@ -173,13 +173,15 @@ def test_health_and_every_dashboard_metric_on_running_processes(
         s for s in _samples(pipeline_text, "lagpilot_group_lag_offsets") if s["group"] == group
     ]
     assert float(glag["_value"]) == 7.0
-    # every series the dashboard filters by $group/$topic carries those labels
+    # every series the dashboard filters by $group (and $topic) carries those labels
     exprs = " ".join(dashboard_queries(json.loads(DASHBOARD.read_text())))
-    selected = set(re.findall(r'(lagpilot_\w+)\{group=~"\$group"', exprs))
-    assert "lagpilot_group_status_code" in selected
-    for name in selected:
-        samples = _samples(pipeline_text, name)
-        assert samples and all({"group", "topic"} <= set(s) for s in samples), name
+    by_topic = set(re.findall(r'(lagpilot_\w+)\{group=~"\$group", topic=~"\$topic"', exprs))
+    by_group = set(re.findall(r'(lagpilot_\w+)\{group=~"\$group"\}', exprs))
+    assert "lagpilot_group_status_code" in by_topic and "lagpilot_group_storm" in by_group
+    for names, labels in ((by_topic, {"group", "topic"}), (by_group, {"group"})):
+        for name in names:
+            samples = _samples(pipeline_text, name)
+            assert samples and all(labels <= set(s) for s in samples), name
 
 
 @pytest.fixture

@@ -111,6 +111,10 @@ REQUIRED = {
     "throttles in force": "lagpilot_actuator_throttles_active",
     "processing delay": "lagpilot_processing_delay_seconds_bucket",
     "decode errors by kind": "lagpilot_decode_skipped_total",
+    "rebalance storms": "lagpilot_group_storm",
+    "rebalances per minute": "lagpilot_group_rebalances_total",
+    "members per group": "lagpilot_group_members",
+    "generation": "lagpilot_group_generation",
 }
 
 

@@ -258,6 +258,8 @@ def test_the_decoder_accepts_exactly_the_stated_versions() -> None:
     keys = [spec for spec in LAYOUTS if spec.part == "key"]
     assert keys == [OFFSET_COMMIT_KEY, GROUP_METADATA_KEY]
     for rtype in range(-1, 20):
+        if rtype in coordinator_layouts.CONSUMER_GROUP_TYPES:
+            continue  # pipeline.consumer_group_records states and reads them
         spec = next((k for k in keys if rtype in k.versions), OFFSET_COMMIT_KEY)
         fields = {f.name: "x" if f.type == "string" else 1 for f in spec.fields}
         body = layout_codec.encode(spec.name, spec.versions[0], **fields)[2:]
@@ -277,7 +279,7 @@ def test_the_decoder_accepts_exactly_the_stated_versions() -> None:
     ("kind", "rtype"),
     [(kind, t) for kind, types in coordinator_layouts.SKIPPED_KINDS.items() for t in types],
 )
-def test_kip848_and_share_group_records_are_skipped(kind: str, rtype: int) -> None:
+def test_share_group_records_are_skipped(kind: str, rtype: int) -> None:
     key = rtype.to_bytes(2, "big") + b"\x00\x03grp"
     for value, version in ((b"\x00\x00" + bytes(8), 0), (None, None)):
         got = decode_record(key, value)
@@ -286,7 +288,7 @@ def test_kip848_and_share_group_records_are_skipped(kind: str, rtype: int) -> No
         assert kind.split()[0] in got.detail
 
 
-@pytest.mark.parametrize("rtype", [16, 17, 24, 100, 32767, -1])
+@pytest.mark.parametrize("rtype", [17, 24, 100, 32767, -1])
 def test_newer_record_types_such_as_streams_groups_are_skipped(rtype: int) -> None:
     key = rtype.to_bytes(2, "big", signed=True) + b"\x00\x03grp"  # e.g. StreamsGroupMetadataKey
     got = decode_record(key, b"\x00\x00" + bytes(20))

@@ -18,7 +18,7 @@ from schemas import validate
 KEY = bytes.fromhex("00010002673100017400000007")  # g1 / t / 7
 OWN_KEY = bytes.fromhex("0001000c") + b"lagpilot-app" + bytes.fromhex("00017400000000")
 VALUE = bytes.fromhex("0003000000000000002a0000000500000000018bcfe56800")
-KIP848_KEY = bytes.fromhex("00030003") + b"grp"
+SHARE_KEY = bytes.fromhex("00090003") + b"grp"  # a share group record: not decoded
 
 
 def test_is_own_group() -> None:
@@ -31,16 +31,16 @@ def test_is_own_group() -> None:
 
 def test_counters_count_by_reason_type_and_version() -> None:
     counters = DecodeCounters()
-    for key, value in [(KIP848_KEY, b"\x00\x00"), (KIP848_KEY, b"\x00\x01"), (KIP848_KEY, None)]:
+    for key, value in [(SHARE_KEY, b"\x00\x00"), (SHARE_KEY, b"\x00\x01"), (SHARE_KEY, None)]:
         got = decode_record(key, value)
         assert isinstance(got, Skipped)
         counters.record(got)
     counters.record(decode_record(KEY, b"\x00\x09"))  # type: ignore[arg-type]
     counters.record(decode_record(KEY, b"\x00\x09\x00"))  # type: ignore[arg-type]
     assert counters == {
-        ("unknown_type", 3, 0): 1,
-        ("unknown_type", 3, 1): 1,
-        ("unknown_type", 3, None): 1,
+        ("unknown_type", 9, 0): 1,
+        ("unknown_type", 9, 1): 1,
+        ("unknown_type", 9, None): 1,
         ("unknown_version", 1, 9): 2,
     }
     assert counters.total() == 5
@@ -71,10 +71,10 @@ def test_message_decoder_drops_own_group_and_counts_skips() -> None:
     decode = make_message_decoder(counters=counters)
     assert decode(VALUE, OWN_KEY, 0, None) is None
     assert decode(None, OWN_KEY, 0, None) is None
-    assert decode(b"\x00\x00", KIP848_KEY, 0, None) is None
+    assert decode(b"\x00\x00", SHARE_KEY, 0, None) is None
     assert decode(VALUE, KEY, 0, None) is not None
     assert counters.own_group_filtered == 2
-    assert counters == {("unknown_type", 3, 0): 1}
+    assert counters == {("unknown_type", 9, 0): 1}
     other = make_message_decoder(own_prefix="g1")
     assert other(VALUE, KEY, 0, None) is None
     assert other(VALUE, OWN_KEY, 0, None) is not None

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from support.layout_codec import encode
 
 from pipeline import offsets
+from pipeline.consumer_group_records import ConsumerGroupRecord
 from pipeline.offsets import Skipped, decode_record
 from schemas import (
     GroupMetadata,
@@ -24,7 +25,8 @@ from schemas import (
     validate,
 )
 
-RESULT_TYPES = (OffsetCommit, OffsetDeleted, GroupMetadata, GroupRemoved, Skipped)
+KIP848_TYPES = ConsumerGroupRecord.__args__  # type: ignore[attr-defined]
+RESULT_TYPES = (OffsetCommit, OffsetDeleted, GroupMetadata, GroupRemoved, Skipped, *KIP848_TYPES)
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 names = st.text(min_size=1, max_size=40)

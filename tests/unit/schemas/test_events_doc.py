@@ -53,7 +53,16 @@ def test_outcome_examples_are_present() -> None:
 
 
 @pytest.mark.parametrize(
-    "kind", ["watermarks", "commit", "partition_lag", "group_lag", "offset_deleted"]
+    "kind",
+    [
+        "watermarks",
+        "commit",
+        "partition_lag",
+        "group_lag",
+        "offset_deleted",
+        "group_health",
+        "owners",
+    ],
 )
 def test_every_published_event_kind_is_documented(kind: str) -> None:
     assert kind in {e["event"] for e in examples()}
