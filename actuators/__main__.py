@@ -15,7 +15,7 @@ import threading
 from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.runner import Runner
 from actuators.settings import from_env, load_policy
-from schemas import ConfigError, load_signing_key
+from schemas import ConfigError, load_signing_key, tracing
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         policy = load_policy(settings.policy_file)
         key = load_signing_key()
-    except ConfigError as exc:
+        tracing.setup("lagpilot-actuator")
+    except (ConfigError, tracing.TracingConfigError) as exc:
         print(f"lagpilot actuate: configuration error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         runner.run(stop)
     finally:
         runner.close()
+        tracing.shutdown()
     return 0
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from schemas import ConfigError, Mode, load_signing_key
+from schemas import ConfigError, Mode, load_signing_key, tracing
 
 log = logging.getLogger("lagpilot.pipeline")
 
@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.policy_op import PolicyOperator
 
             policy = PolicyOperator(policy_config, load_signing_key())
-    except ConfigError as exc:
+        tracing.setup("lagpilot-pipeline")
+    except (ConfigError, tracing.TracingConfigError) as exc:
         print(f"lagpilot run: configuration error: {exc}", file=sys.stderr)
         return 2
     from pipeline.app import build_app
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         if metrics.lag.process is not None:
             metrics.lag.process.close()
+        tracing.shutdown()
     return 0
 
 
