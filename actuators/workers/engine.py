@@ -213,6 +213,10 @@ class Engine(abc.ABC):
             "lagpilot.topic": cmd.topic,
             "lagpilot.partition": cmd.partition,
             "lagpilot.lanes": cmd.lanes,
+            # every worker of the group obeys; the partition's owner acts on it now
+            "lagpilot.owner": None
+            if cmd.topic is None or cmd.partition is None
+            else (cmd.topic, cmd.partition) in self._assigned,
         }
         with tracing.span("lagpilot.worker.obey", parent=parent, attributes=attributes):
             self._obey_now(cmd)
