@@ -155,9 +155,15 @@ def test_the_spans_of_one_incident_form_one_linked_trace(
             w.start()
         threading.Thread(target=load, daemon=True).start()
         while time.monotonic() < deadline:
-            kinds = {s.attributes.get("lagpilot.action_type")
-                     for s in finished("lagpilot.worker.obey")}  # fmt: skip
-            if "spread_partition" in kinds and finished("lagpilot.outcome"):
+            obeyed = finished("lagpilot.worker.obey")
+            spread = {
+                s.attributes.get("lagpilot.action_id")
+                for s in obeyed
+                if s.attributes.get("lagpilot.action_type") == "spread_partition"
+            }
+            recorded = {s.attributes.get("lagpilot.action_id")
+                        for s in finished("lagpilot.outcome")}  # fmt: skip
+            if spread & recorded:  # our workers obeyed a spread the actuator recorded
                 time.sleep(1)  # the other spans of the same batch
                 lanes.extend(w.lanes(topic, HOT) for w in workers)  # before they stop
                 break
@@ -176,8 +182,13 @@ def test_the_spans_of_one_incident_form_one_linked_trace(
         for runner, _, _ in list(harness.runners):
             harness.stop(runner)
 
+    # the incident's lag event: this pipeline may also see other groups of the shared broker
+    # (the lagpilot.watermarks topic is shared by every pipeline on it), so pick ours
+    roots = {s.context.trace_id: s for s in finished("lagpilot.lag_event")
+             if s.attributes["lagpilot.group"] == group}  # fmt: skip
     control_spans = [s for s in finished("lagpilot.control_event")
-                     if s.attributes["lagpilot.action_type"] == "spread_partition"]  # fmt: skip
+                     if s.attributes["lagpilot.action_type"] == "spread_partition"
+                     and s.context.trace_id in roots]  # fmt: skip
     assert control_spans, f"no spread decided: {[s.name for s in spans.get_finished_spans()]}"
     control = control_spans[0]
     trace_id = control.context.trace_id
