@@ -9,10 +9,25 @@ BROKERS ?= 1
 PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
-.PHONY: install broker-jars broker-up broker-down broker-status test test-unit lint run demo \
+.PHONY: install prometheus-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
         bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-keda bench-timelag clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed prometheus-tools
+
+# Prometheus and promtool (Debian's `prometheus` package) for the tests that evaluate the
+# dashboard and the alert rules. Quick when present; as root, apt-get installs them (and
+# stops the service the package may start: the tests run their own Prometheus).
+prometheus-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's prometheus package (prometheus, promtool)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }; } || \
+	    { echo "error: apt-get could not install prometheus; run: apt-get update && apt-get install -y --no-install-recommends prometheus" >&2; exit 1; }; \
+	  if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
+	else \
+	  echo "warning: prometheus/promtool not found; the Prometheus tests need them: sudo apt-get install -y --no-install-recommends prometheus (Debian/Ubuntu), or put both binaries from https://prometheus.io/download/ on PATH" >&2; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(firstword $(PYTHON_SYS)) >/dev/null || { echo "error: python3 not found; lagpilot needs Python 3.11+" >&2; exit 1; }

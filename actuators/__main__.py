@@ -15,7 +15,7 @@ from typing import Any
 from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.runner import Runner
 from actuators.settings import Settings, from_env, load_policy
-from schemas import load_signing_key
+from schemas import load_signing_key, tracing
 from schemas.cli import (
     EX_CONFIG,
     EX_NOPERM,
@@ -100,6 +100,7 @@ def _actuate(args: Any) -> int:
     )
     policy = load_policy(settings.policy_file)
     key = load_signing_key(args.env)
+    tracing.setup("lagpilot-actuator")
     connect(settings.bootstrap, settings.kafka, args.connect_timeout_s)
     backend = _backend(settings)
     stop = threading.Event()
@@ -111,6 +112,7 @@ def _actuate(args: Any) -> int:
         runner.run(stop)
     finally:
         runner.close()
+        tracing.shutdown()
     return 0
 
 

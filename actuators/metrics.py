@@ -20,6 +20,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from schemas import ActionType, OutcomeResult
+
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -30,6 +32,11 @@ class Metrics:
             ["result", "type"],
             registry=self.registry,
         )
+        # Every (result, type) at 0 from the start: a counter born at 1 shows no increase(),
+        # so "Outcomes per minute" and the failed/rejected alerts would miss each first one.
+        for result in OutcomeResult:
+            for kind in ActionType:
+                self.events.labels(result.value, kind.value)
         self.apply_seconds = Histogram(
             "lagpilot_actuator_apply_seconds",
             "Time spent applying one action through the backend, retries included",

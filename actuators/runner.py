@@ -48,7 +48,7 @@ from actuators.errors import ActuatorError
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.settings import Policy, Settings
-from schemas import ActionType, EventError, OutcomeResult, decode, encode
+from schemas import ActionType, EventError, OutcomeResult, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger("lagpilot.actuator")
@@ -134,6 +134,7 @@ class Runner:
         self._key = signing_key
         self._clock = clock
         self._release_retry_at: dict[str, float] = {}
+        self._trace_headers: dict[str, list[tuple[str, bytes]]] = {}  # outcome key -> traceparent
         self._ready = False
         self._server: MetricsServer | None = None
         # librdkafka's own lines go to lagpilot's logging (logger lagpilot.kafka, DEBUG)
@@ -297,7 +298,9 @@ class Runner:
         if not last:
             return 0
         offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
-        if not self._commit(records, offsets):
+        committed = self._commit(records, offsets)
+        self._trace_headers.clear()  # produced, or to be traced again when reprocessed
+        if not committed:
             for (t, p), o in first.items():
                 self._consumer.seek(TopicPartition(t, p, o))
             self.rebuild_ledger()
@@ -305,6 +308,25 @@ class Runner:
         return len(records)
 
     def _handle(self, msg: Message) -> tuple[str, dict[str, Any]]:
+        if not tracing.on():
+            return self._handle_one(msg)
+        where = {"lagpilot.control_position": _position(msg)}
+        with tracing.span(
+            "lagpilot.apply", parent=tracing.parent_from(msg.headers()), attributes=where
+        ) as applied:
+            key, result = self._handle_one(msg)
+            got = {
+                "lagpilot.action_id": result.get("action_id"),
+                "lagpilot.action_type": result.get("action_type"),
+                "lagpilot.result": result["result"],
+                "lagpilot.actuator": self.settings.actuator_id,
+            }
+            applied.set_attributes({k: v for k, v in got.items() if v is not None})
+            with tracing.span("lagpilot.outcome", parent=applied, attributes=got) as recorded:
+                self._trace_headers[key] = tracing.headers_of(recorded)
+        return key, result
+
+    def _handle_one(self, msg: Message) -> tuple[str, dict[str, Any]]:
         now_ms = self._now_ms()
         verdict: Verdict = check(
             msg.value(),
@@ -430,7 +452,12 @@ class Runner:
         try:
             p.begin_transaction()
             for key, value in records:
-                p.produce(self.settings.outcomes_topic, key=key.encode(), value=encode(value))
+                p.produce(
+                    self.settings.outcomes_topic,
+                    key=key.encode(),
+                    value=encode(value),
+                    headers=self._trace_headers.pop(key, None),  # its traceparent, if traced
+                )
             if offsets:
                 p.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 10)
             p.commit_transaction(10)

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from schemas import Mode, load_signing_key
+from schemas import Mode, load_signing_key, tracing
 from schemas.cli import (
     CLIENT_LOG,
     EX_UNAVAILABLE,
@@ -95,6 +95,7 @@ def _run(args: Any) -> int:
         from pipeline.policy_op import PolicyOperator
 
         policy = PolicyOperator(policy_config, load_signing_key(args.env))
+    tracing.setup("lagpilot-pipeline")
     from pipeline.app import build_app
     from pipeline.exposition import RenderProcess
     from pipeline.metrics import BrokerProbe, HealthServer, PipelineMetrics
@@ -124,6 +125,7 @@ def _run(args: Any) -> int:
             server.stop()
         if metrics.lag.process is not None:
             metrics.lag.process.close()
+        tracing.shutdown()
     return 0
 
 

@@ -31,7 +31,7 @@ from pipeline.settings import Settings
 from pipeline.truth import ReadLimits, RecordTimeReader
 from pipeline.watermarks import STATS_HEADER as SAMPLER_HEADER
 from pipeline.watermarks import HighWatermarkSource
-from schemas import topics
+from schemas import topics, tracing
 
 
 def policy_topic_name(consumer_group: str) -> str:
@@ -240,5 +240,7 @@ def build_app(
         control_in.to_topic(policy_topic, key=lambda _: "policy")
         decisions = app.dataframe(topic=policy_topic)
         actions = decisions.apply(policy, stateful=True, metadata=True, expand=True)
+        if tracing.on():  # the action's traceparent header (no step at all when off)
+            actions = actions.set_headers(tracing.action_headers)
         actions.to_topic(control_topic, key=lambda a: a["target"])
     return app, operator

@@ -23,10 +23,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from pipeline.exposition import FAMILIES, LabelCache, RenderError, RenderProcess, render_lag
 from pipeline.lag import TopicObservation
+from schemas import ActionType, Mode
 
 __all__ = ["FAMILIES", "BrokerProbe", "HealthServer", "LagCollector", "PipelineMetrics"]
 
 log = logging.getLogger(__name__)
+
+#: Where a message can be skipped as unreadable (``pipeline.app``'s error callbacks).
+BAD_MESSAGE_STAGES = ("read", "process")
 
 
 class LagCollector:
@@ -144,18 +148,27 @@ class PipelineMetrics:
             ["type", "mode"],
             registry=r,
         )
+        # Every (type, mode) at 0 from the start: a counter born at 1 shows no increase(),
+        # so the dashboard's "Actions published per minute" would miss each first action.
+        for kind in ActionType:
+            for mode in (Mode.RECOMMEND, Mode.ACT):
+                self.actions.labels(kind.value, mode.value)
         self.bad_messages = Counter(
             "lagpilot_bad_messages_total",
             "Messages skipped because they could not be read or processed, by stage.",
             ["stage"],
             registry=r,
         )
+        for stage in BAD_MESSAGE_STAGES:  # 0 from the start: a rate and an alert see them
+            self.bad_messages.labels(stage)
         self.policy_halted = Gauge(
             "lagpilot_policy_halted", "1 while the kill switch is on.", registry=r
         )
         self.topics_modelled = Gauge(
             "lagpilot_topics_modelled", "Topics this replica models.", registry=r
         )
+        # the topics whose observation is fresh, read at scrape time (was never set: always 0)
+        self.topics_modelled.set_function(lambda: len(self.lag.snapshot()))
         self.last_sample_age = Gauge(
             "lagpilot_last_sample_age_seconds",
             "Seconds since this replica last modelled a watermark sample.",

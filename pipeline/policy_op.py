@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.policy import PolicyState, apply_control, decide
 from pipeline.policy_config import PolicyConfig
-from schemas import EventError, group_lag_from_dict, sign, validate, verify
+from schemas import EventError, group_lag_from_dict, sign, tracing, validate, verify
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,8 @@ class PolicyOperator:
         if self.metrics is not None:
             for a in signed:
                 self.metrics.actions.labels(a["type"], a["mode"]).inc()
+        if signed and tracing.on():
+            _trace_decision(value, signed)
         for a in signed:
             log.info(
                 "action %s %s on %s (%s): %s",
@@ -99,3 +101,31 @@ class PolicyOperator:
                 a["reason"],
             )
         return signed
+
+
+def _trace_decision(event: dict[str, Any], signed: list[dict[str, Any]]) -> None:
+    """The trace of an incident's actions: the lag event that opened it (from its
+    ``observed_at_ms``), the decision, and each action, whose ``traceparent`` rides on its
+    control message (``tracing.action_headers``)."""
+    opened = {
+        "lagpilot.group": event.get("group"),
+        "lagpilot.topic": event.get("topic"),
+        "lagpilot.status": event.get("status"),
+        "lagpilot.max_time_lag_s": event.get("max_time_lag_s"),
+    }
+    start_ms = event.get("observed_at_ms")
+    with (
+        tracing.span("lagpilot.lag_event", attributes=opened, start_ms=start_ms) as root,
+        tracing.span(
+            "lagpilot.decide", parent=root, attributes={"lagpilot.actions": len(signed)}
+        ) as decided,
+    ):
+        for a in signed:
+            attributes = {
+                "lagpilot.action_id": a["id"],
+                "lagpilot.action_type": a["type"],
+                "lagpilot.target": a["target"],
+                "lagpilot.mode": a["mode"],
+            }
+            with tracing.span("lagpilot.control_event", parent=decided, attributes=attributes) as s:
+                tracing.remember(a["id"], tracing.headers_of(s))

@@ -19,6 +19,7 @@ from actuators.workers.dedupe import (
     idempotency_key,
 )
 from actuators.workers.lanes import lane_for
+from actuators.workers.metrics import WorkerMetrics, serve_metrics
 from actuators.workers.pool import PoolWorker
 from actuators.workers.tracker import OffsetTracker
 
@@ -34,7 +35,9 @@ __all__ = [
     "PoolWorker",
     "SQLiteDedupeStore",
     "Worker",
+    "WorkerMetrics",
     "idempotency_key",
     "lane_for",
     "read_command",
+    "serve_metrics",
 ]

@@ -17,7 +17,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from schemas import WORKER_ACTIONS, ActionType, ConfigError, EventError, decode, validate, verify
+from schemas import (
+    WORKER_ACTIONS,
+    ActionType,
+    ConfigError,
+    EventError,
+    decode,
+    tracing,
+    validate,
+    verify,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +132,7 @@ class ControlReader:
         self._consumer: Consumer | None = None
         self._seen = SeenIds()
         self.counts: Counter[str] = Counter()
+        self.trace_parents: dict[str, Any] = {}  # action id -> its trace context (tracing on)
 
     def start(self) -> None:
         consumer = Consumer(self._config)
@@ -166,6 +176,8 @@ class ControlReader:
                 self.counts[DUPLICATE] += 1
                 continue
             self.counts[ACCEPTED] += 1
+            if tracing.on():  # the action's trace, continued when the command is obeyed
+                self.trace_parents[got.action_id] = tracing.parent_from(msg.headers())
             out.append(got)
         return out
 

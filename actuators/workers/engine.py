@@ -26,7 +26,7 @@ from actuators.workers.dedupe import (
     idempotency_key,
 )
 from actuators.workers.lanes import Dispatcher, TopicPart
-from schemas import ConfigError, load_signing_key
+from schemas import ConfigError, load_signing_key, tracing
 from schemas.topics import CONTROL
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ class Engine(abc.ABC):
         self._on_failure = on_failure
         self._extra = extra
         self._signing_key = signing_key if signing_key is not None else load_signing_key()
+        tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
         if dedupe is None:
             dedupe = os.environ.get(DEDUPE_PATH_ENV) or f"lagpilot-dedupe-{group}.sqlite"
         self._owns_store = isinstance(dedupe, str | os.PathLike)
@@ -199,6 +200,28 @@ class Engine(abc.ABC):
             self._last_commit = time.monotonic()
 
     def _obey(self, cmd: Command) -> None:
+        if not tracing.on():
+            self._obey_now(cmd)
+            return
+        parent = self._control.trace_parents.pop(cmd.action_id, None) if self._control else None
+        attributes = {
+            "lagpilot.action_id": cmd.action_id,
+            "lagpilot.action_type": cmd.type.value,
+            "lagpilot.group": self.group,
+            "lagpilot.worker_kind": self.kind,
+            "lagpilot.worker_instance": getattr(self, "instance_id", None) or None,
+            "lagpilot.topic": cmd.topic,
+            "lagpilot.partition": cmd.partition,
+            "lagpilot.lanes": cmd.lanes,
+            # every worker of the group obeys; the partition's owner acts on it now
+            "lagpilot.owner": None
+            if cmd.topic is None or cmd.partition is None
+            else (cmd.topic, cmd.partition) in self._assigned,
+        }
+        with tracing.span("lagpilot.worker.obey", parent=parent, attributes=attributes):
+            self._obey_now(cmd)
+
+    def _obey_now(self, cmd: Command) -> None:
         from schemas import ActionType
 
         if cmd.type is ActionType.HALT:

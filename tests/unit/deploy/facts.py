@@ -95,6 +95,20 @@ def exported_names(exposition: str) -> dict[str, int]:
     return names
 
 
+def worker_exported_names() -> dict[str, int]:
+    """The series names an agent worker exports (``actuators.workers.WorkerMetrics``), from a
+    worker that is built but never started (no broker needed)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from actuators.workers import MemoryDedupeStore, Worker, WorkerMetrics
+
+    worker = Worker(bootstrap="unused:9092", group="g", topics=["t"], handler=lambda m, c: None,
+                    dedupe=MemoryDedupeStore(), signing_key=b"k")  # fmt: skip
+    registry = CollectorRegistry()
+    registry.register(WorkerMetrics(worker))
+    return exported_names(generate_latest(registry).decode())
+
+
 METRIC_NAME = re.compile(r"\blagpilot_[a-z0-9_]+\b")
 
 

@@ -18,7 +18,13 @@ from prometheus_client import generate_latest
 
 from actuators.metrics import Metrics
 from pipeline.metrics import PipelineMetrics
-from tests.unit.deploy.facts import ROOT, dashboard_metrics, dashboard_queries, exported_names
+from tests.unit.deploy.facts import (
+    ROOT,
+    dashboard_metrics,
+    dashboard_queries,
+    exported_names,
+    worker_exported_names,
+)
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "lagpilot.json"
 PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
@@ -93,6 +99,7 @@ def test_every_metric_queried_is_exported() -> None:
     exported = exported_names(generate_latest(pipeline.registry).decode())
     exported |= exported_names(pipeline.lag.render().decode())  # served after the registry
     exported |= exported_names(generate_latest(Metrics().registry).decode())
+    exported |= worker_exported_names()
     queried = dashboard_metrics(dash)
     assert queried, "the dashboard queries lagpilot metrics"
     assert queried <= set(exported), f"not exported: {sorted(queried - set(exported))}"
@@ -139,3 +146,59 @@ def test_runbook_explains_every_panel(dash: dict[str, Any]) -> None:
     runbook = (ROOT / "docs" / "runbook.md").read_text()
     missing = [p["title"] for p in _panels(dash) if f"**{p['title']}**" not in runbook]
     assert not missing, f"docs/runbook.md does not explain panels {missing}"
+
+
+#: A row per stage of the flow, in its order, and the runbook section each row's panels link.
+ROWS = {
+    "Detection: consumer lag": "detection-consumer-lag",
+    "Decisions": "decisions",
+    "Actions": "actions",
+    "Workers": "workers",
+    "Group health": "group-health",
+    "lagpilot health": "lagpilot-health",
+}
+
+
+def _rows(dash: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each row with the panels below it (up to the next row), in layout order."""
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for p in sorted(dash["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"])):
+        if p["type"] == "row":
+            out.append((p["title"], list(p.get("panels", []))))
+        else:
+            assert out, f"panel {p['title']!r} sits above the first row"
+            out[-1][1].append(p)
+    return out
+
+
+def test_a_row_per_stage_in_flow_order(dash: dict[str, Any]) -> None:
+    rows = _rows(dash)
+    assert [title for title, _ in rows] == list(ROWS)
+    assert all(panels for _, panels in rows), "every row holds panels"
+
+
+def test_every_panel_has_a_unit(dash: dict[str, Any]) -> None:
+    for p in _panels(dash):
+        assert p.get("fieldConfig", {}).get("defaults", {}).get("unit"), p["title"]
+
+
+def test_every_panel_links_its_rows_runbook_section(dash: dict[str, Any]) -> None:
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    anchors = {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", runbook, re.M)
+    }
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["runbook"]["query"] == "docs/runbook.md"
+    for row, panels in _rows(dash):
+        assert ROWS[row] in anchors, f"docs/runbook.md has no section #{ROWS[row]}"
+        for p in panels:
+            urls = [link["url"] for link in p.get("links", [])]
+            assert urls == [f"${{runbook}}#{ROWS[row]}"], p["title"]
+
+
+def test_template_variables_query_the_datasource_variable(dash: dict[str, Any]) -> None:
+    """Like every panel: one datasource uid (the variable) for the whole dashboard."""
+    for v in dash["templating"]["list"]:
+        if v["type"] == "query":
+            assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, v["name"]
