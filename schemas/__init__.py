@@ -34,6 +34,7 @@ from schemas.offsets import (
     OffsetDeleted,
     TopicAssignment,
 )
+from schemas.producers import ProducerRate
 from schemas.watermarks import Watermarks
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "Outcome",
     "OutcomeResult",
     "PartitionLag",
+    "ProducerRate",
     "TopicAssignment",
     "Watermarks",
     "WorstPartition",

@@ -7,6 +7,7 @@ WATERMARKS = "lagpilot.watermarks"
 LAG = "lagpilot.lag"
 CONTROL = "lagpilot.control"
 OUTCOMES = "lagpilot.outcomes"
+PRODUCERS = "lagpilot.producers"  # producer_rates from the SDK's producer wrapper
 
 #: lagpilot's own consumer groups start with this; the pipeline ignores their commits
 #: (reading our own commits to __consumer_offsets would be a feedback loop).
