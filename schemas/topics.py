@@ -7,6 +7,8 @@ WATERMARKS = "lagpilot.watermarks"
 LAG = "lagpilot.lag"
 CONTROL = "lagpilot.control"
 OUTCOMES = "lagpilot.outcomes"
+#: SDK workers report their processed positions here every sampling tick (key: group)
+PROGRESS = "lagpilot.progress"
 
 #: lagpilot's own consumer groups start with this; the pipeline ignores their commits
 #: (reading our own commits to __consumer_offsets would be a feedback loop).

@@ -40,6 +40,7 @@ TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
     topics.LAG: ("partition_lag", "group_lag"),
     topics.CONTROL: ("action",),
     topics.OUTCOMES: ("outcome",),
+    topics.PROGRESS: ("progress",),
 }
 #: Decoded from __consumer_offsets but published on no topic (docs/events.md says so).
 UNPUBLISHED_EVENTS = ("commit", "offset_deleted", "group_metadata", "group_removed")
