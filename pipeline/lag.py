@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.progress import WorkerProgress
 from schemas.lag import SEVERITY, GroupLag, LagStatus, PartitionLag, WorstPartition
 
 _STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
@@ -595,6 +596,8 @@ class TopicModel:
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
         self.last_alert_ms = np.zeros(0, np.int64)
+        # SDK workers' progress reports: where present, they judge the status (progress.py)
+        self.progress = WorkerProgress()
 
     @property
     def width(self) -> int:
@@ -723,6 +726,7 @@ class TopicModel:
             self.committed[g, partition] = -1
             self.interval_s[g, partition] = np.nan
             self.rewind_ms[g, partition] = 0
+        self.progress.forget(group, partition)
         if not (self.committed[g] >= 0).any():
             self._drop_group(g)
 
@@ -814,18 +818,22 @@ class TopicModel:
             eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
         eta = np.where(lag == 0, 0.0, eta)
         rew = self.rewind_ms[:, :width]
-        status = classify(
-            lag=lag,
-            time_lag=tl,
-            since_progress_s=(now_ms - self.progress_ms[:, :width]) / 1000.0,
-            since_commit_s=(now_ms - self.commit_ms[:, :width]) / 1000.0,
-            since_rewind_s=np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
-            interval_s=self.interval_s[:, :width],
-            cfg=cfg,
-            lag_rate=lag_rate,
-            produce_rate=produce[None, :],
-            recent_lag_rate=recent_rate,
-        )
+        inputs = {
+            "lag": lag,
+            "time_lag": tl,
+            "since_progress_s": (now_ms - self.progress_ms[:, :width]) / 1000.0,
+            "since_commit_s": (now_ms - self.commit_ms[:, :width]) / 1000.0,
+            "since_rewind_s": np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
+            "interval_s": self.interval_s[:, :width],
+            "lag_rate": lag_rate,
+            "produce_rate": produce[None, :],
+            "recent_lag_rate": recent_rate,
+        }
+        if len(self.progress):  # workers' own reports, where present, judge the status
+            inputs = self.progress.overlay(
+                inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
+            )
+        status = classify(cfg=cfg, **inputs)
         return self._observation(
             now_ms,
             mask,
