@@ -7,7 +7,17 @@ import actuators.workers as workers
 
 def test_all_names_are_exported_and_documented() -> None:
     exported = {name for name in dir(workers) if not name.startswith("_")}
-    modules = {"consumer", "control", "dedupe", "engine", "handoff", "lanes", "pool", "tracker"}
+    modules = {
+        "consumer",
+        "control",
+        "dedupe",
+        "engine",
+        "handoff",
+        "lanes",
+        "pool",
+        "progress",
+        "tracker",
+    }
     assert set(workers.__all__) == exported - modules
     for name in workers.__all__:
         member = getattr(workers, name)
