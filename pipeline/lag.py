@@ -293,6 +293,7 @@ def classify(
     lag_rate: np.ndarray | None = None,
     produce_rate: np.ndarray | None = None,
     recent_lag_rate: np.ndarray | None = None,
+    warn_min_s: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -316,8 +317,10 @@ def classify(
     usual = np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
     slack = cfg.commit_visibility_s
     stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual) + slack
-    warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual) + slack
-    behind_after = np.maximum(cfg.warn_min_s, cfg.time_lag_factor * usual) + slack
+    # the WARN floor: per cell where worker progress judges (its own, lower floor)
+    floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
+    warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
+    behind_after = np.maximum(floor, cfg.time_lag_factor * usual) + slack
     waiting = lag > 0
     # the time lag beyond what the commit cadence explains: committing every 5 s, a group
     # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)
@@ -830,6 +833,7 @@ class TopicModel:
             "recent_lag_rate": recent_rate,
         }
         if len(self.progress):  # workers' own reports, where present, judge the status
+            inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
             inputs = self.progress.overlay(
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )

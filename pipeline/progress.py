@@ -46,6 +46,10 @@ class ProgressConfig:
     """Knobs of the progress overlay; see docs/lag-model.md."""
 
     grace_s: float = 0.1  # silence allowed beyond the reporting interval (delivery jitter)
+    # WARN floor on "no progress" where a report judges (LagConfig.warn_min_s, 0.15, is for
+    # commits, whose timing carries the coordinator's and the client's jitter; a report
+    # stamps the worker's own progress to the millisecond)
+    warn_min_s: float = 0.1
     expire_s: float = 60.0  # a report this old is dropped: commits judge the partition again
     gap_alpha: float = 0.3  # EWMA weight of the newest time-per-message sample
 
@@ -163,6 +167,8 @@ class WorkerProgress:
         out["since_progress_s"][gi, pi] = stuck_report + silence
         out["since_commit_s"][gi, pi] = np.maximum(age_s, 0.0)
         out["interval_s"][gi, pi] = np.where(np.isnan(gap), interval, gap)
+        if isinstance(out.get("warn_min_s"), np.ndarray):  # per cell: set where reports judge
+            out["warn_min_s"][gi, pi] = self.cfg.warn_min_s
         if out.get("lag_rate") is not None:
             out["lag_rate"][gi, pi] = 0.0
         if out.get("recent_lag_rate") is not None:
