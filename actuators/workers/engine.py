@@ -34,7 +34,7 @@ from actuators.workers.progress import (
     ProgressReporter,
 )
 from schemas import ConfigError, load_signing_key
-from schemas.topics import CONTROL
+from schemas.topics import CONTROL, PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class Engine(abc.ABC):
         consumer_config: dict[str, Any] | None = None,
         progress_interval_ms: int = DEFAULT_INTERVAL_MS,
         progress_lead_ms: int = DEFAULT_LEAD_MS,
+        progress_topic: str = PROGRESS,
     ) -> None:
         if not bootstrap:
             raise ConfigError("bootstrap is empty: pass the brokers, e.g. bootstrap='host:9092'")
@@ -141,6 +142,7 @@ class Engine(abc.ABC):
             )
         self._progress_interval_ms = progress_interval_ms
         self._progress_lead_ms = progress_lead_ms
+        self._progress_topic = progress_topic
         self._progress: ProgressReporter | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -188,6 +190,7 @@ class Engine(abc.ABC):
                 producer_config=self.base_config(),
                 interval_ms=self._progress_interval_ms,
                 lead_ms=self._progress_lead_ms,
+                topic=self._progress_topic,
             )
             self._progress.start()
 

@@ -143,7 +143,7 @@ class ProgressReporter:
     def report(self, now_ms: int | None = None) -> dict[str, Any]:
         """Build and publish one report now (the thread calls this every interval)."""
         with self._lock:
-            released, self._released = self._released, []
+            released, self._released = list(dict.fromkeys(self._released)), []
         event = progress_event(
             group=self.group,
             member=self.member,
