@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import threading as _t
 import time
 import uuid
 from typing import Any
@@ -22,7 +21,7 @@ class ProgressTail:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.reports: list[dict[str, Any]] = []
-        self._stop = _t.Event()
+        self._stop = threading.Event()
         self._c = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -32,7 +31,7 @@ class ProgressTail:
             }
         )
         self._c.subscribe([topic])
-        self._thread = _t.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
