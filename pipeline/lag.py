@@ -44,7 +44,13 @@ class LagConfig:
     warn_time_lag_s: float = 5.0  # WARN when the oldest unconsumed message waited this long
     err_time_lag_s: float = 30.0  # ERR beyond this
     warn_factor: float = 1.5  # WARN: no progress for warn_factor x the usual interval
-    time_lag_factor: float = 2.0  # WARN: the oldest waiting message waited this x the interval
+    # WARN: the oldest waiting message waited this x the usual interval, plus the allowance
+    # (a consumer that keeps up shows at most one interval: the commit sawtooth). The time
+    # lag counts from the stall itself, while "no progress" counts from the last commit,
+    # which may come up to one interval after the stall and carry the work done before it:
+    # this rule is what sees a stalled commit-only consumer 1.5 intervals after its stall
+    time_lag_factor: float = 1.5
+    time_lag_allowance_s: float = 0.1
     stop_factor: float = 4.0  # STOP: no progress for stop_factor x the usual interval...
     stop_min_s: float = 0.5  # ...and at least this long
     warn_min_s: float = 0.15
@@ -306,7 +312,8 @@ def classify(
        interval (a group that commits every 5 s shows up to 5 s of time lag while it keeps
        up: that much is its commit cadence, not lag).
     5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
-       message waited ``time_lag_factor`` x the usual interval (a partition that still
+       message waited ``time_lag_factor`` x the usual interval + ``time_lag_allowance_s``
+       (a stall seen from the time it began, not from the last commit; a partition that still
        progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
        ``growth_ratio`` of the produce rate) with data waiting longer than the warn level,
@@ -320,7 +327,7 @@ def classify(
     # the WARN floor: per cell where worker progress judges (its own, lower floor)
     floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
     warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
-    behind_after = np.maximum(floor, cfg.time_lag_factor * usual) + slack
+    behind_after = np.maximum(floor, cfg.time_lag_factor * usual + cfg.time_lag_allowance_s) + slack
     waiting = lag > 0
     # the time lag beyond what the commit cadence explains: committing every 5 s, a group
     # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)

@@ -23,10 +23,11 @@ the status rules (``lag.classify``) for that group-partition:
 
 Everything is measured as of the report, not as of the sample: a report is up to one
 reporting interval old when the next sample is modelled, and a healthy worker must not
-look stalled for that. Only silence beyond ``interval + grace`` counts (a worker that stops
-reporting while data waits: a hung or dead process), so a missed report costs detection
-time, never a false alarm. Workers time their reports just before the sampler's ticks
-(both on the wall-clock grid of the interval), so the sample after a report sees it.
+look stalled for that. Only silence beyond two intervals and a grace counts (a worker that
+stops reporting while data waits: a hung or dead process): one report may be missed, so a
+late report costs detection time, never a false alarm. Workers time their reports just
+before the sampler's ticks (both on the wall-clock grid of the interval), so the sample
+after a report sees it.
 
 Pure: no clock (``now_ms`` passed in), no Kafka. Reports are not persisted: they are
 replaced every tick, and a restarted model falls back to commits until the next report.
@@ -45,7 +46,10 @@ import numpy as np
 class ProgressConfig:
     """Knobs of the progress overlay; see docs/lag-model.md."""
 
-    grace_s: float = 0.1  # silence allowed beyond the reporting interval (delivery jitter)
+    # silence allowed before it counts: this many reports may be missed (a busy host, a
+    # report that just missed its sample), plus a grace for delivery jitter
+    missed_reports: int = 1
+    grace_s: float = 0.05
     # WARN floor on "no progress" where a report judges (LagConfig.warn_min_s, 0.15, is for
     # commits, whose timing carries the coordinator's and the client's jitter; a report
     # stamps the worker's own progress to the millisecond)
@@ -158,7 +162,8 @@ class WorkerProgress:
         c2[row_of, pi] = processed
         tl_now = time_lag_s(t_ms, hw, c2, now_ms)[row_of, pi]
         age_s = (now_ms - sent) / 1000.0
-        silence = np.maximum(0.0, age_s - interval - self.cfg.grace_s)
+        allowed = (1 + self.cfg.missed_reports) * interval + self.cfg.grace_s
+        silence = np.maximum(0.0, age_s - allowed)
         tl_report = np.maximum(0.0, tl_now - age_s)
         stuck_report = np.maximum(0, sent - progress) / 1000.0
 

@@ -98,7 +98,13 @@ def test_the_thread_reports_on_the_grid_until_stopped() -> None:
     producer = FakeProducer()
     parts = [PartitionProgress("t", 0, 1, 1)]
     r = ProgressReporter(
-        group="g", member="w", host="h", snapshot=lambda: parts, producer=producer, interval_ms=50
+        group="g",
+        member="w",
+        host="h",
+        snapshot=lambda: parts,
+        producer=producer,
+        interval_ms=50,
+        lead_ms=20,
     )
     r.start()
     wait_for(lambda: len(producer.sent) >= 3, timeout_s=2)
