@@ -174,6 +174,13 @@ def run_cell(
                 for k in ("partition", "status", "observed_at_ms", "time_lag_s", "lag_offsets")
             }
             | {"since_first_ms": round(e["observed_at_ms"] - first_ms)}
+            | {  # the stall windows of that partition, relative to the event
+                "windows_ms": [
+                    [round(o - e["observed_at_ms"]), round(ok - e["observed_at_ms"])]
+                    for p, o, ok in windows
+                    if p == e["partition"]
+                ][:4]
+            }
             for e in false_alarms[:3]
         ],
         "target_p99_ms": target_ms(commit_s, progress),
@@ -225,7 +232,10 @@ def run(
         finally:
             reader.close()
             pipe.stop()
-    base = next(c for c in matrix if c["commit_interval_ms"] == 100 and not c["worker_progress"])
+    base = next(
+        (c for c in matrix if c["commit_interval_ms"] == 100 and not c["worker_progress"]),
+        matrix[0],
+    )
     return {
         # today's keys: the 0.1 s commits-only cell
         **{
@@ -264,11 +274,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=200, help="msgs/s per partition")
     ap.add_argument("--sample-interval-ms", type=int, default=250)
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
+    ap.add_argument(
+        "--cell",
+        action="append",
+        default=[],
+        metavar="SECONDS:progress|commits",
+        help="run only these cells (repeatable), e.g. --cell 5:commits",
+    )
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "detection.json"))
     args = ap.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)
     if args.smoke:
         cells = [(0.1, False, 2), (1.0, True, 2)]
+    elif args.cell:
+        cells = []
+        for spec in args.cell:
+            seconds, _, kind = spec.partition(":")
+            pr = kind == "progress"
+            c = float(seconds)
+            cells.append((c, pr, args.slow_trials if c >= 5 and not pr else args.trials))
     else:
         cells = [
             (c, pr, args.slow_trials if c >= 5 and not pr else args.trials)
