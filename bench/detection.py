@@ -156,6 +156,7 @@ def run_cell(
     ]
     p99 = _pct(received, 99)
     return {
+        "load_average_1m": round(os.getloadavg()[0], 2),  # the host is shared: context
         "commit_interval_ms": round(commit_s * 1000),
         "worker_progress": progress,
         "trials": len(received),
