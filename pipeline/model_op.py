@@ -226,7 +226,10 @@ class LagOperator:
         emit = obs.mask & ((sent != obs.status) | periodic)
         sent[obs.mask] = obs.status[obs.mask]
         gi, pi = np.nonzero(emit)
-        out.extend(obs.partition_events(gi, pi))
+        events = obs.partition_events(gi, pi)
+        if len(model.progress):
+            model.progress.annotate(events, now_ms)
+        out.extend(events)
         return out
 
 

@@ -181,6 +181,19 @@ class WorkerProgress:
             out["recent_lag_rate"][gi, pi] = np.nan
         return out
 
+    def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
+        """Add ``worker`` (member, host, processed offset, report age) to the
+        ``partition_lag`` events of partitions a worker reports: a silent worker is named."""
+        for ev in events:
+            r = self.reports.get((ev["group"], ev["partition"]))
+            if r is not None:
+                ev["worker"] = {
+                    "member": r.member,
+                    "host": r.host,
+                    "processed_offset": r.processed,
+                    "report_age_s": round((now_ms - r.sent_at_ms) / 1000.0, 3),
+                }
+
     def reporters(self, index: dict[str, int]) -> dict[tuple[int, int], tuple[str, str]]:
         """(group row, partition) -> (member, host) of the worker that reports it."""
         return {

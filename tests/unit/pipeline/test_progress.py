@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.lag import LagConfig, TopicModel
 from pipeline.progress import WorkerProgress
-from schemas import LagStatus
+from schemas import LagStatus, validate
 
 CFG = LagConfig()
 STATUS = list(LagStatus)
@@ -130,6 +130,14 @@ def test_a_worker_that_stops_reporting_while_data_waits_is_stopped():
     assert w.first(onset, LagStatus.STALL) == float("inf")
     reporter = w.model.progress.reporters(w.model._index)[(0, 0)]
     assert reporter == ("w-1", "host-a")
+    # the partition_lag event names the silent worker and how long it has been silent
+    obs = w.model.observe(w.t)
+    events = obs.partition_events(np.array([0]), np.array([0]))
+    w.model.progress.annotate(events, w.t)
+    assert events[0]["status"] == "STOP"
+    assert events[0]["worker"]["member"] == "w-1" and events[0]["worker"]["host"] == "host-a"
+    assert events[0]["worker"]["report_age_s"] > 2.5
+    validate(events[0])
 
 
 def test_a_silent_worker_on_an_idle_partition_is_ok():
