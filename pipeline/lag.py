@@ -313,6 +313,7 @@ def classify(
        up: that much is its commit cadence, not lag).
     5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
        message waited ``time_lag_factor`` x the usual interval + ``time_lag_allowance_s``
+       (or 2 intervals, if that is less)
        (a stall seen from the time it began, not from the last commit; a partition that still
        progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
@@ -327,7 +328,9 @@ def classify(
     # the WARN floor: per cell where worker progress judges (its own, lower floor)
     floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
     warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
-    behind_after = np.maximum(floor, cfg.time_lag_factor * usual + cfg.time_lag_allowance_s) + slack
+    # 1.5 intervals + 0.1 s, never later than the 2 intervals of before (fast committers)
+    behind = np.minimum(cfg.time_lag_factor * usual + cfg.time_lag_allowance_s, 2.0 * usual)
+    behind_after = np.maximum(floor, behind) + slack
     waiting = lag > 0
     # the time lag beyond what the commit cadence explains: committing every 5 s, a group
     # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)
