@@ -111,7 +111,9 @@ def test_the_thread_reports_on_the_grid_until_stopped() -> None:
     r.stop()
     n = len(producer.sent)
     times = [orjson.loads(v)["sent_at_ms"] for _, _, v in producer.sent]
-    assert all((t + 20) % 50 < 25 for t in times)  # 20 ms before a multiple of 50 ms (or late)
+    # 20 ms before each multiple of 50 ms (a thread may wake late on a busy host: the median)
+    offsets = sorted((t + 20) % 50 for t in times)
+    assert offsets[len(offsets) // 2] < 15, offsets
     time.sleep(0.12)
     assert len(producer.sent) == n
 
