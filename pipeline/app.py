@@ -84,6 +84,8 @@ class SourceStats:
             m.own_group_filtered.inc(delta)
         elif stat == "read_errors":
             m.bad_messages.labels("read").inc(delta)
+        elif stat == "progress_malformed":
+            m.bad_messages.labels("progress").inc(delta)
         elif stat in (
             "commit",
             "offset_deleted",
@@ -91,6 +93,7 @@ class SourceStats:
             "group_removed",
             "consumer_group",
             "group_health",
+            "progress",
         ):
             m.records.labels(stat).inc(delta)
         elif stat.startswith("sampler|"):
@@ -149,6 +152,12 @@ def build_app(
     wm_topic = app.topic(
         topics.WATERMARKS,
         key_deserializer="str",
+        key_serializer="str",
+        config=cfg(settings.topic_partitions, **{"retention.ms": str(600_000)}),
+    )
+    # SDK workers report their processed positions here; the commits source reads it
+    app.topic(
+        topics.PROGRESS,
         key_serializer="str",
         config=cfg(settings.topic_partitions, **{"retention.ms": str(600_000)}),
     )

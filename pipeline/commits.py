@@ -12,6 +12,11 @@ one source write a topic) rather than a dataframe because coalescing needs a clo
 dataframe function runs only when a message arrives, so the last commits of a burst would
 wait for the next one. Here an empty poll flushes at once, so at low rates nothing waits at all.
 
+It also reads ``lagpilot.progress``, where SDK workers report their processed positions
+every sampling tick, and forwards the latest report of each group-partition in the same
+``commits`` message (its ``progress`` rows): keyed like the commits, so the reports reach
+the model with no re-keying hop, and aligned with the samples like the commits.
+
 Delivery is at-least-once: consumer offsets are committed only after the batches holding
 every record read so far are acknowledged; a crash replays, and the model ignores commits
 older than what it has. Own groups (``lagpilot*``) are filtered: reading our own commits
@@ -61,6 +66,8 @@ class Coalescer:
     # the latest live commit of every group-partition read so far, to re-send: bounded by
     # the cluster's live group-partitions (deleted offsets leave it)
     known: dict[str, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
+    # the latest SDK worker progress row per (group, partition) per topic since the last drain
+    progress: dict[str, dict[tuple[str, int], list[Any]]] = field(default_factory=dict)
 
     def resend_known(self, now_ms: int) -> None:
         """Queue every known commit again. The model ignores what it already has, and
@@ -91,24 +98,55 @@ class Coalescer:
             self.known.get(record.topic, {}).pop(key, None)
             self.deleted.setdefault(record.topic, set()).add(key)
 
+    def add_progress(self, report: Any, now_ms: int) -> int:
+        """Queue the rows of one ``progress`` report (schemas/progress.v1.json); returns
+        how many. A released partition is a row with processed offset -1. A malformed
+        report raises ``AttributeError``, ``KeyError``, ``TypeError`` or ``ValueError``
+        (the caller counts it; never fatal) and queues nothing."""
+        if report.get("event") != "progress":
+            raise ValueError("not a progress event")
+        group, member, host = str(report["group"]), str(report["member"]), str(report["host"])
+        sent, interval = int(report["sent_at_ms"]), int(report["interval_ms"])
+        rows: list[tuple[str, list[Any]]] = [
+            (
+                str(p["topic"]),
+                [group, int(p["partition"]), int(p["processed_offset"]), int(p["progress_ms"])],
+            )
+            for p in report["partitions"]
+        ]
+        rows += [(str(t), [group, int(part), -1, 0]) for t, part in report.get("released", ())]
+        for topic, row in rows:
+            row += [sent, interval, member, host]
+            per = self.progress.setdefault(topic, {})
+            prev = per.get((group, row[1]))
+            if prev is None or sent >= prev[4]:
+                per[(group, row[1])] = row
+        if rows:
+            if not self.pending:
+                self.first_ms = now_ms
+            self.pending += len(rows)
+        return len(rows)
+
     def drain(self) -> list[dict[str, Any]]:
         """One ``commits`` event per topic with anything pending; empties the buffer."""
         out = []
-        for topic in self.commits.keys() | self.deleted.keys():
+        for topic in self.commits.keys() | self.deleted.keys() | self.progress.keys():
             commits = self.commits.get(topic, {})
             deleted = self.deleted.get(topic, set())
-            if not commits and not deleted:
+            progress = self.progress.get(topic, {})
+            if not commits and not deleted and not progress:
                 continue
-            out.append(
-                {
-                    "event": "commits",
-                    "v": 1,
-                    "topic": topic,
-                    "commits": [[g, p, o, ts] for (g, p), (o, ts) in commits.items()],
-                    "deleted": [[g, p] for g, p in sorted(deleted)],
-                }
-            )
-        self.commits, self.deleted, self.pending = {}, {}, 0
+            event: dict[str, Any] = {
+                "event": "commits",
+                "v": 1,
+                "topic": topic,
+                "commits": [[g, p, o, ts] for (g, p), (o, ts) in commits.items()],
+                "deleted": [[g, p] for g, p in sorted(deleted)],
+            }
+            if progress:
+                event["progress"] = list(progress.values())
+            out.append(event)
+        self.commits, self.deleted, self.progress, self.pending = {}, {}, {}, 0
         return out
 
 
@@ -132,6 +170,7 @@ class CommitsSource(Source):
         *,
         consumer_group: str,
         offsets_topic: str = topics.CONSUMER_OFFSETS,
+        progress_topic: str | None = topics.PROGRESS,
         own_prefix: str = topics.OWN_GROUP_PREFIX,
         instance_id: str = "",
         flush_ms: int = 50,
@@ -150,6 +189,7 @@ class CommitsSource(Source):
         self.broker_config = dict(broker_config)
         self.consumer_group = consumer_group
         self.offsets_topic = offsets_topic
+        self.progress_topic = progress_topic
         self.own_prefix = own_prefix
         self.instance_id = instance_id
         self.flush_ms = flush_ms
@@ -172,7 +212,9 @@ class CommitsSource(Source):
         self._wanted_ms = 0  # the latest sample time a sampler waits (or waited) for
         self._aligned: threading.Condition | None = None
         self._assigned: set[int] | None = None  # None until the first assignment
-        self._starts: dict[int, int] = {}  # committed offsets at assignment, looked up lazily
+        self._assigned_progress: set[int] = set()  # lagpilot.progress partitions read here
+        # committed offsets at assignment per (topic, partition), looked up lazily
+        self._starts: dict[tuple[str, int], int] = {}
         self._owned: list[frozenset[int]] = [frozenset()]  # assigned offsets partitions
         self._offsets_partitions = 0
         # consume() waits this long for a full batch: short, so a lone commit is forwarded
@@ -230,30 +272,31 @@ class CommitsSource(Source):
         from confluent_kafka import TopicPartition
 
         tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self._assigned)]
+        if self.progress_topic:
+            tps += [TopicPartition(self.progress_topic, p) for p in self._assigned_progress]
         for tp in consumer.position(tps) if tps else []:
             lo, hi = consumer.get_watermark_offsets(tp, cached=True)
             if hi < 0:
                 return False  # no fetch response yet
-            at = tp.offset if tp.offset >= 0 else self._start_offset(consumer, tp.partition, lo)
+            at = tp.offset if tp.offset >= 0 else self._start_offset(consumer, tp, lo)
             if at < hi:
                 return False
         return True
 
-    def _start_offset(self, consumer: Any, partition: int, low: int) -> int:
+    def _start_offset(self, consumer: Any, at: Any, low: int) -> int:
         """Where reading a partition began: its committed offset, else (a new group, which
         reads from the earliest) the log start."""
-        if partition not in self._starts:
+        key = (at.topic, at.partition)
+        if key not in self._starts:
             from confluent_kafka import TopicPartition
 
             try:
-                [tp] = consumer.committed(
-                    [TopicPartition(self.offsets_topic, partition)], timeout=5
-                )
-                self._starts[partition] = tp.offset
+                [tp] = consumer.committed([TopicPartition(*key)], timeout=5)
+                self._starts[key] = tp.offset
             except Exception as exc:  # ask again on the next loop
-                log.debug("committed offset of partition %d: %s", partition, exc)
+                log.debug("committed offset of %s: %s", key, exc)
                 return -1
-        start = self._starts[partition]
+        start = self._starts[key]
         return start if start >= 0 else max(low, 0)
 
     def _read_through(self, ms: int) -> None:
@@ -370,18 +413,25 @@ class CommitsSource(Source):
             except Exception as exc:  # nothing to commit yet, or a rebalance: replay is safe
                 log.debug("offsets commit skipped: %s", exc)
 
+        def offsets_parts(partitions: Any) -> set[int]:
+            return {tp.partition for tp in partitions if tp.topic == self.offsets_topic}
+
+        def progress_parts(partitions: Any) -> set[int]:
+            return {tp.partition for tp in partitions if tp.topic == self.progress_topic}
+
         def on_assign(c: Any, partitions: Any) -> None:
-            self._owned[0] = self._owned[0] | {tp.partition for tp in partitions}
-            self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions}
+            self._owned[0] = self._owned[0] | offsets_parts(partitions)
+            self._assigned = (self._assigned or set()) | offsets_parts(partitions)
+            self._assigned_progress |= progress_parts(partitions)
             for tp in partitions:
-                self._starts.pop(tp.partition, None)
-            if health is not None and partitions:
+                self._starts.pop((tp.topic, tp.partition), None)
+            if health is not None and offsets_parts(partitions):
                 scans.append(
                     MembershipScan(
                         self.broker_config,
                         offsets_topic=self.offsets_topic,
                         source_group=self.consumer_group,
-                        partitions={tp.partition for tp in partitions},
+                        partitions=offsets_parts(partitions),
                         own_prefix=self.own_prefix,
                     ).start()
                 )
@@ -390,14 +440,16 @@ class CommitsSource(Source):
 
         def on_revoke(c: Any, partitions: Any) -> None:
             flush(c, commit=True)
-            self._owned[0] = self._owned[0] - {tp.partition for tp in partitions}
-            self._assigned = (self._assigned or set()) - {tp.partition for tp in partitions}
+            self._owned[0] = self._owned[0] - offsets_parts(partitions)
+            self._assigned = (self._assigned or set()) - offsets_parts(partitions)
+            self._assigned_progress -= progress_parts(partitions)
             if health is not None:
-                health.forget_partitions({tp.partition for tp in partitions})
+                health.forget_partitions(offsets_parts(partitions))
             if self.sampler is not None:
                 self.sampler.request_refresh()
 
-        consumer.subscribe([self.offsets_topic], on_assign=on_assign, on_revoke=on_revoke)
+        subscribed = [self.offsets_topic, *([self.progress_topic] if self.progress_topic else [])]
+        consumer.subscribe(subscribed, on_assign=on_assign, on_revoke=on_revoke)
         next_resend = time.monotonic() + self.resend_first_s
         try:
             while self.running:
@@ -411,6 +463,13 @@ class CommitsSource(Source):
                 for msg in msgs:
                     if msg.error():
                         self.stats["read_errors"] += 1
+                        continue
+                    if msg.topic() == self.progress_topic:
+                        try:
+                            n = buffer.add_progress(orjson.loads(msg.value() or b""), now_ms)
+                            self.stats["progress"] += n
+                        except (AttributeError, KeyError, TypeError, ValueError):  # JSON too
+                            self.stats["progress_malformed"] += 1
                         continue
                     record = decode_record(msg.key(), msg.value())
                     if isinstance(record, Skipped):

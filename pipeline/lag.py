@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.history import READ, SOURCE_NAMES, HistoryBound, compact, time_lag_s
+from pipeline.progress import WorkerProgress
 from schemas.lag import SEVERITY, GroupLag, LagStatus, PartitionLag, WorstPartition
 
 _STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
@@ -48,7 +49,13 @@ class LagConfig:
     warn_time_lag_s: float = 5.0  # WARN when the oldest unconsumed message waited this long
     err_time_lag_s: float = 30.0  # ERR beyond this
     warn_factor: float = 1.5  # WARN: no progress for warn_factor x the usual interval
-    time_lag_factor: float = 2.0  # WARN: the oldest waiting message waited this x the interval
+    # WARN: the oldest waiting message waited this x the usual interval, plus the allowance
+    # (a consumer that keeps up shows at most one interval: the commit sawtooth). The time
+    # lag counts from the stall itself, while "no progress" counts from the last commit,
+    # which may come up to one interval after the stall and carry the work done before it:
+    # this rule is what sees a stalled commit-only consumer 1.5 intervals after its stall
+    time_lag_factor: float = 1.5
+    time_lag_allowance_s: float = 0.1
     stop_factor: float = 4.0  # STOP: no progress for stop_factor x the usual interval...
     stop_min_s: float = 0.5  # ...and at least this long
     warn_min_s: float = 0.15
@@ -258,6 +265,7 @@ def classify(
     lag_rate: np.ndarray | None = None,
     produce_rate: np.ndarray | None = None,
     recent_lag_rate: np.ndarray | None = None,
+    warn_min_s: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -270,7 +278,9 @@ def classify(
        interval (a group that commits every 5 s shows up to 5 s of time lag while it keeps
        up: that much is its commit cadence, not lag).
     5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
-       message waited ``time_lag_factor`` x the usual interval (a partition that still
+       message waited ``time_lag_factor`` x the usual interval + ``time_lag_allowance_s``
+       (or 2 intervals, if that is less)
+       (a stall seen from the time it began, not from the last commit; a partition that still
        progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
        ``growth_ratio`` of the produce rate) with data waiting longer than the warn level,
@@ -281,8 +291,12 @@ def classify(
     usual = np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
     slack = cfg.commit_visibility_s
     stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual) + slack
-    warn_after = np.maximum(cfg.warn_min_s, cfg.warn_factor * usual) + slack
-    behind_after = np.maximum(cfg.warn_min_s, cfg.time_lag_factor * usual) + slack
+    # the WARN floor: per cell where worker progress judges (its own, lower floor)
+    floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
+    warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
+    # 1.5 intervals + 0.1 s, never later than the 2 intervals of before (fast committers)
+    behind = np.minimum(cfg.time_lag_factor * usual + cfg.time_lag_allowance_s, 2.0 * usual)
+    behind_after = np.maximum(floor, behind) + slack
     waiting = lag > 0
     # the time lag beyond what the commit cadence explains: committing every 5 s, a group
     # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)
@@ -581,6 +595,8 @@ class TopicModel:
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
         self.last_alert_ms = np.zeros(0, np.int64)
+        # SDK workers' progress reports: where present, they judge the status (progress.py)
+        self.progress = WorkerProgress()
 
     @property
     def t_ms(self) -> np.ndarray:
@@ -738,6 +754,7 @@ class TopicModel:
             self.interval_s[g, partition] = np.nan
             self.rewind_ms[g, partition] = 0
             self.read_offset[g, partition] = -1
+        self.progress.forget(group, partition)
         if not (self.committed[g] >= 0).any():
             self._drop_group(g)
 
@@ -839,18 +856,23 @@ class TopicModel:
             eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
         eta = np.where(lag == 0, 0.0, eta)
         rew = self.rewind_ms[:, :width]
-        status = classify(
-            lag=lag,
-            time_lag=tl,
-            since_progress_s=(now_ms - self.progress_ms[:, :width]) / 1000.0,
-            since_commit_s=(now_ms - self.commit_ms[:, :width]) / 1000.0,
-            since_rewind_s=np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
-            interval_s=self.interval_s[:, :width],
-            cfg=cfg,
-            lag_rate=lag_rate,
-            produce_rate=produce[None, :],
-            recent_lag_rate=recent_rate,
-        )
+        inputs = {
+            "lag": lag,
+            "time_lag": tl,
+            "since_progress_s": (now_ms - self.progress_ms[:, :width]) / 1000.0,
+            "since_commit_s": (now_ms - self.commit_ms[:, :width]) / 1000.0,
+            "since_rewind_s": np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
+            "interval_s": self.interval_s[:, :width],
+            "lag_rate": lag_rate,
+            "produce_rate": produce[None, :],
+            "recent_lag_rate": recent_rate,
+        }
+        if len(self.progress):  # workers' own reports, where present, judge the status
+            inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
+            inputs = self.progress.overlay(
+                inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
+            )
+        status = classify(cfg=cfg, **inputs)
         return self._observation(
             now_ms,
             mask,

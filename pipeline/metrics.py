@@ -89,7 +89,7 @@ class PipelineMetrics:
         self.lag = LagCollector()  # rendered after the registry by HealthServer(extra=...)
         self.records = Counter(
             "lagpilot_coordinator_records_total",
-            "__consumer_offsets records decoded, by kind.",
+            "__consumer_offsets records decoded, by kind (and lagpilot.progress rows: progress).",
             ["kind"],
             registry=r,
         )

@@ -2,7 +2,8 @@
 
 Messages arrive keyed by topic name: watermark samples (one per topic per tick) and
 ``commits`` batches (the latest commits and offset deletions of that topic, coalesced by
-``pipeline.commits.CommitsSource`` from ``__consumer_offsets``). The ``TopicModel`` of each
+``pipeline.commits.CommitsSource`` from ``__consumer_offsets``, with the SDK workers'
+latest progress reports from ``lagpilot.progress``). The ``TopicModel`` of each
 key lives in memory between messages (numpy arrays are not re-read from the state store on
 every message) and is written to the Quix state store (RocksDB + changelog), so a
 restarted or rebalanced replica resumes the model:
@@ -198,9 +199,12 @@ class LagOperator:
             for group, partition in value.get("deleted", ()):
                 model.forget(group, partition)
                 touched.add(group)
+            # SDK workers' progress reports: kept in memory only (replaced every tick)
+            model.progress.report_many(value.get("progress") or [])
             if self.on_commits is not None:
                 self.on_commits(len(value["commits"]))
-            self._save_positions(topic, model, state, touched)
+            if touched:
+                self._save_positions(topic, model, state, touched)
             return []
         if event != "watermarks":
             return []
@@ -263,6 +267,8 @@ class LagOperator:
                 owner = owners.get((ev["group"], ev["partition"]))
                 if owner is not None:
                     ev["owner"] = owner
+        if len(model.progress):  # the SDK worker that reports each partition, where one does
+            model.progress.annotate(partitions, now_ms)
         out.extend(partitions)
         return out
 

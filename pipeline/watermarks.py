@@ -151,6 +151,17 @@ def next_deadline_ns(
     return deadline, max(skipped, 0)
 
 
+def wall_grid_anchor_ns(mono_ns: int, wall_ns: int, interval_ns: int) -> int:
+    """A monotonic anchor whose grid ``anchor + k * interval`` falls on the wall-clock
+    multiples of ``interval`` (``mono_ns`` and ``wall_ns`` read at the same instant).
+
+    SDK workers time their progress reports just before the same wall-clock grid
+    (``actuators/workers/progress.py``), so each sample finds every worker's report fresh,
+    not up to one interval old: that is what keeps detection with worker progress under
+    half a second. Clocks kept in sync (NTP) hold the two grids together across hosts."""
+    return mono_ns - (wall_ns % interval_ns)
+
+
 def backoff_ms(failures: int, initial_ms: int, max_ms: int) -> int:
     """Exponential backoff after ``failures`` consecutive failures: 0, initial, 2x, ... cap."""
     if failures <= 0:
@@ -342,7 +353,7 @@ class HighWatermarkSource(Source):
         """
         die_with_parent()  # in Quix's source process: never outlive the pipeline
         interval_ns = self.sample_interval_ms * _NS_PER_MS
-        anchor = deadline = time.monotonic_ns()
+        anchor = deadline = wall_grid_anchor_ns(time.monotonic_ns(), time.time_ns(), interval_ns)
         next_refresh = anchor
         refresh_failures = 0
         next_stats_log = anchor + self.stats_log_interval_ms * _NS_PER_MS

@@ -8,6 +8,8 @@ LAG = "lagpilot.lag"
 CONTROL = "lagpilot.control"
 OUTCOMES = "lagpilot.outcomes"
 PRODUCERS = "lagpilot.producers"  # producer_rates from the SDK's producer wrapper
+#: SDK workers report their processed positions here every sampling tick (key: group)
+PROGRESS = "lagpilot.progress"
 
 #: lagpilot's own consumer groups start with this; the pipeline ignores their commits
 #: (reading our own commits to __consumer_offsets would be a feedback loop).

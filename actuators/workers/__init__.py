@@ -2,7 +2,9 @@
 
 Handlers run on lanes off the poll loop (no rebalances from slow handlers), per-key order
 holds, only processed prefixes are committed, side effects happen once (dedupe stores), and
-the worker obeys lagpilot's control topic: halt/resume, spread/restore, hand-off to a pool.
+the worker obeys lagpilot's control topic: halt/resume, spread/restore, hand-off to a pool,
+and reports its processed positions every sampling tick (``ProgressReporter``) so lagpilot
+sees a stall within half a second whatever the commit cadence.
 Start with ``Worker`` and docs/workers.md.
 """
 
@@ -21,6 +23,7 @@ from actuators.workers.dedupe import (
 from actuators.workers.lanes import lane_for
 from actuators.workers.metrics import WorkerMetrics, serve_metrics
 from actuators.workers.pool import PoolWorker
+from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_event
 from actuators.workers.tracker import OffsetTracker
 
 __all__ = [
@@ -32,12 +35,15 @@ __all__ = [
     "InDoubtError",
     "MemoryDedupeStore",
     "OffsetTracker",
+    "PartitionProgress",
     "PoolWorker",
+    "ProgressReporter",
     "SQLiteDedupeStore",
     "Worker",
     "WorkerMetrics",
     "idempotency_key",
     "lane_for",
+    "progress_event",
     "read_command",
     "serve_metrics",
 ]

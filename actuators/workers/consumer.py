@@ -131,6 +131,7 @@ class Worker(Engine):
         self._count("lost", len(tps))
 
     def _forget(self, tps: list[TopicPart]) -> None:
+        self._released(tps)
         for tp in tps:
             self._assigned.discard(tp)
             self._paused.discard(tp)
@@ -204,6 +205,7 @@ class Worker(Engine):
             del self._handing[tp]
             del self._handoff_pos[tp]
             self._handed[tp] = marker
+            self._released([tp])  # the pool processes it now, under its own group
             self._count("handed_off")
             log.info("handed %s off to pool %s at offset %d", tp, marker.pool, pos)
 

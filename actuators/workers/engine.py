@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -26,8 +27,14 @@ from actuators.workers.dedupe import (
     idempotency_key,
 )
 from actuators.workers.lanes import Dispatcher, TopicPart
+from actuators.workers.progress import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_LEAD_MS,
+    PartitionProgress,
+    ProgressReporter,
+)
 from schemas import ConfigError, load_signing_key, tracing
-from schemas.topics import CONTROL
+from schemas.topics import CONTROL, PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,9 @@ class Engine(abc.ABC):
         retry_backoff_s: float = 0.2,
         on_failure: FailureHook | None = None,
         consumer_config: dict[str, Any] | None = None,
+        progress_interval_ms: int = DEFAULT_INTERVAL_MS,
+        progress_lead_ms: int = DEFAULT_LEAD_MS,
+        progress_topic: str = PROGRESS,
     ) -> None:
         if not bootstrap:
             raise ConfigError("bootstrap is empty: pass the brokers, e.g. bootstrap='host:9092'")
@@ -124,6 +134,17 @@ class Engine(abc.ABC):
         self._acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
         self._last_commit = 0.0
         self.error: BaseException | None = None
+        if progress_interval_ms != 0 and (
+            not isinstance(progress_interval_ms, int) or progress_interval_ms < 10
+        ):
+            raise ConfigError(
+                f"progress_interval_ms={progress_interval_ms!r}: must be an integer >= 10 "
+                "(the pipeline's sample_interval_ms, 250 by default), or 0 to disable"
+            )
+        self._progress_interval_ms = progress_interval_ms
+        self._progress_lead_ms = progress_lead_ms
+        self._progress_topic = progress_topic
+        self._progress: ProgressReporter | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -162,6 +183,34 @@ class Engine(abc.ABC):
         )
         self._control.start()
         self._open()
+        if self._progress_interval_ms:
+            self._progress = ProgressReporter(
+                group=self.group,
+                member=self.member_id(),
+                snapshot=self._progress_snapshot,
+                producer_config=self.base_config(),
+                interval_ms=self._progress_interval_ms,
+                lead_ms=self._progress_lead_ms,
+                topic=self._progress_topic,
+            )
+            self._progress.start()
+
+    def member_id(self) -> str:
+        """Who this worker is in its progress reports: its static membership id, else
+        host and process id."""
+        return getattr(self, "instance_id", "") or f"{socket.gethostname()}-{os.getpid()}"
+
+    def _progress_snapshot(self) -> list[PartitionProgress]:
+        return [
+            PartitionProgress(t, p, pos, at_ms, in_flight, running)
+            for (t, p), (pos, at_ms, in_flight, running) in self._dispatcher.progress().items()
+            if not self._held((t, p))
+        ]
+
+    def _released(self, tps: Iterable[TopicPart]) -> None:
+        """Partitions this worker gave up: its next report says so (not a dead worker)."""
+        if self._progress is not None:
+            self._progress.release(tps)
 
     def _loop(self) -> None:
         try:
@@ -236,6 +285,7 @@ class Engine(abc.ABC):
         try:
             if self._consumer is not None:
                 self._before_drain()
+                self._released(self._assigned)
                 self._close_partitions(list(self._assigned), self._close_timeout_s)
                 self._before_close()
                 self._consumer.close()
@@ -243,6 +293,8 @@ class Engine(abc.ABC):
             log.warning("closing the %s of group %s: %s", self.kind, self.group, exc)
         finally:
             self._consumer = None
+            if self._progress is not None:
+                self._progress.stop()  # its last report releases the partitions
             self._dispatcher.shutdown()
             if self._control is not None:
                 self._control.close()

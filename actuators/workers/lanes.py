@@ -52,6 +52,7 @@ class _Part:
     running: dict[int, int] = field(default_factory=dict)  # lane -> offset running there
     target_lanes: int | None = None  # a lane change waiting for the running work to finish
     closing: bool = False  # being revoked or handed off: accept nothing, start nothing
+    advanced_ms: int = 0  # epoch ms when the processed prefix last advanced (or first delivery)
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues)
@@ -106,6 +107,8 @@ class Dispatcher:
                 part.tracker.delivered(offset)
             except ValueError:
                 return False  # a repeat of an offset already queued: never run it twice
+            if pos is None:
+                part.advanced_ms = int(time.time() * 1000)
             lane = lane_for(message.key(), offset, part.lanes)
             part.queues[lane].append(message)
             self._kick(tp, part, lane)
@@ -164,6 +167,16 @@ class Dispatcher:
                 tp: part.tracker.position
                 for tp, part in self._parts.items()
                 if not part.closing and part.tracker.position is not None
+            }
+
+    def progress(self) -> dict[TopicPart, tuple[int, int, int, int]]:
+        """Per partition not closing: (processed prefix, when it last advanced in epoch
+        ms, messages in flight, messages running), for the worker's progress reports."""
+        with self._lock:
+            return {
+                tp: (pos, part.advanced_ms, part.queued() + len(part.running), len(part.running))
+                for tp, part in self._parts.items()
+                if not part.closing and (pos := part.tracker.position) is not None
             }
 
     def position(self, tp: TopicPart) -> int | None:
@@ -261,7 +274,10 @@ class Dispatcher:
             if part is None or part.epoch != epoch:
                 return  # the partition was revoked or handed off meanwhile
             part.running.pop(lane, None)
+            before = part.tracker.position
             part.tracker.done(message.offset())
+            if part.tracker.position != before:
+                part.advanced_ms = int(time.time() * 1000)
             if part.target_lanes is not None and not part.running:
                 self._relane(tp, part)
             else:

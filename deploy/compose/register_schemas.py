@@ -41,6 +41,7 @@ TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
     topics.CONTROL: ("action",),
     topics.OUTCOMES: ("outcome",),
     topics.PRODUCERS: ("producer_rates",),
+    topics.PROGRESS: ("progress",),
 }
 #: Decoded from __consumer_offsets but published on no topic (docs/events.md says so).
 UNPUBLISHED_EVENTS = ("commit", "offset_deleted", "group_metadata", "group_removed")

@@ -43,3 +43,9 @@ def test_detection_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert r["trials"] == 2
     assert 0 < r["p50_ms"] <= r["p99_ms"] < 15_000
     assert isinstance(r["false_alarms"], int) and len(r["false_alarm_examples"]) <= 3
+    cells = {(c["commit_interval_ms"], c["worker_progress"]): c for c in r["matrix"]}
+    assert set(cells) == {(100, False), (1000, True)}
+    with_progress = cells[(1000, True)]
+    # a stall seen from the worker's reports, not from its commits (1.5 s away at least)
+    assert 0 < with_progress["p99_ms"] < 1500
+    assert with_progress["first_error_statuses"] == ["STALL"]  # it kept reporting

@@ -247,10 +247,13 @@ def produce_timestamps(
 class ScriptedLoad:
     """Producers and a consumer with known rates on ``partitions`` partitions of a topic.
 
-    Each partition gets ``rate`` msgs/s; every 100 ms the consumer commits, per partition,
-    ``consume_rate`` msgs/s worth (``None``: keeps up with the producer). ``stall(p)`` freezes
-    one partition's commits (its producer goes on) and returns the onset; ``resume(p)``
-    lets it catch up; ``stop_consuming()`` stalls them all.
+    Each partition gets ``rate`` msgs/s; the consumer processes, per partition,
+    ``consume_rate`` msgs/s (``None``: keeps up with the producer) and commits what it
+    processed every ``commit_every_s`` (0.1 s). With ``progress``, it also reports its
+    processed positions as an SDK worker does (``actuators.workers.ProgressReporter``,
+    every 250 ms on the sampler's grid). ``stall(p)`` freezes one partition's processing
+    (its producer goes on) and returns the onset; ``resume(p)`` lets it catch up;
+    ``stop_consuming()`` stalls them all.
     """
 
     def __init__(
@@ -261,10 +264,15 @@ class ScriptedLoad:
         rate: float,
         consume_rate: float | None = None,
         partitions: int = 1,
+        commit_every_s: float = 0.1,
+        progress: bool = False,
     ) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self.rate, self.consume_rate, self.partitions = rate, consume_rate, partitions
+        self.commit_every_s = commit_every_s
         self.produced = [0] * partitions
+        self.processed = [0] * partitions
+        self.progress_ms = [int(time.time() * 1000)] * partitions
         self.committed = [0] * partitions
         self.stalled: dict[int, float] = {}  # partition -> onset (epoch s)
         self.stopped_consuming_ms = 0
@@ -274,14 +282,35 @@ class ScriptedLoad:
             threading.Thread(target=self._produce),
             threading.Thread(target=self._commit),
         ]
+        self.reporter = None
+        if progress:
+            from actuators.workers import PartitionProgress, ProgressReporter
+
+            def snapshot() -> list[PartitionProgress]:
+                with self._lock:
+                    return [
+                        PartitionProgress(topic, p, self.processed[p], self.progress_ms[p])
+                        for p in range(partitions)
+                    ]
+
+            self.reporter = ProgressReporter(
+                group=group,
+                member=f"scripted-{group}",
+                snapshot=snapshot,
+                producer_config={"bootstrap.servers": bootstrap},
+            )
 
     def __enter__(self) -> ScriptedLoad:
         for t in self._threads:
             t.start()
+        if self.reporter is not None:
+            self.reporter.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        if self.reporter is not None:
+            self.reporter.stop()
         for t in self._threads:
             t.join()
 
@@ -300,21 +329,34 @@ class ScriptedLoad:
 
     def _commit(self) -> None:
         c = ScriptedCommitter(self.bootstrap, self.group)
-        t0 = time.monotonic()
+        t0 = next_commit = time.monotonic()
         try:
             while not self._stop.is_set():
-                time.sleep(0.1)
+                time.sleep(0.01)
+                now = time.monotonic()
                 with self._lock:
-                    live = [p for p in range(self.partitions) if p not in self.stalled]
-                for part in live:
-                    if self.consume_rate is None:
-                        target = self.produced[part]
-                    else:
-                        by_rate = int((time.monotonic() - t0) * self.consume_rate)
-                        target = min(by_rate, self.produced[part])
-                    if target > self.committed[part]:
-                        c.commit(self.topic, part, target)
-                        self.committed[part] = target
+                    for part in range(self.partitions):
+                        if part in self.stalled:
+                            continue
+                        if self.consume_rate is None:
+                            target = self.produced[part]
+                        else:
+                            by_rate = int((now - t0) * self.consume_rate)
+                            target = min(by_rate, self.produced[part])
+                        if target > self.processed[part]:
+                            self.processed[part] = target
+                            self.progress_ms[part] = int(time.time() * 1000)
+                    todo = [
+                        (part, self.processed[part])
+                        for part in range(self.partitions)
+                        if self.processed[part] > self.committed[part]  # done before a stall too
+                    ]
+                if now < next_commit:
+                    continue
+                next_commit += self.commit_every_s
+                for part, target in todo:
+                    c.commit(self.topic, part, target)
+                    self.committed[part] = target
         finally:
             c.close()
 

@@ -66,3 +66,55 @@ def test_every_topic_has_exactly_one_sampling_replica() -> None:
         assert sum(owns_topic(t, 16, r) for r in replicas) == 1
     assert all(owns_topic(t, 16, frozenset(range(16))) for t in topics)  # one replica: all
     assert not owns_topic("t", 16, frozenset())  # before its first assignment: none
+
+
+def _report(sent_at_ms: int, processed: int, released: list[list[object]] | None = None) -> dict:
+    return {
+        "event": "progress",
+        "v": 1,
+        "group": "g",
+        "member": "w-1",
+        "host": "node-a",
+        "sent_at_ms": sent_at_ms,
+        "interval_ms": 250,
+        "partitions": [
+            {
+                "topic": "t",
+                "partition": 3,
+                "processed_offset": processed,
+                "progress_ms": sent_at_ms - 5,
+                "in_flight": 2,
+                "running": 1,
+            }
+        ],
+        "released": released or [],
+    }
+
+
+def test_progress_reports_ride_with_the_commits_latest_per_group_partition() -> None:
+    from schemas import validate
+
+    validate(_report(2000, 50))
+    b = Coalescer()
+    b.add(OffsetCommit("g", "t", 3, 40, 1900), now_ms=1)
+    assert b.add_progress(_report(2000, 50), now_ms=2) == 1
+    assert b.add_progress(_report(2250, 75, released=[["u", 1]]), now_ms=3) == 2
+    b.add_progress(_report(2100, 60), now_ms=4)  # older than the one held: ignored
+    by_topic = {e["topic"]: e for e in b.drain()}
+    assert by_topic["t"]["commits"] == [["g", 3, 40, 1900]]
+    assert by_topic["t"]["progress"] == [["g", 3, 75, 2245, 2250, 250, "w-1", "node-a"]]
+    assert by_topic["u"]["progress"] == [["g", 1, -1, 0, 2250, 250, "w-1", "node-a"]]
+    assert by_topic["u"]["commits"] == []
+    for event in by_topic.values():
+        validate(event)
+    assert b.drain() == []
+
+
+def test_a_malformed_progress_report_raises_for_the_caller_to_count() -> None:
+    import pytest
+
+    b = Coalescer()
+    for bad in ({"event": "commits"}, {"event": "progress", "group": "g"}, [1, 2]):
+        with pytest.raises((KeyError, TypeError, ValueError, AttributeError)):
+            b.add_progress(bad, now_ms=1)
+    assert b.drain() == []

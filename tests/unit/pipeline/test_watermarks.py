@@ -21,6 +21,7 @@ from pipeline.watermarks import (
     make_selector,
     next_deadline_ns,
     select_watched,
+    wall_grid_anchor_ns,
 )
 from schemas import ConfigError, Watermarks, decode, encode, to_dict, topics, validate
 
@@ -275,3 +276,13 @@ def test_cli_rejects_malformed_client_setting(capsys) -> None:
 
     assert main(["--bootstrap", "h:9092", "-X", "security.protocol"]) == 78  # EX_CONFIG
     assert "write client settings as key=value" in capsys.readouterr().err
+
+
+def test_the_tick_grid_falls_on_wall_clock_multiples_of_the_interval():
+    interval = 250 * MS
+    mono, wall = 7_000_123 * MS, 1_795_000_000_040 * MS  # 40 ms past a wall-clock tick
+    anchor = wall_grid_anchor_ns(mono, wall, interval)
+    deadline, _ = next_deadline_ns(anchor, interval, anchor, mono)
+    # the next tick is 210 ms away: on the wall clock, at ...000_250 ms
+    assert deadline - mono == 210 * MS
+    assert (wall + deadline - mono) % interval == 0

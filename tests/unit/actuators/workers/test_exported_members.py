@@ -16,6 +16,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "lanes",
         "metrics",
         "pool",
+        "progress",
         "tracker",
     }
     assert set(workers.__all__) == exported - modules

@@ -1,0 +1,210 @@
+"""Progress reports: what a worker has processed, every sampling tick, whatever its commits.
+
+A consumer's commits are lagpilot's only view of its progress unless it says more: a group
+that commits every 5 s (Kafka's and Quix Streams' default) shows a stall only once its next
+commit is overdue, 7.5 s later. So SDK workers publish, every ``interval_ms`` (250 ms, the
+pipeline's sampling cadence), one small ``progress`` event (``schemas/progress.v1.json``) to
+``lagpilot.progress``: per owned partition, the contiguous processed prefix, when it last
+advanced, and how many messages are queued and running. The lag model judges the status
+from it (``pipeline/progress.py``) and sees a stall within half a second.
+
+Reports go out ``lead_ms`` before each wall-clock multiple of the interval, where the
+pipeline's sampler ticks: a sample then finds every report a few milliseconds old rather
+than up to one interval. Clocks must be in sync (NTP) for that, and for the model's reading
+of ``progress_ms``; a report that misses its sample costs detection time, not a false alarm.
+
+A worker that stops reporting while its partitions' watermarks move is itself the signal
+(hung or dead): the model reports those partitions STOP, naming the member and host of the
+last report. Partitions the worker gives up are listed once in ``released``, so a rebalance
+does not look like a dead worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from schemas import ConfigError, topics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_MS = 250
+# before the sampler's tick: room for a thread that wakes late on a busy host and for the
+# trip through the broker to the pipeline's reader (20 ms missed the sample ~10% of the time)
+DEFAULT_LEAD_MS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProgress:
+    """One partition's processed position, as a worker reports it."""
+
+    topic: str
+    partition: int
+    processed_offset: int  # next offset to process: everything below it is processed
+    progress_ms: int  # when processed_offset last advanced (or the first delivery)
+    in_flight: int = 0  # delivered, not finished
+    running: int = 0  # of those, in a handler now
+
+
+def progress_event(
+    *,
+    group: str,
+    member: str,
+    host: str,
+    sent_at_ms: int,
+    interval_ms: int,
+    partitions: Iterable[PartitionProgress],
+    released: Iterable[tuple[str, int]] = (),
+) -> dict[str, Any]:
+    """The ``progress`` event (schemas/progress.v1.json) of one report."""
+    return {
+        "event": "progress",
+        "v": 1,
+        "group": group,
+        "member": member,
+        "host": host,
+        "sent_at_ms": sent_at_ms,
+        "interval_ms": interval_ms,
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "processed_offset": p.processed_offset,
+                "progress_ms": p.progress_ms,
+                "in_flight": p.in_flight,
+                "running": p.running,
+            }
+            for p in partitions
+        ],
+        "released": [[t, p] for t, p in released],
+    }
+
+
+def next_report_s(now_s: float, interval_s: float, lead_s: float) -> float:
+    """The wall-clock time of the next report: ``lead_s`` before the next multiple of
+    ``interval_s`` (the sampler's grid) that is more than ``lead_s`` away."""
+    return (math.floor((now_s + lead_s) / interval_s) + 1) * interval_s - lead_s
+
+
+class ProgressReporter:
+    """Publishes ``snapshot()`` as a ``progress`` event every ``interval_ms`` on a thread.
+
+    ``snapshot`` returns the worker's partitions (``PartitionProgress``); it runs on the
+    reporter's thread and must be thread-safe. ``release(tps)`` queues partitions the
+    worker gave up for the next report. ``producer`` (anything with confluent-kafka's
+    ``produce``/``poll``/``flush``) is built from ``producer_config`` when not given.
+    """
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        member: str,
+        snapshot: Callable[[], list[PartitionProgress]],
+        producer_config: dict[str, Any] | None = None,
+        producer: Any = None,
+        host: str | None = None,
+        interval_ms: int = DEFAULT_INTERVAL_MS,
+        lead_ms: int = DEFAULT_LEAD_MS,
+        topic: str = topics.PROGRESS,
+    ) -> None:
+        if not isinstance(interval_ms, int) or interval_ms < 10:
+            raise ConfigError(
+                f"progress_interval_ms={interval_ms!r}: must be an integer >= 10 "
+                "(the pipeline's sample_interval_ms, 250 by default), or 0 to disable"
+            )
+        if not isinstance(lead_ms, int) or not 0 <= lead_ms < interval_ms:
+            raise ConfigError(f"progress_lead_ms={lead_ms!r}: must be >= 0 and < the interval")
+        if producer is None and producer_config is None:
+            raise ConfigError("ProgressReporter needs producer_config or producer")
+        self.group, self.member = group, member
+        self.host = host if host is not None else socket.gethostname()
+        self.interval_ms, self.lead_ms, self.topic = interval_ms, lead_ms, topic
+        self._snapshot = snapshot
+        self._producer_config = producer_config
+        self._producer = producer
+        self._released: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+        self.errors = 0
+
+    def release(self, tps: Iterable[tuple[str, int]]) -> None:
+        with self._lock:
+            self._released.extend(tps)
+
+    def report(self, now_ms: int | None = None) -> dict[str, Any]:
+        """Build and publish one report now (the thread calls this every interval)."""
+        with self._lock:
+            released, self._released = list(dict.fromkeys(self._released)), []
+        event = progress_event(
+            group=self.group,
+            member=self.member,
+            host=self.host,
+            sent_at_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+            interval_ms=self.interval_ms,
+            partitions=self._snapshot(),
+            released=released,
+        )
+        if event["partitions"] or event["released"]:
+            try:
+                self._producer.produce(
+                    self.topic,
+                    orjson.dumps(event),
+                    key=self.group.encode(),
+                    on_delivery=self._delivered,
+                )
+                self.sent += 1
+            except Exception as exc:  # a full queue (BufferError), an unknown topic
+                self.errors += 1
+                log.debug("progress report not sent: %s", exc)
+            self._producer.poll(0)
+        return event
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors += 1
+            log.debug("progress report failed: %s", err)
+
+    def start(self) -> None:
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            # no batching delay: a report is worth something only before the next sample
+            self._producer = Producer({**(self._producer_config or {}), "linger.ms": 0})
+        self._thread = threading.Thread(target=self._run, name="lagpilot-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval_s, lead_s = self.interval_ms / 1000, self.lead_ms / 1000
+        while not self._stop.is_set():
+            due = next_report_s(time.time(), interval_s, lead_s)
+            if self._stop.wait(max(0.0, due - time.time())):
+                break
+            try:
+                self.report()
+            except Exception:  # a snapshot error must not end the reports
+                self.errors += 1
+                log.exception("progress report of group %s failed", self.group)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop reporting; send the partitions released meanwhile, then flush."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._producer is not None:
+            with self._lock:
+                pending = bool(self._released)
+            if pending:
+                self._snapshot = list  # the last report releases, it claims nothing
+                self.report()
+            self._producer.flush(timeout_s)
