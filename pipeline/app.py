@@ -30,7 +30,7 @@ from pipeline.model_op import LagOperator, lag_key
 from pipeline.settings import Settings
 from pipeline.truth import ReadLimits, RecordTimeReader
 from pipeline.watermarks import STATS_HEADER as SAMPLER_HEADER
-from pipeline.watermarks import HighWatermarkSource
+from pipeline.watermarks import HighWatermarkSource, make_selector
 from schemas import topics, tracing
 
 
@@ -223,6 +223,7 @@ def build_app(
         )
         if settings.record_reads_per_s > 0
         else None,
+        watches=make_selector(settings.include, settings.exclude or None).watches,
     )
     model = app.dataframe(topic=wm_topic)
     model = model.update(SourceStats(metrics), metadata=True)

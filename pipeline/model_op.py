@@ -71,6 +71,7 @@ class LagOperator:
         on_events: Callable[[list[dict[str, Any]]], None] | None = None,
         on_group_health: Callable[[dict[str, Any]], None] | None = None,
         record_times: RecordTimes | None = None,
+        watches: Callable[[str], bool] | None = None,
     ) -> None:
         self.cfg = cfg
         self.snapshot_interval_ms = snapshot_interval_ms
@@ -88,6 +89,10 @@ class LagOperator:
         # in memory only: the source re-sends them with the commits it knows)
         self._owners: dict[str, dict[tuple[str, int], dict[str, str]]] = {}
         self.record_times = record_times
+        # the topics this deployment watches (its include/exclude): samples, commits and
+        # owners of other topics on the shared input topic (written by another lagpilot
+        # deployment on the same cluster) are not modelled here
+        self.watches = watches
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
@@ -186,6 +191,8 @@ class LagOperator:
             if self.on_group_health is not None:
                 self.on_group_health(value)
             return [value]
+        if self.watches is not None and not self.watches(key):
+            return []  # another deployment's topic
         if event == "owners":
             self._owners[key] = {
                 (g, p): {"member_id": m, "client_id": c, "client_host": h}

@@ -116,3 +116,21 @@ def test_a_restarted_operator_publishes_what_the_running_one_would():
     announced = [e for e in restored if e["event"] == "group_lag" and e["group"] == "g1"]
     assert len(announced) == 1
     assert [e for e in restored if e not in announced] == running
+
+
+def test_topics_another_deployment_samples_are_not_modelled() -> None:
+    """Two lagpilot deployments on one cluster share the input topic: each models only the
+    topics its include/exclude watches (one once issued spreads for the other's groups)."""
+    from pipeline.watermarks import make_selector
+
+    op = LagOperator(LagConfig(), watches=make_selector("mine\\..*").watches)
+    state = State()
+    for name in ("mine.orders", "theirs.orders"):
+        for i in range(8):
+            t = T0 + i * TICK_MS
+            op(commits([("g", 0, i * 10, t - 5)]), name, t, None, state)
+            op({"event": "owners", "owners": [["g", 0, "m", "c", "h"]]}, name, t, None, state)
+            events = op(sample(t, [i * 10 + 50]), name, t, None, state)
+            assert (len(events) > 0) == (name == "mine.orders") or i == 0, (name, i, events)
+    assert op.topics == 1
+    assert set(op._owners) == {"mine.orders"}
