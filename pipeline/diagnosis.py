@@ -5,7 +5,7 @@ worst partitions' lag, rates, time lag and leader), the group's latest ``group_h
 event, and the per-client producer rates of the topic (``producer_rates``, folded by
 ``ProducerView``). The rules, in severity order (the first that holds wins):
 
-1. ``stalled``: the group has no members, or no lagging partition is consumed at all;
+1. ``stalled``: the group has no members, or lags and none of its partitions is consumed;
 2. ``rebalance_storm``: group health says STORM (generation churn while commits stall);
 3. ``inflow_burst``: the produce rate is ``burst_ratio`` times its usual level while the
    consumers hold at least ``hold_ratio`` of their usual rate (the producers changed, not
@@ -108,7 +108,7 @@ def diagnose(
         return Diagnosis(STALLED, {"members": members or 0, "health": health.get("status")})
     if (
         lagging
-        and all(w.consume_rate_per_s <= 0 for w in lagging)
+        and all(w.consume_rate_per_s <= 0 for w in s.worst)
         and (health is None or health.get("status") != "STORM")
     ):
         return Diagnosis(STALLED, {"members": members, "lagging_partitions": len(lagging),

@@ -333,7 +333,7 @@ def rule_throttle(
     ``producers``: the policy file's map unless given (the ladder passes the attributed
     client ids); ``open_new`` false only renews, steps down and releases what is held;
     ``start_rates``: a first rate per target (else ``throttle.start_bytes_per_s``).
-    A release waits until the throttle's cooldown has passed since the episode began, so a
+    A release waits until the cooldown has passed since the last throttle action, so a
     throttle and its release never flap inside one cooldown (the lease still ends it).
     """
     cfg, s = c.config, c.state
@@ -345,7 +345,7 @@ def rule_throttle(
         if not c.incident.active:
             if th is not None and c.key in th.holders:
                 th.holders.remove(c.key)
-            if th is not None and not th.holders and c.now - th.since_ms >= cooldown_ms:
+            if th is not None and not th.holders and c.now - th.issued_ms >= cooldown_ms:
                 _release(c, p.target, th, "incident cleared")
             continue
         lease_ms = int(cfg.throttle_lease_s * 1000)
@@ -588,7 +588,7 @@ def _prune(c: _Ctx, acting: bool) -> None:
     throttle_cooldown_ms = cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
     for target, th in list(s.throttles.items()):
         th.holders = [h for h in th.holders if h not in gone]
-        if not th.holders and acting and now - th.since_ms >= throttle_cooldown_ms:
+        if not th.holders and acting and now - th.issued_ms >= throttle_cooldown_ms:
             _release(c, target, th, "no group lags on its topics any more")
     if acting:
         for target in [t for t, sp in s.spreads.items() if sp["incident"] not in s.incidents]:

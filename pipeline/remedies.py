@@ -76,7 +76,10 @@ def fold_outcome(state: PolicyState, outcome: dict[str, Any]) -> PolicyState:
         if result in ("applied", "recorded"):
             applied = at if isinstance(at, int) else s.clock_ms
             lad.update(
-                phase="watching", applied_ms=applied, deadline_ms=applied + lad["deadline_len_ms"]
+                phase="watching",
+                applied_ms=applied,
+                deadline_ms=applied + lad["deadline_len_ms"],
+                lag_at_apply_s=lad["last_lag_s"],
             )
             lad["applied_by"] = int(outcome.get("applied_by", 1) or 1)
         elif result in ("failed", "rejected", "expired"):
@@ -149,11 +152,14 @@ def target_time_lag(c: _Ctx, lad: dict[str, Any]) -> float:
     return min((w.time_lag_s for w in c.summary.worst), default=0.0)  # not among the worst
 
 
-def _upkeep(c: _Ctx) -> None:
+def _upkeep(c: _Ctx, lad: dict[str, Any] | None) -> None:
+    undo = set(lad.get("undo", ())) if lad else set()
+    if undo:
+        _release_undone(c, lad, undo)  # type: ignore[arg-type]
     held = [
         Producer(t.split(":", 1)[0], t.split(":", 1)[1], (c.summary.topic,))
         for t, th in c.state.throttles.items()
-        if c.key in th.holders or not th.holders
+        if t not in undo and (c.key in th.holders or not th.holders)
     ]
     # (a throttle nobody holds any more waits out its cooldown; any summary may release it)
     if held:
@@ -178,7 +184,7 @@ def run(c: _Ctx) -> None:
                                                     "the incident cleared"))  # fmt: skip
                 lad["phase"] = "verified"
             lad["closed"] = True  # kept while it holds a throttle or spread (undone later)
-        _upkeep(c)
+        _upkeep(c, lad)
         if lad is not None and not _holds(c):
             s.ladders.pop(key, None)
         return
@@ -203,7 +209,7 @@ def run(c: _Ctx) -> None:
     else:
         lad = s.ladders[key] = dict(lad)
     c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
-    _upkeep(c)
+    _upkeep(c, lad)
     steps = c.config.ladders.for_group(c.summary.group, lad["cause"])
     _judge(c, lad, steps, exit_s)
     if lad["phase"] == "ready" and lad["step"] < len(steps):
@@ -221,8 +227,10 @@ def _judge(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float)
     if phase not in ("issued", "watching", "failed"):
         return
     lag_now = target_time_lag(c, lad)
+    if phase == "issued":
+        lad["last_lag_s"] = lag_now  # the reference once an outcome says applied
     if phase == "watching":
-        ref = lad["lag_at_apply_s"] = lad.get("lag_at_apply_s", lag_now)
+        ref = lad["lag_at_apply_s"]
         if lag_now <= c.config.verify_improve_ratio * ref or lag_now < exit_s:
             c.actions.append(verification_event(lad, "verified", lag_now, c.now,
                 f"time lag {lag_now:.3f} s <= {c.config.verify_improve_ratio:g} x "
@@ -239,7 +247,7 @@ def _judge(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float)
     _undo(c, lad, steps)
     lad["step"] += 1
     lad["phase"] = "ready" if lad["step"] < len(steps) else "exhausted"
-    for k in ("ids", "lag_at_apply_s", "applied_ms", "why", "partition"):
+    for k in ("ids", "lag_at_apply_s", "applied_ms", "why", "partition", "last_lag_s"):
         lad.pop(k, None)
 
 
@@ -247,18 +255,30 @@ def _undo(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...]) -> None:
     """Release a throttle that did not help; restore a spread unless the next step escalates
     the same partition (a hand-off replaces the spread)."""
     if lad["type"] == ActionType.THROTTLE_PRODUCER:
-        for target in lad.get("targets", ()):
-            th = c.state.throttles.get(target)
-            if th is not None:
-                th.holders = [h for h in th.holders if h != c.key]
-                if not th.holders:
-                    _release(c, target, th, "no effect by the deadline")
+        lad["undo"] = sorted({*lad.get("undo", ()), *lad.get("targets", ())})
+        _release_undone(c, lad, set(lad["undo"]))
     elif lad["type"] == ActionType.SPREAD_PARTITION:
         nxt = steps[lad["step"] + 1].action if lad["step"] + 1 < len(steps) else ""
         if nxt not in ("handoff_partition", "handoff_member"):
             for target in lad.get("targets", ()):
                 if target in c.state.spreads:
                     _restore(c, target, "no effect by the deadline")
+
+
+def _release_undone(c: _Ctx, lad: dict[str, Any], undo: set[str]) -> None:
+    """Release throttles that had no effect, once their cooldown since the last throttle
+    action has passed (a renewal and a release never flap); until then they are not renewed."""
+    cooldown_ms = c.config.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
+    for target in sorted(undo):
+        th = c.state.throttles.get(target)
+        if th is None:
+            undo.discard(target)
+        elif c.now - th.issued_ms >= cooldown_ms:
+            th.holders = [h for h in th.holders if h != c.key]
+            if not th.holders:
+                _release(c, target, th, "no effect by the deadline")
+            undo.discard(target)
+    lad["undo"] = sorted(undo)
 
 
 def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
@@ -300,6 +320,7 @@ def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
     )  # waits for an outcome
     if part is not None and new[0]["type"] != ActionType.SCALE_CONSUMERS:
         lad["partition"] = part
+    lad["last_lag_s"] = target_time_lag(c, lad)
     if mode is not None or c.config.mode is Mode.RECOMMEND:
         lad["phase"] = "recommended"  # nothing is applied: nothing to verify
 
