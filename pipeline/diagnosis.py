@@ -5,7 +5,7 @@ worst partitions' lag, rates, time lag and leader), the group's latest ``group_h
 event, and the per-client producer rates of the topic (``producer_rates``, folded by
 ``ProducerView``). The rules, in severity order (the first that holds wins):
 
-1. ``stalled``: the group has no members, or lags and none of its partitions is consumed;
+1. ``stalled``: the group lags and none of its partitions is consumed (members or not);
 2. ``rebalance_storm``: group health says STORM (generation churn while commits stall);
 3. ``inflow_burst``: the produce rate is ``burst_ratio`` times its usual level while the
    consumers hold at least ``hold_ratio`` of their usual rate (the producers changed, not
@@ -103,15 +103,15 @@ def diagnose(
     produce, consume = rates(s)
     lagging = [w for w in s.worst if w.time_lag_s >= exit_time_lag_s]
     # 1. stalled
+    # (a group with no members that still commits is consumed by assign(), not stalled)
     members = None if health is None else len(health.get("members") or ())
-    if health is not None and (health.get("status") == "EMPTY" or members == 0):
-        return Diagnosis(STALLED, {"members": members or 0, "health": health.get("status")})
     if (
         lagging
         and all(w.consume_rate_per_s <= 0 for w in s.worst)
         and (health is None or health.get("status") != "STORM")
     ):
-        return Diagnosis(STALLED, {"members": members, "lagging_partitions": len(lagging),
+        return Diagnosis(STALLED, {"members": members, "health": (health or {}).get("status"),
+                                   "lagging_partitions": len(lagging),
                                    "consume_rate_per_s": 0.0})  # fmt: skip
     # 2. rebalance storm
     if health is not None and health.get("status") == "STORM":

@@ -128,7 +128,11 @@ def test_each_cause_with_its_evidence() -> None:
     assert cause == "inflow_burst" and ev["ratio"] == 3.0 and ev["source"] == "partition_rates"
     stuck = [wp(p, 20.0, consume=0.0) for p in range(5)]
     assert cause_of(gl(stuck))[0] == "stalled"
-    assert cause_of(gl(HOT), health={"status": "EMPTY", "members": []})[0] == "stalled"
+    empty = {"status": "EMPTY", "members": []}
+    assert cause_of(gl(stuck), health=empty) == (
+        "stalled", {"members": 0, "health": "EMPTY", "lagging_partitions": 5,
+                    "consume_rate_per_s": 0.0})  # fmt: skip
+    assert cause_of(gl(HOT), health=empty)[0] == "hotspot"  # committed by assign(): consumed
     skew = [
         wp(0, 20.0, leader=1),
         wp(1, 18.0, leader=1),
