@@ -18,6 +18,8 @@ event, and the per-client producer rates of the topic (``producer_rates``, folde
 
 "Usual" is a ``Baseline``: an exponential mean of the per-partition produce and consume
 rates (over the summary's worst partitions) taken while the group is not in an incident.
+From partition rates alone (no ``producer_rates``), a burst needs ``MIN_BASELINE_SAMPLES``
+summaries of baseline and no hot partitions (a rise on a few partitions is a hotspot).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ STALLED, STORM, BURST, SKEW, HOTSPOT, SLOW, DRAINING = (
 CAUSES: tuple[str, ...] = (STALLED, STORM, BURST, SKEW, HOTSPOT, SLOW, DRAINING)
 SEVERITY = {c: i for i, c in enumerate(CAUSES)}
 BASELINE_ALPHA = 0.1
+#: summaries a usual rate needs before it can name a burst (the model's rates ramp up over
+#: its window after a start: an early mean is too low)
+MIN_BASELINE_SAMPLES = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +131,7 @@ def diagnose(
             "leaves": storm.get("leaves", 0), "partitions": sorted(parts),
         })  # fmt: skip
     # 3. inflow burst: from producer rates when known, else from the partitions' rates
-    burst = _burst(produce, consume, baseline, producers, cfg)
+    burst = _burst(produce, consume, None if hot else baseline, producers, cfg)
     if burst is not None:
         return Diagnosis(BURST, burst)
     # 4. broker skew
@@ -165,7 +170,7 @@ def _burst(
                     "usual_bytes_per_s": _r(usual), "ratio": _r(now / usual),
                     "culprits": culprits,
                     "culprit_bytes_per_s": [_r(producers[c][0]) for c in culprits]}  # fmt: skip
-    if not baseline or baseline[0] <= 0:
+    if not baseline or baseline[0] <= 0 or baseline[2] < MIN_BASELINE_SAMPLES:
         return None
     usual_p, usual_c = baseline[0], baseline[1]
     if produce >= cfg.burst_ratio * usual_p and consume >= cfg.hold_ratio * usual_c:

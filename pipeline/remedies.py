@@ -159,9 +159,14 @@ def _upkeep(c: _Ctx, lad: dict[str, Any] | None) -> None:
     held = [
         Producer(t.split(":", 1)[0], t.split(":", 1)[1], (c.summary.topic,))
         for t, th in c.state.throttles.items()
-        if t not in undo and (c.key in th.holders or not th.holders)
+        if t not in undo and c.key in th.holders
     ]
-    # (a throttle nobody holds any more waits out its cooldown; any summary may release it)
+    # a throttle nobody holds any more waits out its cooldown, then any summary releases it
+    # (never adopts it: another group's incident has its own cause and remedy)
+    cooldown_ms = c.config.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
+    for t, th in list(c.state.throttles.items()):
+        if not th.holders and c.now - th.issued_ms >= cooldown_ms:
+            _release(c, t, th, "incident cleared")
     if held:
         rule_throttle(c, held, open_new=False)
     if not c.incident.active:

@@ -124,7 +124,7 @@ def test_each_cause_with_its_evidence() -> None:
     cause, ev = cause_of(gl(slow))
     assert cause == "slow_group" and ev["consume_rate_per_s"] < ev["produce_rate_per_s"]
     burst = [wp(p, 20.0, produce=300.0, consume=95.0) for p in range(5)]
-    cause, ev = cause_of(gl(burst), baseline=[100.0, 100.0, 50])
+    cause, ev = cause_of(gl(burst), baseline=[100.0, 100.0, 100])
     assert cause == "inflow_burst" and ev["ratio"] == 3.0 and ev["source"] == "partition_rates"
     stuck = [wp(p, 20.0, consume=0.0) for p in range(5)]
     assert cause_of(gl(stuck))[0] == "stalled"
@@ -153,9 +153,9 @@ def test_each_cause_with_its_evidence() -> None:
 
 def test_a_burst_needs_the_consumers_at_their_usual_rate_and_a_real_rise() -> None:
     slower = [wp(p, 20.0, produce=300.0, consume=40.0) for p in range(5)]  # consumers fell
-    assert cause_of(gl(slower), baseline=[100.0, 100.0, 50])[0] != "inflow_burst"
+    assert cause_of(gl(slower), baseline=[100.0, 100.0, 100])[0] != "inflow_burst"
     same = [wp(p, 20.0, produce=150.0, consume=95.0) for p in range(5)]  # 1.5x < 2x
-    assert cause_of(gl(same), baseline=[100.0, 100.0, 50])[0] != "inflow_burst"
+    assert cause_of(gl(same), baseline=[100.0, 100.0, 100])[0] != "inflow_burst"
 
 
 def test_culprits_are_the_clients_whose_rate_rose() -> None:
@@ -243,13 +243,32 @@ def test_inflow_burst_throttles_only_the_flooding_client_then_releases_it() -> N
 
 
 def test_without_producer_rates_the_policy_file_map_is_throttled() -> None:
-    loop = Loop(cfg())
-    loop.feed(gl(CALM), 20)
     flood = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
+    early = Loop(cfg())
+    early.feed(gl(CALM), 20)  # too few summaries to know the usual rate: a slow group
+    assert kinds(early.feed(gl(flood), 3)) == ["scale_consumers"]
+    loop = Loop(cfg())
+    loop.feed(gl(CALM), 80)
     loop.feed(gl(flood), 3)
     assert [(a["type"], a["target"]) for a in loop.actions] == [
         ("throttle_producer", "client-id-prefix:ingest-")
     ]
+
+
+def test_a_throttle_another_group_let_go_is_released_never_adopted() -> None:
+    loop = Loop(cfg())
+    for _ in range(20):
+        loop.rates(**{"ingest-a": 100_000.0})
+        loop.feed(gl(CALM))
+    loop.rates(**{"ingest-a": 900_000.0})
+    loop.feed(gl([wp(p, 20.0, produce=400.0) for p in range(4)]), 3)
+    assert kinds(loop.actions) == ["throttle_producer"]
+    loop.feed(gl(CALM), 8)  # the burst's incident clears; the throttle is 3 s old
+    hot_elsewhere = gl(HOT, group="indexers", topic="pages")  # another group lags elsewhere
+    loop.feed(hot_elsewhere, 60)
+    throttle_actions = [a for a in loop.actions if a["type"].endswith("_producer")]
+    assert kinds(throttle_actions) == ["throttle_producer", "release_producer"]
+    assert loop.state.throttles == {}
 
 
 def test_slow_group_scales_then_recommends_partitions() -> None:
