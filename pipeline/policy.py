@@ -441,13 +441,18 @@ def rule_spread(c: _Ctx) -> None:
         _spread(c, hot)
 
 
-def _spread(c: _Ctx, hot: WorstPartition) -> None:
+_CONFIG_POOL = object()
+
+
+def _spread(c: _Ctx, hot: WorstPartition, pool: Any = _CONFIG_POOL) -> None:
+    """Spread over lanes; with a pool (``hotspot.pool`` unless given), hand it off there."""
     s, g, topic = c.state, c.summary.group, c.summary.topic
     target = f"group:{g}/topic:{topic}/{hot.partition}"
     if target in s.spreads:
         return
+    pool = c.config.spread_pool if pool is _CONFIG_POOL else pool
     params = {"group": g, "topic": topic, "partition": hot.partition,
-              "lanes": c.config.spread_lanes, "pool": c.config.spread_pool}  # fmt: skip
+              "lanes": c.config.spread_lanes, "pool": pool}  # fmt: skip
     below = [w.time_lag_s for w in c.summary.worst if w.time_lag_s < hot.time_lag_s]
     next_lag = max(below, default=0.0)
     reason = c.reason("spread_partition", partition=hot.partition, hot_ratio=c.config.hot_ratio,

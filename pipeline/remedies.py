@@ -42,8 +42,6 @@ from pipeline.policy import (
 )
 from schemas import ActionType, Mode
 
-DEFAULT_POOL = "dedicated"
-
 
 def verification_event(lad: dict[str, Any], verdict: str, lag_now_s: float, now: int,
                        why: str) -> dict[str, Any]:  # fmt: skip
@@ -293,8 +291,12 @@ def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
         lad["phase"] = "alert"
         return
     if step.action == "spread_partition" and hot:
-        _spread(c, hot[0])
+        _spread(c, hot[0], pool=None)  # lanes here; the pool is the hand-off step's
     elif step.action in ("handoff_partition", "handoff_member"):
+        if c.config.spread_pool is None:  # no pool to hand off to: skip the step
+            lad["step"] += 1
+            lad["skipped"] = [*lad.get("skipped", ()), f"{step.action}: no hotspot.pool"]
+            return
         _handoff(c, lad, step, hot)
     elif step.action == "scale_consumers":
         rule_scale(c)
@@ -333,7 +335,7 @@ def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
 def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
     """Hand partitions to the dedicated pool: the hottest (hotspot) or the storm member's."""
     g, topic = c.summary.group, c.summary.topic
-    pool = c.config.spread_pool or DEFAULT_POOL
+    pool = c.config.spread_pool
     if step.action == "handoff_member":
         parts = list(lad["evidence"].get("partitions") or ())
     else:

@@ -50,6 +50,7 @@ lease_s = 30
 [hotspot]
 ratio = 3.0
 lanes = 4
+pool = "dedicated"
 [ladders.default]
 hotspot = ["spread_partition:6", "handoff_partition:30"]
 inflow_burst = ["throttle_producer:20"]

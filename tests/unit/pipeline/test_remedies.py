@@ -31,7 +31,7 @@ def cfg(**sections: Any) -> PolicyConfig:
         "throttle": {"start_bytes_per_s": 800_000, "floor_bytes_per_s": 1000, "lease_s": 20},
         "allow": {"throttle_client_ids": ["ingest-*", "crawler"], "partition_topics": ["docs"]},
         "producers": {"ingest-*": ["docs"]},
-        "hotspot": {"ratio": 4.0, "lanes": 4},
+        "hotspot": {"ratio": 4.0, "lanes": 4, "pool": "dedicated"},
         "scale": {"lag_per_replica": 100},
         "ladders": {"default": {"hotspot": ["spread_partition:5", "handoff_partition:5"],
                                 "inflow_burst": ["throttle_producer:5"],
@@ -191,6 +191,27 @@ def test_hotspot_spread_without_effect_is_handed_off_then_verified() -> None:
     last = loop.feed(gl(CALM), 30)
     assert kinds(last) == ["restore_partition"]
     assert last[0]["reason"]["cause"] == "hotspot"
+
+
+def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
+    ladder = {"hotspot": ["spread_partition:5", "handoff_partition:5"]}
+    config = config_from_mapping(
+        {
+            "mode": "act",
+            "cooldowns": {"default_s": 5},
+            "thresholds": {"default": {"time_lag_s": 10}},
+            "ladders": {"default": ladder},
+        }
+    )
+    loop = Loop(config)
+    loop.feed(gl(HOT), 3)
+    loop.feed(gl(HOT), 40)
+    assert kinds(loop.actions) == ["spread_partition"]  # the spread is kept: no undo here
+    assert [a["params"]["pool"] for a in loop.actions] == [None]
+    assert [v["result"] for v in loop.verdicts] == ["no_effect"]
+    assert next(iter(loop.state.ladders.values()))["skipped"] == [
+        "handoff_partition: no hotspot.pool"
+    ]
 
 
 def test_no_outcome_by_the_deadline_is_no_effect_and_a_failure_escalates_at_once() -> None:
