@@ -362,3 +362,20 @@ def test_ladders_are_configurable_per_group() -> None:
 def test_bad_ladders_name_the_key_and_the_fix(ladders: dict[str, Any], names: str) -> None:
     with pytest.raises(ConfigError, match=names):
         cfg(ladders=ladders)
+
+
+@pytest.mark.parametrize(
+    ("section", "names"),
+    [
+        ({"diagnosis": {"enabled": "yes"}}, r"policy\.diagnosis\.enabled: must be true or false"),
+        ({"diagnosis": {"burst_ratio": 1.0}}, r"policy\.diagnosis\.burst_ratio: must be > 1"),
+        (
+            {"verify": {"improve_ratio": 1.5}},
+            r"policy\.verify\.improve_ratio: must be > 0 and <= 1",
+        ),
+        ({"verify": {"improve": 0.5}}, r"policy\.verify\.improve"),
+    ],
+)
+def test_bad_diagnosis_and_verify_keys_are_named(section: dict[str, Any], names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        config_from_mapping(section)
