@@ -109,7 +109,9 @@ def diagnose(
     lagging = [w for w in s.worst if w.time_lag_s >= exit_time_lag_s]
     # 1. stalled
     # (a group with no members that still commits is consumed by assign(), not stalled)
-    members = None if health is None else len(health.get("members") or ())
+    members = None if health is None else health.get("members")
+    if isinstance(members, list | tuple):
+        members = len(members)
     if (
         lagging
         and all(w.consume_rate_per_s <= 0 for w in s.worst)

@@ -600,6 +600,11 @@ def _prune(c: _Ctx, acting: bool) -> None:
             _restore(c, target, "group no longer seen")
     live_groups = {k.split("\x00", 1)[0] for k in s.incidents}
     s.scale_hints = {g: r for g, r in s.scale_hints.items() if g in live_groups}
+    # what diagnosis keeps: bounded by the groups and producers seen lately
+    s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
+    s.ladders = {k: lad for k, lad in s.ladders.items() if k in s.incidents}
+    s.health = {g: h for g, h in s.health.items() if now - h.get("at", 0) < forget_ms}
+    s.producer_rates = {k: r for k, r in s.producer_rates.items() if now - r[2] < forget_ms}
 
 
 def decide(

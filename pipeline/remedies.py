@@ -96,8 +96,7 @@ def fold_health(state: PolicyState, event: dict[str, Any]) -> PolicyState:
     s = state.copy()
     s.health[group] = {
         "status": event.get("status"),
-        "members": [{"member_id": m.get("member_id"), "client_id": m.get("client_id"),
-                     "client_host": m.get("client_host")} for m in event.get("members") or ()],
+        "members": len(event.get("members") or ()),
         "rebalances_per_min": event.get("rebalances_per_min", 0.0),
         "commits_stalled": bool(event.get("commits_stalled")),
         "storm": event.get("storm"), "at": event.get("observed_at_ms", 0),

@@ -306,7 +306,7 @@ def test_slow_group_scales_then_recommends_partitions() -> None:
 
 def test_a_storm_hands_off_the_partitions_of_the_member_that_keeps_leaving() -> None:
     loop = Loop(cfg())
-    health = {"event": "group_health", "group": "workers", "status": "STORM",
+    health = {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
               "members": [{"member_id": "m-1", "client_id": "w-2", "client_host": "h2"}],
               "rebalances_per_min": 6.0, "commits_stalled": True,
               "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
