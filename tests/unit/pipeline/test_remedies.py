@@ -379,3 +379,15 @@ def test_bad_ladders_name_the_key_and_the_fix(ladders: dict[str, Any], names: st
 def test_bad_diagnosis_and_verify_keys_are_named(section: dict[str, Any], names: str) -> None:
     with pytest.raises(ConfigError, match=names):
         config_from_mapping(section)
+
+
+def test_the_example_policy_spells_the_built_in_ladders() -> None:
+    from pathlib import Path
+
+    from pipeline.policy_config import load_policy_config
+
+    example = Path(__file__).parents[3] / "deploy" / "policy.example.toml"
+    config = load_policy_config(example, env={})
+    assert config.diagnose
+    for cause, steps in DEFAULT_LADDER.items():
+        assert config.ladders.for_group("any-group", cause) == steps
