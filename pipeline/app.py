@@ -4,9 +4,11 @@
     HighWatermarkSource -----------------> lagpilot.watermarks (key = topic) <-+
                                    |
                        LagOperator (state per topic) --> lagpilot.lag
-                                   |  group_lag summaries
-    lagpilot.control (halt/resume) -+--> lagpilot.policy (one key) --> PolicyOperator
-                                                                  --> lagpilot.control
+                                   |  group_lag summaries, group_health
+    lagpilot.control (halt/resume) -+
+    lagpilot.outcomes (outcome) ----+--> lagpilot.policy (one key) --> PolicyOperator
+    lagpilot.producers (rates) -----+        actions --> lagpilot.control
+                                             verification --> lagpilot.outcomes
 
 Commits are re-keyed into ``lagpilot.watermarks`` itself, so the model reads ONE topic in
 which a topic's samples and commits share a key and a partition: no stream join and no
@@ -241,15 +243,44 @@ def build_app(
             key_deserializer="str",
             config=cfg(1, **{"retention.ms": str(3_600_000)}),
         )
-        summaries = lag_events.filter(lambda v: v["event"] == "group_lag")
+        outcomes_topic = app.topic(
+            topics.OUTCOMES,
+            key_serializer="str",
+            key_deserializer="str",
+            config=cfg(1, **{"cleanup.policy": "compact"}),
+        )
+        producers_topic = app.topic(
+            topics.PRODUCERS,
+            key_serializer="str",
+            key_deserializer="str",
+            config=cfg(settings.topic_partitions, **{"retention.ms": str(3_600_000)}),
+        )
+        summaries = lag_events.filter(lambda v: v["event"] in ("group_lag", "group_health"))
         summaries.to_topic(policy_topic, key=lambda _: "policy")
         control_in = app.dataframe(topic=control_topic)
         control_in = control_in.filter(
             lambda v: isinstance(v, dict) and v.get("type") in ("halt", "resume")
         )
         control_in.to_topic(policy_topic, key=lambda _: "policy")
+        # outcomes start the verification of a step; only those of actions (not our own
+        # verification events, nor duplicates) are forwarded
+        outcomes_in = app.dataframe(topic=outcomes_topic).filter(
+            lambda v: (
+                isinstance(v, dict)
+                and v.get("event") == "outcome"
+                and v.get("result") in ("applied", "recorded", "failed", "rejected", "expired")
+            )
+        )
+        outcomes_in.to_topic(policy_topic, key=lambda _: "policy")
+        rates_in = app.dataframe(topic=producers_topic).filter(
+            lambda v: isinstance(v, dict) and v.get("event") == "producer_rates"
+        )
+        rates_in.to_topic(policy_topic, key=lambda _: "policy")
         decisions = app.dataframe(topic=policy_topic)
-        actions = decisions.apply(policy, stateful=True, metadata=True, expand=True)
+        out = decisions.apply(policy, stateful=True, metadata=True, expand=True)
+        verdicts = out.filter(lambda v: v.get("event") == "verification")
+        verdicts.to_topic(outcomes_topic, key=lambda v: f"{v['action_id']}@verify")
+        actions = out.filter(lambda v: v.get("event") == "action")
         if tracing.on():  # the action's traceparent header (no step at all when off)
             actions = actions.set_headers(tracing.action_headers)
         actions.to_topic(control_topic, key=lambda a: a["target"])

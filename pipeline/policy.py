@@ -98,6 +98,13 @@ class PolicyState:
     control_ms: dict[str, int] = field(default_factory=dict)  # scope: last halt/resume ms
     skipped_inputs: int = 0
     pruned_ms: int = 0  # last full sweep of stale entries (at most one per PRUNE_EVERY_MS)
+    # diagnosis and the ladder (pipeline/remedies.py): per incident key its cause, step and
+    # verification; the usual rates per incident key ([produce, consume, samples]); each
+    # group's latest health; producer rates by "client|topic": [bytes_per_s, usual, at_ms]
+    ladders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    baselines: dict[str, list[float]] = field(default_factory=dict)
+    health: dict[str, dict[str, Any]] = field(default_factory=dict)
+    producer_rates: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON; built by hand because ``dataclasses.asdict`` is ~10x slower."""
@@ -134,6 +141,10 @@ class PolicyState:
             "brokers_seen": dict(self.brokers_seen), "halted": dict(self.halted),
             "control_ms": dict(self.control_ms), "skipped_inputs": self.skipped_inputs,
             "pruned_ms": self.pruned_ms,
+            "ladders": {k: dict(v) for k, v in self.ladders.items()},
+            "baselines": {k: list(v) for k, v in self.baselines.items()},
+            "health": dict(self.health),
+            "producer_rates": {k: list(v) for k, v in self.producer_rates.items()},
         }  # fmt: skip
 
     def copy(self) -> PolicyState:
@@ -195,6 +206,7 @@ class _Ctx:
     incident: Incident
     key: str
     actions: list[dict[str, Any]] = field(default_factory=list)
+    diagnosis: dict[str, Any] | None = None  # {"cause", "evidence"} when diagnosing
 
     def budget_left(self) -> bool:
         recent = [t for t in self.state.budget_ms if t > self.now - BUDGET_WINDOW_MS]
@@ -216,6 +228,7 @@ class _Ctx:
         budgeted: bool = True,
         cooled: bool = True,
         also_cools: tuple[str, ...] = (),
+        mode: str | None = None,
     ) -> bool:
         """Append the action if every gate passes; record its cooldowns and budget use."""
         if str(action_type) not in self.config.enabled:
@@ -231,7 +244,8 @@ class _Ctx:
             self.state.budget_ms.append(self.now)
         cfg, expires = self.config, self.now + int(self.config.action_ttl_s * 1000)
         reason = {**reason, "budgeted": budgeted}
-        self.actions.append(build_action(action_type, target, params, reason, mode=cfg.mode,
+        self.actions.append(build_action(action_type, target, params, reason,
+            mode=mode or cfg.mode,
             issued_at_ms=self.now, expires_at_ms=expires, policy_version=cfg.policy_version,
             window=window))  # fmt: skip
         return True
@@ -250,6 +264,7 @@ class _Ctx:
             "accel_per_s2": round(_accel(s), 3),
             "thresholds": {k: getattr(t, k) for k in THRESHOLD_KEYS},
             "incident_since_ms": self.incident.since_ms,
+            **(self.diagnosis or {}),
             **extra,
         }
 
@@ -306,26 +321,41 @@ def halted(state: PolicyState, group: str) -> bool:
 # -- the rules, in order; each one sees the whole context and may emit ---------------------
 
 
-def rule_throttle(c: _Ctx) -> None:
-    """Throttle allow-listed producers of the lagging topic; renew, step down, release."""
+def rule_throttle(
+    c: _Ctx,
+    producers: Iterable[Producer] | None = None,
+    *,
+    open_new: bool = True,
+    start_rates: dict[str, int] | None = None,
+) -> None:
+    """Throttle allow-listed producers of the lagging topic; renew, step down, release.
+
+    ``producers``: the policy file's map unless given (the ladder passes the attributed
+    client ids); ``open_new`` false only renews, steps down and releases what is held;
+    ``start_rates``: a first rate per target (else ``throttle.start_bytes_per_s``).
+    A release waits until the cooldown has passed since the last throttle action, so a
+    throttle and its release never flap inside one cooldown (the lease still ends it).
+    """
     cfg, s = c.config, c.state
-    for p in cfg.producers:
+    cooldown_ms = cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
+    for p in cfg.producers if producers is None else producers:
         if not p.writes(c.summary.topic) or not cfg.may_throttle(p.name, p.entity):
             continue
         th = s.throttles.get(p.target)
         if not c.incident.active:
             if th is not None and c.key in th.holders:
                 th.holders.remove(c.key)
-                if not th.holders:
-                    _release(c, p.target, th, "incident cleared")
+            if th is not None and not th.holders and c.now - th.issued_ms >= cooldown_ms:
+                _release(c, p.target, th, "incident cleared")
             continue
         lease_ms = int(cfg.throttle_lease_s * 1000)
-        cooldown_ms = cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
         if th is None:
+            if not open_new:
+                continue
             released = s.released_ms.get(p.target, -cooldown_ms)
             if c.now - released < cooldown_ms:
                 continue  # released recently: wait out the cooldown, do not flap
-            start = cfg.throttle_start_bytes_per_s
+            start = (start_rates or {}).get(p.target, cfg.throttle_start_bytes_per_s)
             th = Throttle(start, c.now, 0, c.now, c.now + lease_ms, [c.key])
             if _throttle(c, p, th, th.rate, budgeted=True, why="incident open"):
                 s.throttles[p.target] = th
@@ -365,7 +395,7 @@ def _release(c: _Ctx, target: str, th: Throttle, why: str) -> None:
     """Undo a throttle (exempt from budget and cooldown; remembered to stop re-throttling)."""
     entity, name = target.split(":", 1)
     reason = {"rule": "release_producer", "why": why, "throttle_since_ms": th.since_ms,
-              "last_byte_rate": th.rate}  # fmt: skip
+              "last_byte_rate": th.rate, **(c.diagnosis or {})}  # fmt: skip
     c.emit(ActionType.RELEASE_PRODUCER, target, {"entity": entity, "name": name}, reason,
            (th.since_ms,), budgeted=False, cooled=False)  # fmt: skip
     c.state.throttles.pop(target, None)
@@ -398,38 +428,50 @@ def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | 
 
 
 def rule_spread(c: _Ctx) -> None:
-    """Tell the group's workers to spread a hot partition; restore it when the incident ends."""
+    """Tell the group's workers to spread a hot partition; restore it when the incident ends
+    (once the spread's cooldown has passed: a spread and its restore never flap)."""
     s = c.state
     if not c.incident.active:
-        for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key]:
+        cooldown_ms = c.config.cooldown_s(ActionType.SPREAD_PARTITION) * 1000
+        for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key
+                       and c.now - sp.get("issued_ms", sp["since_ms"]) >= cooldown_ms]:  # fmt: skip
             _restore(c, target, "incident cleared")
         return
     for hot in hot_partitions(c.summary, c.thresholds, c.config.hot_ratio):
         _spread(c, hot)
 
 
-def _spread(c: _Ctx, hot: WorstPartition) -> None:
+_CONFIG_POOL = object()
+
+
+def _spread(c: _Ctx, hot: WorstPartition, pool: Any = _CONFIG_POOL) -> None:
+    """Spread over lanes; with a pool (``hotspot.pool`` unless given), hand it off there."""
     s, g, topic = c.state, c.summary.group, c.summary.topic
     target = f"group:{g}/topic:{topic}/{hot.partition}"
     if target in s.spreads:
         return
+    pool = c.config.spread_pool if pool is _CONFIG_POOL else pool
     params = {"group": g, "topic": topic, "partition": hot.partition,
-              "lanes": c.config.spread_lanes, "pool": c.config.spread_pool}  # fmt: skip
+              "lanes": c.config.spread_lanes, "pool": pool}  # fmt: skip
     below = [w.time_lag_s for w in c.summary.worst if w.time_lag_s < hot.time_lag_s]
     next_lag = max(below, default=0.0)
     reason = c.reason("spread_partition", partition=hot.partition, hot_ratio=c.config.hot_ratio,
                       partition_time_lag_s=round(hot.time_lag_s, 3),
                       next_worst_time_lag_s=round(next_lag, 3))  # fmt: skip
     if c.emit(ActionType.SPREAD_PARTITION, target, params, reason, (c.incident.since_ms,)):
-        s.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms, **params}
+        s.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms,
+                             "issued_ms": c.now, **params}  # fmt: skip
 
 
 def _restore(c: _Ctx, target: str, why: str) -> None:
+    """Undo a spread or hand-off; a new spread of the target then waits out its cooldown."""
     sp = c.state.spreads.pop(target)
     params = {"group": sp["group"], "topic": sp["topic"], "partition": sp["partition"]}
-    reason = {"rule": "restore_partition", "why": why, "spread_since_ms": sp["since_ms"]}
-    c.emit(ActionType.RESTORE_PARTITION, target, params, reason, (sp["since_ms"],),
-           budgeted=False, cooled=False)  # fmt: skip
+    reason = {"rule": "restore_partition", "why": why, "spread_since_ms": sp["since_ms"],
+              **(c.diagnosis or {})}  # fmt: skip
+    if c.emit(ActionType.RESTORE_PARTITION, target, params, reason, (sp["since_ms"],),
+              budgeted=False, cooled=False):  # fmt: skip
+        c.state.cooldowns[f"{ActionType.SPREAD_PARTITION}|{target}"] = c.now
 
 
 def rule_leadership(c: _Ctx) -> None:
@@ -548,15 +590,21 @@ def _prune(c: _Ctx, acting: bool) -> None:
     gone = {k for k, i in s.incidents.items() if now - i.seen_ms >= forget_ms}
     for k in gone:
         del s.incidents[k]
+    throttle_cooldown_ms = cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
     for target, th in list(s.throttles.items()):
         th.holders = [h for h in th.holders if h not in gone]
-        if not th.holders and acting:
-            _release(c, target, th, "group no longer seen")
+        if not th.holders and acting and now - th.issued_ms >= throttle_cooldown_ms:
+            _release(c, target, th, "no group lags on its topics any more")
     if acting:
         for target in [t for t, sp in s.spreads.items() if sp["incident"] not in s.incidents]:
             _restore(c, target, "group no longer seen")
     live_groups = {k.split("\x00", 1)[0] for k in s.incidents}
     s.scale_hints = {g: r for g, r in s.scale_hints.items() if g in live_groups}
+    # what diagnosis keeps: bounded by the groups and producers seen lately
+    s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
+    s.ladders = {k: lad for k, lad in s.ladders.items() if k in s.incidents}
+    s.health = {g: h for g, h in s.health.items() if now - h.get("at", 0) < forget_ms}
+    s.producer_rates = {k: r for k, r in s.producer_rates.items() if now - r[2] < forget_ms}
 
 
 def decide(
@@ -586,6 +634,11 @@ def decide(
     _prune(c, acting)
     if not acting:
         return [], s
+    if config.diagnose:
+        from pipeline import remedies  # remedies builds on this module's rules
+
+        remedies.run(c)
+        return c.actions, s
     for rule in RULES:
         rule(c)
     return c.actions, s

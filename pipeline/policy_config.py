@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.ladder import Ladders, parse_ladders
 from schemas import ActionType, ConfigError, Mode
 
 FILE_ENV = "LAGPILOT_POLICY_FILE"
@@ -138,6 +139,14 @@ class PolicyConfig:
     partitions_growth_ratio: float = 2.0
     partitions_max_total: int = 64
     forget_after_s: float = 900.0
+    # diagnose, then act by the cause's ladder (off: every enabled rule acts on its own in
+    # any incident, the behaviour before diagnosis; tests of single rules use that)
+    diagnose: bool = True
+    burst_ratio: float = 2.0
+    hold_ratio: float = 0.7
+    rates_stale_s: float = 5.0
+    verify_improve_ratio: float = 0.8
+    ladders: Ladders = field(default_factory=Ladders)
 
     def thresholds_for(self, group: str, topic: str) -> Thresholds:
         """Defaults, then matching overrides from least to most specific (file order within)."""
@@ -489,6 +498,27 @@ def config_from_mapping(
     st = _Reader(top.get("state", {}), "state", origins)
     forget = st.number("forget_after_s", d.forget_after_s, unit="number of seconds")
     st.done()
+
+    dg = _Reader(top.get("diagnosis", {}), "diagnosis", origins)
+    diagnose = dg.get("enabled", d.diagnose)
+    if not isinstance(diagnose, bool):
+        raise dg.fail("enabled", f"must be true or false (got {diagnose!r})",
+                      "write enabled = true to act by cause")  # fmt: skip
+    burst = dg.number("burst_ratio", d.burst_ratio, minimum=1.0, unit="ratio to the usual rate")
+    hold = dg.number("hold_ratio", d.hold_ratio, maximum=1.0, unit="fraction of the usual rate")
+    stale = dg.number("rates_stale_s", d.rates_stale_s, unit="number of seconds")
+    dg.done()
+
+    ve = _Reader(top.get("verify", {}), "verify", origins)
+    improve = ve.number("improve_ratio", d.verify_improve_ratio, maximum=1.0,
+                        unit="fraction of the time lag at apply")  # fmt: skip
+    ve.done()
+
+    top.used.add("ladders")
+    try:
+        ladders = parse_ladders(data.get("ladders", {}))
+    except ValueError as exc:
+        raise ConfigError(f"policy.{exc}; see docs/policy.md for the steps") from None
     top.done()
 
     return PolicyConfig(
@@ -517,6 +547,12 @@ def config_from_mapping(
         partitions_growth_ratio=growth,
         partitions_max_total=max_total,
         forget_after_s=forget,
+        diagnose=diagnose,
+        burst_ratio=burst,
+        hold_ratio=hold,
+        rates_stale_s=stale,
+        verify_improve_ratio=improve,
+        ladders=ladders,
     )
 
 

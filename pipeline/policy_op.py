@@ -1,9 +1,12 @@
 """The stateful operator that runs the policy inside Quix Streams, on one key.
 
-Every ``group_lag`` summary and every halt/resume from ``lagpilot.control`` arrives under
-the single key ``POLICY_KEY``, so one replica decides with one state: the global action
-budget, cooldowns and throttles it issued survive restarts in the state store. Actions
-leave signed; halt/resume events are verified before they move the kill switch.
+Every ``group_lag`` summary and ``group_health`` event, every halt/resume from
+``lagpilot.control``, the actuators' ``outcome`` events and the producers'
+``producer_rates`` arrive under the single key ``POLICY_KEY``, so one replica decides with
+one state: the global action budget, cooldowns and throttles it issued, the ladders and
+their verification survive restarts in the state store. Actions leave signed;
+halt/resume events are verified before they move the kill switch; ``verification`` events
+leave as they are (for ``lagpilot.outcomes``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pipeline import remedies
 from pipeline.policy import PolicyState, apply_control, decide
 from pipeline.policy_config import PolicyConfig
 from schemas import EventError, group_lag_from_dict, sign, tracing, validate, verify
@@ -34,6 +38,7 @@ class PolicyOperator:
         self._key = signing_key
         self.metrics = metrics
         self.rejected_control = 0
+        self.skipped_rates = 0
         self.persist_interval_ms = persist_interval_ms
         # The state lives in memory between messages and is written to the store when an
         # action leaves or a kill-switch event lands (never lost: cooldowns, budget,
@@ -78,14 +83,19 @@ class PolicyOperator:
                 if self.metrics is not None:
                     self.metrics.policy_halted.set(1 if new.halted else 0)
             return []
-        if value.get("event") != "group_lag":
+        kind = value.get("event")
+        if kind in ("outcome", "group_health", "producer_rates"):
+            self._fold(kind, value, current, state)
+            return []
+        if kind != "group_lag":
             return []
         summary = group_lag_from_dict(value)
         actions, new = decide(summary, current, self.config, summary.observed_at_ms)
         self._cached = new
         if actions or summary.observed_at_ms - self._saved_ms >= self.persist_interval_ms:
             self._save(state, new, summary.observed_at_ms)
-        signed = [sign(a, self._key) for a in actions]
+        verdicts = [a for a in actions if a.get("event") == "verification"]
+        signed = [sign(a, self._key) for a in actions if a.get("event") == "action"]
         if self.metrics is not None:
             for a in signed:
                 self.metrics.actions.labels(a["type"], a["mode"]).inc()
@@ -100,7 +110,30 @@ class PolicyOperator:
                 a["id"],
                 a["reason"],
             )
-        return signed
+        for v in verdicts:
+            log.info("%s %s %s on %s: %s", v["result"], v["cause"], v["action_type"],
+                     v["target"], v["why"])  # fmt: skip
+        return [*signed, *verdicts]
+
+    def _fold(self, kind: str, value: dict[str, Any], current: PolicyState, state: Any) -> None:
+        """Outcomes start or end a step's watch; health and producer rates feed diagnosis."""
+        if kind == "outcome":
+            new = remedies.fold_outcome(current, value)
+        elif kind == "group_health":
+            new = remedies.fold_health(current, value)
+        else:
+            try:
+                validate(value)
+            except EventError as exc:
+                self.skipped_rates += 1
+                log.debug("skipped a producer_rates event: %s", exc)
+                return
+            new = remedies.fold_producer_rate(current, value, self.config.burst_ratio)
+        if new is current:
+            return
+        self._cached = new
+        if kind == "outcome":  # a watch must survive a restart
+            self._save(state, new, new.clock_ms)
 
 
 def _trace_decision(event: dict[str, Any], signed: list[dict[str, Any]]) -> None:

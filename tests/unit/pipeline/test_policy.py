@@ -1,4 +1,7 @@
-"""The policy's rules, one table or scenario each (pure: no broker, time passed in)."""
+"""The policy's rules, one table or scenario each (pure: no broker, time passed in).
+
+These test each rule and rail on its own (``diagnosis.enabled = false``: every enabled rule
+acts in any incident); diagnosis, the ladders and verification are in test_remedies.py."""
 
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ def cfg(**sections: Any) -> PolicyConfig:
         "allow": {"throttle_client_ids": ["ingest-*"], "partition_topics": []},
         "producers": {"ingest-*": ["docs"], "billing": ["docs"]},
         "actions": {"enabled": ["throttle_producer", "release_producer"]},
+        "diagnosis": {"enabled": False},
     }  # fmt: skip
     for name, value in sections.items():
         base[name] = {**base.get(name, {}), **value} if isinstance(value, dict) else value
@@ -154,15 +158,17 @@ def test_throttle_renews_at_the_same_rate_when_lag_stops_growing() -> None:
 
 
 def test_release_when_cleared_and_no_rethrottle_inside_the_cooldown() -> None:
-    series = [20.0] * 10 + [1.0] * 4 + [20.0] * 3 + [20.0] * 30
+    series = [20.0] * 10 + [1.0] * 12 + [20.0] * 3 + [20.0] * 30
     out, state = run(cfg(), series)
+    # cleared at tick 13, but a release waits out the cooldown (5 s, 20 ticks) since the
+    # throttle at tick 2: a throttle and its release never flap inside one cooldown
     assert [(i, a["type"]) for i, a in out][:2] == [
         (2, "throttle_producer"),
-        (13, "release_producer"),
+        (22, "release_producer"),
     ]
     assert out[1][1]["params"] == {"entity": "client-id-prefix", "name": "ingest-"}
-    # incident reopens at tick 16, but the release at 13 holds it off for 5 s (20 ticks)
-    assert out[2][0] == 33 and out[2][1]["type"] == "throttle_producer"
+    # incident reopens at tick 24, but the release at 22 holds it off for 5 s (20 ticks)
+    assert out[2][0] == 42 and out[2][1]["type"] == "throttle_producer"
     assert out[2][1]["id"] != out[0][1]["id"]  # a new incident, a new id
     assert state.throttles["client-id-prefix:ingest-"].rate == 8000
 
@@ -182,7 +188,7 @@ def test_a_throttle_held_by_two_groups_is_released_when_both_clear() -> None:
         series += [gl(1.0, group=a), gl(20.0, group=b)]
     out, _ = run(cfg(), series)
     assert types(out) == ["throttle_producer"]
-    out2, _ = run(cfg(), series + [gl(1.0, group=b)] * 5)
+    out2, _ = run(cfg(), series + [gl(1.0, group=b)] * 20)
     assert types(out2) == ["throttle_producer", "release_producer"]
 
 
@@ -250,8 +256,8 @@ def test_spread_a_hot_partition_and_restore_it_when_cleared() -> None:
     config = cfg(actions={"enabled": ["spread_partition", "restore_partition"]},
                  hotspot={"ratio": 4.0, "lanes": 6, "pool": "big"})  # fmt: skip
     hot = [wp(1, 2.0), wp(2, 40.0)]  # ordered by status, not time lag
-    series = [gl(40.0, worst=hot)] * 10 + [gl(1.0, worst=[wp(2, 1.0), wp(1, 0.5)])] * 4
-    out, _ = run(config, series)
+    series = [gl(40.0, worst=hot)] * 10 + [gl(1.0, worst=[wp(2, 1.0), wp(1, 0.5)])] * 20
+    out, _ = run(config, series)  # restored once the spread's cooldown (5 s) has passed
     assert types(out) == ["spread_partition", "restore_partition"]
     spread, restore = out[0][1], out[1][1]
     assert spread["target"] == restore["target"] == "group:workers/topic:docs/2"

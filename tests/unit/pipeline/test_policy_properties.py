@@ -1,19 +1,23 @@
 """Properties of the policy over adversarial lag series (hypothesis).
 
-Series mix oscillation around the enter and exit levels, spikes, long idle gaps, and many
-groups on shared topics; every rail must hold on every one of them.
+Series mix oscillation around the enter and exit levels, spikes, long idle gaps, bursts of
+producer rates, and many groups on shared topics; every rail must hold on every one of
+them, with diagnosis and the ladders on (an actuator applying every action, so steps are
+watched, verified or escalated) and off (each rule on its own).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline import remedies
 from pipeline.policy import PolicyState, apply_control, decide
 from pipeline.policy_config import PolicyConfig, config_from_mapping
 from schemas import GroupLag, LagStatus, WorstPartition, sign, validate
@@ -39,6 +43,9 @@ CONFIG: dict[str, Any] = {
     "state": {"forget_after_s": 120},
 }  # fmt: skip
 CFG = config_from_mapping(CONFIG)
+RULES_ONLY = config_from_mapping({**CONFIG, "diagnosis": {"enabled": False}})
+CONFIGS = st.sampled_from([CFG, RULES_ONLY])
+OPPOSITE = {"release_producer": "throttle_producer", "restore_partition": "spread_partition"}
 NOT_BUDGETED = {"release_producer", "restore_partition"}
 UNCOOLED = {"release_producer", "restore_partition"}
 
@@ -76,12 +83,29 @@ series = st.lists(st.tuples(summaries(), st.integers(1, 30)), min_size=1, max_si
 
 
 def play(
-    config: PolicyConfig, steps: list[tuple[int, GroupLag]], *, via_json: bool = False
+    config: PolicyConfig,
+    steps: list[tuple[int, GroupLag]],
+    *,
+    via_json: bool = False,
+    state: PolicyState | None = None,
+    start: int = T0,
 ) -> tuple[list[dict[str, Any]], PolicyState]:
-    state, now, out = PolicyState(), T0, []
+    """Decide on every step; an actuator applies every action (its outcome is folded in),
+    and a producer on the summary's topic bursts whenever the drawn lag rate is high."""
+    state, now, out = state or PolicyState(), start, []
     for gap, summary in steps:
         now += gap
-        actions, state = decide(summary, state, config, now)
+        rate = 1_000_000.0 if summary.lag_rate_per_s > 50 else 100_000.0
+        state = remedies.fold_producer_rate(state, {"client_id": "ingest-a", "topic": summary.topic,
+                                                    "bytes_per_s": rate, "at_ms": now},
+                                            config.burst_ratio)  # fmt: skip
+        events, state = decide(summary, state, config, now)
+        for e in events:
+            validate(sign(e, KEY) if e["event"] == "action" else e)
+        actions = [e for e in events if e["event"] == "action"]
+        for a in actions:
+            state = remedies.fold_outcome(state, {"event": "outcome", "action_id": a["id"],
+                                                  "result": "applied", "at": now})  # fmt: skip
         out += actions
         if via_json:  # a restart between every two summaries
             state = PolicyState.from_dict(orjson.loads(orjson.dumps(state.to_dict())))
@@ -92,9 +116,9 @@ FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 
 @FAST
-@given(series)
-def test_rails_hold(steps: list[tuple[int, GroupLag]]) -> None:
-    actions, state = play(CFG, steps)
+@given(series, CONFIGS)
+def test_rails_hold(steps: list[tuple[int, GroupLag]], config: PolicyConfig) -> None:
+    actions, state = play(config, steps)
     by_target: dict[tuple[str, str], list[int]] = defaultdict(list)
     last_throttle: dict[str, tuple[int, int]] = {}  # target: (rate, lease end)
     lease_ms = CFG.throttle_lease_s * 1000
@@ -130,6 +154,14 @@ def test_rails_hold(steps: list[tuple[int, GroupLag]]) -> None:
             by_target[(kind, target)].append(at)
     for (kind, _), times in by_target.items():  # never inside a cooldown
         assert all(b - a >= CFG.cooldown_s(kind) * 1000 for a, b in itertools.pairwise(times))
+    last: dict[str, dict[str, Any]] = {}
+    for a in actions:  # no two opposing actions on one target inside the action's cooldown
+        before = last.get(a["target"])
+        pair = {a["type"], before["type"]} if before else set()
+        if before and any({undo, do} == pair for undo, do in OPPOSITE.items()):
+            kind = OPPOSITE.get(before["type"], before["type"])
+            assert a["issued_at"] - before["issued_at"] >= CFG.cooldown_s(kind) * 1000
+        last[a["target"]] = a
     for i, t in enumerate(budgeted):  # never over budget in any sliding minute
         assert sum(1 for u in budgeted[i:] if u - t < 60_000) <= CFG.actions_per_minute
     assert len(state.incidents) <= len(GROUPS) * len(TOPICS)
@@ -137,11 +169,54 @@ def test_rails_hold(steps: list[tuple[int, GroupLag]]) -> None:
 
 
 @FAST
-@given(series)
-def test_replay_and_restart_give_identical_actions(steps: list[tuple[int, GroupLag]]) -> None:
-    first, state = play(CFG, steps)
-    second, _ = play(CFG, steps)
-    restarted, _ = play(CFG, steps, via_json=True)
+@given(series, CONFIGS)
+def test_every_throttle_ends(steps: list[tuple[int, GroupLag]], config: PolicyConfig) -> None:
+    """Once every group is calm, each throttle is released or its lease has ended."""
+    actions, state = play(config, steps)
+    end = T0 + sum(gap for gap, _ in steps)
+    calm = [(250, GroupLag(g, t, 0, LagStatus.OK, 0, 0.0, 0.0, 4, 4, ()))
+            for _ in range(60) for g in GROUPS for t in TOPICS]  # fmt: skip
+    after, state = play(config, calm, state=state, start=end)
+    calm_end = end + 250 * len(calm)
+    assert state.throttles == {}
+    last: dict[str, dict[str, Any]] = {}
+    for a in actions + after:
+        if a["type"] in ("throttle_producer", "release_producer"):
+            last[a["target"]] = a
+    for a in last.values():  # released, or its lease ran out (the actuator removes it)
+        if a["type"] == "throttle_producer":
+            assert a["issued_at"] + a["params"]["lease_s"] * 1000 <= calm_end
+    assert any(a["type"] == "release_producer" for a in after) or not any(
+        a["type"] == "throttle_producer" and a["issued_at"] > calm_end - 8_000 for a in after
+    )
+
+
+@FAST
+@given(series, CONFIGS)
+def test_a_lasting_incident_always_acts(
+    steps: list[tuple[int, GroupLag]], config: PolicyConfig
+) -> None:
+    """Whatever came before, a hot partition that lasts gets an action (the rails above
+    hold on series that act, not only on silent ones)."""
+    _, state = play(config, steps)
+    end = T0 + sum(gap for gap, _ in steps) + 120_000  # past every budget minute
+    hot = tuple(WorstPartition(p, 100, t, 0.0, 0.0, 100.0, c, LagStatus.WARN)
+                for p, t, c in [(0, 400.0, 0.0), (1, 1.0, 90.0), (2, 0.5, 90.0)])  # fmt: skip
+    fresh = GroupLag("fresh", "docs", 0, LagStatus.WARN, 300, 400.0, 1.0, 8, 8, hot)
+    actions, _ = play(config, [(250, fresh)] * 20, state=state, start=end)
+    assert [a["target"] for a in actions if a["type"] == "spread_partition"] == [
+        "group:fresh/topic:docs/0"
+    ]
+
+
+@FAST
+@given(series, CONFIGS)
+def test_replay_and_restart_give_identical_actions(
+    steps: list[tuple[int, GroupLag]], config: PolicyConfig
+) -> None:
+    first, state = play(config, steps)
+    second, _ = play(config, steps)
+    restarted, _ = play(config, steps, via_json=True)
     assert first == second == restarted
     assert PolicyState.from_dict(orjson.loads(orjson.dumps(state.to_dict()))) == state
 
@@ -151,7 +226,7 @@ def test_replay_and_restart_give_identical_actions(steps: list[tuple[int, GroupL
 def test_observe_decides_nothing_at_all(steps: list[tuple[int, GroupLag]]) -> None:
     observe = config_from_mapping({**CONFIG, "mode": "observe"})
     actions, state = play(observe, steps)
-    assert actions == [] and state == PolicyState()
+    assert actions == [] and replace(state, producer_rates={}) == PolicyState()
 
 
 @FAST
