@@ -3,6 +3,7 @@
 Handlers run on lanes off the poll loop (no rebalances from slow handlers), per-key order
 holds, only processed prefixes are committed, side effects happen once (dedupe stores), and
 the worker obeys lagpilot's control topic: halt/resume, spread/restore, hand-off to a pool.
+``RateProducer`` is the producer side: it reports who writes a topic and how fast.
 Start with ``Worker`` and docs/workers.md.
 """
 
@@ -21,6 +22,7 @@ from actuators.workers.dedupe import (
 from actuators.workers.lanes import lane_for
 from actuators.workers.metrics import WorkerMetrics, serve_metrics
 from actuators.workers.pool import PoolWorker
+from actuators.workers.producer import RateCounter, RateProducer
 from actuators.workers.tracker import OffsetTracker
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "MemoryDedupeStore",
     "OffsetTracker",
     "PoolWorker",
+    "RateCounter",
+    "RateProducer",
     "SQLiteDedupeStore",
     "Worker",
     "WorkerMetrics",
