@@ -63,6 +63,7 @@ class SwarmConfig:
     lanes: int = 1
     max_workers: int = 48
     control_topic: str = "lagpilot.control"
+    outcomes_topic: str | None = None  # where the workers report what they did (None: nowhere)
     seed: int = 7
 
     @property
@@ -129,6 +130,7 @@ class Swarm:
             max_buffered_per_partition=256,
             dedupe=self.ledger.path,
             control_topic=cfg.control_topic,
+            outcomes_topic=cfg.outcomes_topic,
             instance_id=f"swarm-{uuid.uuid4().hex[:6]}",
             commit_interval_s=0.2,  # progress is what lagpilot sees: commit it often
         )
