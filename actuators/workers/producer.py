@@ -102,6 +102,11 @@ class RateProducer:
     name quotas (and so lagpilot's throttle) apply to. Use it as the producer:
     ``produce``, ``poll``, ``flush`` are forwarded; anything else reaches the wrapped producer
     through ``.producer``. ``close()`` stops the reporter after one last report.
+
+    Reports go out through a second small producer with client id
+    ``lagpilot-rates.<client id>``: a throttled (quota-delayed, queue-full) producer must
+    still say how fast it writes, and a quota on the agent's client id or prefix does not
+    match that name. Pass ``producer=`` (and ``reporter=``) to inject either.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class RateProducer:
         rates_topic: str = PRODUCERS,
         interval_s: float = 1.0,
         producer: Producer | None = None,
+        reporter: Producer | None = None,
     ) -> None:
         client_id = str(config.get("client.id") or "")
         if not client_id:
@@ -123,6 +129,12 @@ class RateProducer:
         self.client_id = client_id
         self.rates_topic = rates_topic
         self.producer = producer if producer is not None else Producer(config)
+        if reporter is None and producer is not None:
+            reporter = producer
+        elif reporter is None:
+            own = {"client.id": f"lagpilot-rates.{client_id}", "message.timeout.ms": 10_000}
+            reporter = Producer({**config, **own})
+        self.reporter = reporter
         self.counter = RateCounter(
             client_id, host=socket.gethostname(), instance=str(os.getpid()), start_ms=_now_ms()
         )
@@ -156,14 +168,14 @@ class RateProducer:
             if rate.topic == self.rates_topic:
                 continue  # our own reports are not the agent's traffic
             try:
-                self.producer.produce(
+                self.reporter.produce(
                     self.rates_topic, value=encode(to_dict(rate)), key=rate.key.encode()
                 )
                 self.reports_sent += 1
             except Exception as exc:  # BufferError (queue full), KafkaException: never the caller's
                 self.report_errors += 1
                 log.warning("producer_rates for %s not sent: %s", rate.key, exc)
-        self.producer.poll(0)
+        self.reporter.poll(0)
         return rates
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -171,6 +183,8 @@ class RateProducer:
         self._stop.set()
         self._thread.join(timeout_s)
         self.producer.flush(timeout_s)
+        if self.reporter is not self.producer:
+            self.reporter.flush(timeout_s)
 
     def __enter__(self) -> RateProducer:
         return self

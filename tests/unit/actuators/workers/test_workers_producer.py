@@ -112,3 +112,13 @@ def test_a_producer_without_client_id_is_a_config_error_naming_the_key() -> None
         RateProducer({"bootstrap.servers": "x:1"}, producer=FakeProducer())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="interval_s"):
         RateProducer({"client.id": "a"}, producer=FakeProducer(), interval_s=0)  # type: ignore[arg-type]
+
+
+def test_reports_go_through_the_reporter_so_a_throttled_producer_still_reports() -> None:
+    writes, reports = FakeProducer(), FakeProducer()
+    p = RateProducer({"client.id": "a"}, producer=writes, reporter=reports, interval_s=3600)  # type: ignore[arg-type]
+    p.produce("t", value=b"x")
+    p.report(p.counter._since_ms + 1_000)  # type: ignore[operator]
+    p.close()
+    assert [s[0] for s in writes.sent] == ["t"]
+    assert [s[0] for s in reports.sent] == [PRODUCERS]
