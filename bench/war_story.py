@@ -46,14 +46,14 @@ DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"
 
 
 def start_actuator(
-    bootstrap: str, control: str, outcomes: str, log: Path
+    bootstrap: str, control: str, outcomes: str, log: Path, policy: Path = DEMO_POLICY
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP": bootstrap,
         "LAGPILOT_CONTROL_TOPIC": control,
         "LAGPILOT_OUTCOMES_TOPIC": outcomes,
-        "LAGPILOT_POLICY_FILE": str(DEMO_POLICY),
+        "LAGPILOT_POLICY_FILE": str(policy),
         "LAGPILOT_ACTUATOR_BACKEND": "kafka",
         "LAGPILOT_ACTUATOR_ID": f"war-story-{uuid.uuid4().hex[:6]}",
         "LAGPILOT_ACTUATOR_METRICS_PORT": str(free_port()),
