@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heavy-rate", type=float, default=10.0, help="per hot partition, /s")
     ap.add_argument("--heavy-work-ms", type=float, default=150.0)
     ap.add_argument("--naive-members", type=int, default=4)
-    ap.add_argument("--naive-batch", type=int, default=100)
+    ap.add_argument("--naive-batch", type=int, default=500)
     ap.add_argument("--flood-s", type=float, default=30.0)
     ap.add_argument("--flood-factor", type=float, default=10.0)
     ap.add_argument("--producers", type=int, default=3, help="flood: producers on the topic")

@@ -40,7 +40,7 @@ class NaiveGroup:
         ledger_path: Path,
         work_ms: Callable[[bytes], tuple[str, float, int, bool]],
         members: int = 4,
-        batch: int = 100,
+        batch: int = 500,
         max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
     ) -> None:
         self.bootstrap, self.group, self.topic = bootstrap, group, topic

@@ -67,7 +67,7 @@ class SwarmConfig:
     outcomes_topic: str | None = None  # where the workers report what they did (None: nowhere)
     consumer: str = "sdk"  # "sdk": the worker SDK; "naive": plain consumers (bench/naive.py)
     naive_members: int = 4
-    naive_batch: int = 100
+    naive_batch: int = 500
     seed: int = 7
 
     @property
