@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-keda bench-timelag clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag clean
 
 install: $(VENV)/.installed prometheus-tools
 
@@ -97,6 +97,11 @@ bench-actuation: install
 
 bench-war-story: install
 	$(PY) bench/war_story.py
+
+# The incident suite: avalanche (naive / sdk / lagpilot) and flood, each off and on, on the
+# real broker; writes bench/results/incidents.json and a PNG per scenario.
+bench-incidents: install
+	$(PY) bench/incidents.py
 
 bench-keda: install
 	$(PY) bench/keda.py

@@ -13,10 +13,11 @@ without touching the cluster, or an action to apply. The order, one reason each:
 5. expiry: an action past ``expires_at`` acted on stale numbers.
 6. kill switch events (``halt``/``resume`` with scope ``all``) are applied in any mode:
    stopping is always safe, and the switch must work when everything else is misconfigured.
-7. mode: a ``recommend`` event, or any event while the policy file's mode is not ``act``,
-   is recorded, never applied.
-8. worker actions (spread/restore partition, scoped halts) and ``scale_consumers`` (a hint
-   for autoscalers) are recorded: this actuator does not own them.
+7. mode: a ``recommend`` event is recorded, never applied. Worker actions (spread/restore
+   partition, scoped halts) in ``act`` mode are ``delegated``: the SDK workers obey them
+   whatever this actuator's policy file says, and report back (``worker_outcome``). Any
+   other event while the policy file's mode is not ``act`` is recorded, never applied.
+8. ``scale_consumers`` (a hint for autoscalers) is recorded: this actuator does not own it.
 9. halted: nothing is applied.
 10. allow-lists: throttles, releases and partition growth only for allow-listed targets.
 """
@@ -153,20 +154,25 @@ def _check_verified(
         if action["params"].get("scope") == "all":
             return Verdict(key=action_id, action=action)
         return done(
-            OutcomeResult.RECORDED,
+            OutcomeResult.DELEGATED if action["mode"] == Mode.ACT else OutcomeResult.RECORDED,
             f"{kind.value} scope {action['params'].get('scope')!r} is for that group's "
             "workers; the actuator halts only on scope 'all'",
         )
     if action["mode"] != Mode.ACT:
         return done(OutcomeResult.RECORDED, "recommend mode: recorded, not applied")
+    if kind in WORKER_ACTIONS:
+        return done(
+            OutcomeResult.DELEGATED,
+            f"{kind.value} is for the group's SDK workers: each reports a worker_outcome",
+        )
     if policy.mode != Mode.ACT:
         return done(
             OutcomeResult.RECORDED,
             f"policy file mode is {policy.mode.value}: recorded, not applied (set mode = "
             '"act" in the policy file to apply)',
         )
-    if kind in WORKER_ACTIONS or kind in HINTS:
-        return done(OutcomeResult.RECORDED, f"{kind.value} is for workers/autoscalers: recorded")
+    if kind in HINTS:
+        return done(OutcomeResult.RECORDED, f"{kind.value} is for autoscalers: recorded")
     if ledger.halted:
         return done(OutcomeResult.REJECTED, "halted: the kill switch is on (send resume)")
     refusal = _allow_refusal(kind, action["params"], policy)

@@ -342,7 +342,11 @@ class Runner:
         self.ledger.fold(result)  # at once: a later event of this batch must see it
         kind = result.get("action_type", "unknown")
         self.metrics.events.labels(result=result["result"], type=kind).inc()
-        level = logging.INFO if result["result"] in ("applied", "recorded") else logging.WARNING
+        level = (
+            logging.INFO
+            if result["result"] in ("applied", "recorded", "delegated")
+            else logging.WARNING
+        )
         log.log(
             level,
             "%s %s %s: %s",

@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 from bench import broker  # noqa: E402
 from bench.swarm import SwarmConfig  # noqa: E402
 from bench.war_story import one_run  # noqa: E402
+from pipeline.control import InstanceTally  # noqa: E402
 
 
 class Tail:
@@ -116,7 +117,11 @@ class Screen:
                 f"{p:>3}  {e['status']:<7} {e['lag_offsets']:>6} {e['time_lag_s']:>10.2f} "
                 f"{e['lag_rate_per_s']:>10.1f} {lanes:>5}{hot}"
             )
-        res_by_id = {o.get("action_id"): o.get("result") for o in outcomes}
+        res_by_id = {o.get("action_id"): o.get("result") for o in outcomes if "result" in o}
+        tally = InstanceTally()
+        for o in outcomes:
+            if o.get("event") == "worker_outcome":
+                tally.add(o)
         lines += ["", "actions (lagpilot.control -> outcome):"]
         for a in actions[-8:]:
             if a.get("event") != "action":
@@ -124,9 +129,12 @@ class Screen:
             at = (a["issued_at"] - start) / 1000 if start else 0.0
             params = a["params"]
             detail = f"partition {params.get('partition')} lanes={params.get('lanes', '-')}"
+            result = res_by_id.get(a["id"], "pending")
+            if result == "delegated":
+                result += f", applied by {tally.applied_by(a['id'])} instance(s)"
             lines.append(
                 f"  +{at:5.1f}s {a['type']:<18} {detail:<26} {a['reason'].get('rule', '')}"
-                f" -> {res_by_id.get(a['id'], 'pending')}"
+                f" -> {result}"
             )
         done = len({r[0] for r in swarm.ledger.rows()})
         lines += ["", f"processed {done:,} of {len(swarm.produced.ids):,} produced"]
@@ -190,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         for a in res["actions"]:
             print(f"  action +{a['at_ms'] / 1000:.1f}s {a['type']} {a['target']} ({a['mode']})")
         print(f"  outcomes: {[o['result'] for o in res['outcomes']]}")
+        for w in res["worker_outcomes"]:
+            print(f"  worker {w['instance']}: {w['did']} {w['action_type']} "
+                  f"partition {w['partition']} lanes {w['lanes']}")  # fmt: skip
         print(
             f"  took {time.monotonic() - t0:.0f} s; `make bench-war-story` compares with "
             "lagpilot off"

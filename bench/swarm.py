@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 
 from actuators.workers import Worker  # noqa: E402
 from bench import broker  # noqa: E402
+from bench.naive import NaiveGroup  # noqa: E402
 
 
 @dataclass
@@ -63,6 +64,10 @@ class SwarmConfig:
     lanes: int = 1
     max_workers: int = 48
     control_topic: str = "lagpilot.control"
+    outcomes_topic: str | None = None  # where the workers report what they did (None: nowhere)
+    consumer: str = "sdk"  # "sdk": the worker SDK; "naive": plain consumers (bench/naive.py)
+    naive_members: int = 4
+    naive_batch: int = 500
     seed: int = 7
 
     @property
@@ -83,6 +88,12 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     if topic in admin.list_topics(timeout=10).topics:
         return
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+
+
+def _head(payload: bytes) -> tuple[str, float, int, bool]:
+    """id, work ms, produced ms and heaviness from a swarm payload's JSON head line."""
+    head = orjson.loads(payload.split(b"\n", 1)[0])
+    return head["id"], float(head["work_ms"]), int(head["produced_ms"]), bool(head["heavy"])
 
 
 class Ledger:
@@ -119,6 +130,15 @@ class Swarm:
         self.ledger = Ledger(workdir / "effects.sqlite")
         self._stop = threading.Event()
         self._rng = np.random.default_rng(cfg.seed)
+        self.worker: Worker | NaiveGroup
+        if cfg.consumer == "naive":
+            self.worker = NaiveGroup(
+                bootstrap=cfg.bootstrap, group=cfg.group, topic=cfg.topic,
+                ledger_path=self.ledger.path, work_ms=_head,
+                members=cfg.naive_members, batch=cfg.naive_batch,
+            )  # fmt: skip
+            self._threads = []
+            return
         self.worker = Worker(
             bootstrap=cfg.bootstrap,
             group=cfg.group,
@@ -129,6 +149,7 @@ class Swarm:
             max_buffered_per_partition=256,
             dedupe=self.ledger.path,
             control_topic=cfg.control_topic,
+            outcomes_topic=cfg.outcomes_topic,
             instance_id=f"swarm-{uuid.uuid4().hex[:6]}",
             commit_interval_s=0.2,  # progress is what lagpilot sees: commit it often
         )
@@ -256,6 +277,8 @@ class Swarm:
         stats = self.worker.stats()
         return {
             "worker": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
+            "consumer": self.cfg.consumer,
+            "rebalances": self.worker.rebalances,
             "produced": len(produced),
             "processed": len(set(ids)),
             "lost": len(produced - set(ids)),

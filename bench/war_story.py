@@ -46,14 +46,14 @@ DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"
 
 
 def start_actuator(
-    bootstrap: str, control: str, outcomes: str, log: Path
+    bootstrap: str, control: str, outcomes: str, log: Path, policy: Path = DEMO_POLICY
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP": bootstrap,
         "LAGPILOT_CONTROL_TOPIC": control,
         "LAGPILOT_OUTCOMES_TOPIC": outcomes,
-        "LAGPILOT_POLICY_FILE": str(DEMO_POLICY),
+        "LAGPILOT_POLICY_FILE": str(policy),
         "LAGPILOT_ACTUATOR_BACKEND": "kafka",
         "LAGPILOT_ACTUATOR_ID": f"war-story-{uuid.uuid4().hex[:6]}",
         "LAGPILOT_ACTUATOR_METRICS_PORT": str(free_port()),
@@ -106,6 +106,7 @@ def one_run(
         topic=f"{cfg.topic}.{'on' if balancer else 'off'}-{run_id}",
         group=f"agent-workers-{run_id}",
         control_topic=f"lagpilot.control.ws-{run_id}",
+        outcomes_topic=f"lagpilot.outcomes.ws-{run_id}" if balancer else None,
     )
     outcomes = f"lagpilot.outcomes.ws-{run_id}"
     ensure_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
@@ -162,10 +163,16 @@ def one_run(
         {"at_ms": a["issued_at"] - start, "type": a["type"], "target": a["target"],
          "mode": a["mode"]} for a in actions
     ]  # fmt: skip
+    reported = read_topic(cfg.bootstrap, outcomes) if balancer else []
     res["outcomes"] = [
         {"result": o["result"], "type": o.get("action_type")}
-        for o in read_topic(cfg.bootstrap, outcomes) if o.get("event") == "outcome"
-    ] if balancer else []  # fmt: skip
+        for o in reported if o.get("event") == "outcome"
+    ]  # fmt: skip
+    res["worker_outcomes"] = [
+        {"action_type": o["action_type"], "did": o["did"], "instance": o["instance"],
+         "partition": o.get("partition"), "lanes": o.get("lanes")}
+        for o in reported if o.get("event") == "worker_outcome"
+    ]  # fmt: skip
     log(f"balancer {'on ' if balancer else 'off'}: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
         f"max {res['max_ms']} ms, lost {res['lost']}, duplicates {res['duplicates']}, "
         f"detection {res['detection_ms']} ms, actions {len(res['actions'])}")  # fmt: skip

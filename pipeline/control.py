@@ -168,8 +168,41 @@ def format_row(cells: Sequence[str]) -> str:
     return "  ".join(c.ljust(w)[: w or None] for c, (_, w) in zip(cells, COLUMNS, strict=True))
 
 
-def _row(topic: str, event: Mapping[str, Any], key: bytes | None) -> list[str]:
+class InstanceTally:
+    """How many worker instances reported acting on each action id (``worker_outcome``):
+    the "applied by N instances" of a delegated action. Pure: events in, counts out."""
+
+    def __init__(self) -> None:
+        self._instances: dict[str, set[str]] = {}
+
+    def add(self, event: Mapping[str, Any]) -> int:
+        """Count one worker_outcome; the number of distinct instances of its action so far."""
+        seen = self._instances.setdefault(str(event.get("action_id", "")), set())
+        seen.add(str(event.get("instance", "?")))
+        return len(seen)
+
+    def applied_by(self, action_id: str) -> int:
+        return len(self._instances.get(action_id, ()))
+
+
+def _worker_row(event: Mapping[str, Any], applied_by: int) -> tuple[str, str, str]:
+    """target, result and detail of a worker_outcome row."""
+    topic, partition = event.get("topic"), event.get("partition")
+    target = f"topic:{topic}/{partition}" if topic is not None else f"scope:{event.get('group')}"
+    extra = [f"{k} {event[k]}" for k in ("lanes", "pool", "offset") if k in event]
+    detail = f"applied by {applied_by} instance{'s' if applied_by != 1 else ''}"
+    detail += f" (this: {event.get('instance', '?')}{', ' if extra else ''}{', '.join(extra)})"
+    return target, str(event.get("did", "?")), detail
+
+
+def _row(topic: str, event: Mapping[str, Any], key: bytes | None, applied_by: int = 0) -> list[str]:
     """One table row: when, what, target, result or mode, id, detail."""
+    if event.get("event") == "worker_outcome":
+        at, what = event.get("at", 0), str(event.get("action_type", "?"))
+        target, state, detail = _worker_row(event, applied_by)
+        when = datetime.fromtimestamp(int(at) / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+        ident = str(event.get("action_id", ""))
+        return [when, topic, what, target, state, "", ident[:12], detail]
     if event.get("event") == "outcome":
         at, what = event.get("at", 0), event.get("action_type", "?")
         state = str(event.get("result", "?"))
@@ -226,7 +259,9 @@ class TailFilter:
         self._action_groups: dict[str, str | None] = {}
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
-        if event.get("event") == "outcome":
+        if event.get("event") == "worker_outcome":
+            kind, group = event.get("action_type"), event.get("group")
+        elif event.get("event") == "outcome":
             kind = event.get("action_type")
             group = self._action_groups.get(str(event.get("action_id")), event.get("group"))
         else:
@@ -281,6 +316,7 @@ def _tail(args: argparse.Namespace) -> int:
         }
     )
     keep = TailFilter(args.group or (), args.type or ())
+    tally = InstanceTally()
     try:
         consumer.assign(_start_positions(consumer, args, sorted({args.topic, args.outcomes_topic})))
         if not args.json:
@@ -305,10 +341,12 @@ def _tail(args: argparse.Namespace) -> int:
                 continue
             if not keep(event):
                 continue
+            applied_by = tally.add(event) if event.get("event") == "worker_outcome" else 0
             if args.json:
-                print(orjson.dumps({"topic": msg.topic(), **event}).decode(), flush=True)
+                extra = {"applied_by": applied_by} if applied_by else {}
+                print(orjson.dumps({"topic": msg.topic(), **event, **extra}).decode(), flush=True)
             else:
-                print(format_row(_row(str(msg.topic()), event, key)), flush=True)
+                print(format_row(_row(str(msg.topic()), event, key, applied_by)), flush=True)
             shown += 1
     finally:
         consumer.close()

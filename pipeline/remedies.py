@@ -9,8 +9,9 @@
    replaced only by a more severe one (a storm found after a hotspot), which restarts the
    ladder;
 4. the ladder's current step acts (``issued``); its actions carry the cause and evidence;
-5. an ``applied`` (or ``recorded``) outcome of one of the step's actions starts the watch
-   (``fold_outcome``): the target's time lag at that moment is the reference;
+5. an ``applied`` (or ``recorded``, or ``delegated`` to the SDK workers) outcome of one of
+   the step's actions starts the watch (``fold_outcome``): the target's time lag at that
+   moment is the reference;
 6. ``verified`` as soon as the target's time lag is ``verify.improve_ratio`` of the
    reference or below the exit level; ``no_effect`` at the deadline (never before the
    action type's cooldown, so an undo never flaps with its action). No outcome by the
@@ -71,7 +72,7 @@ def fold_outcome(state: PolicyState, outcome: dict[str, Any]) -> PolicyState:
             continue
         s = state.copy()
         lad = s.ladders[key] = dict(lad)
-        if result in ("applied", "recorded"):
+        if result in ("applied", "recorded", "delegated"):  # delegated: for the SDK workers
             applied = at if isinstance(at, int) else s.clock_ms
             lad.update(
                 phase="watching",

@@ -28,7 +28,8 @@ class ActionType(StrEnum):
     RESUME = "resume"
 
 
-#: Actions the worker SDK obeys; the broker-side actuator records and skips them.
+#: Actions the worker SDK obeys; the broker-side actuator delegates them (outcome
+#: ``delegated``) and the workers report what they did (``worker_outcome``).
 WORKER_ACTIONS = frozenset(
     {ActionType.SPREAD_PARTITION, ActionType.RESTORE_PARTITION, ActionType.HALT, ActionType.RESUME}
 )
@@ -42,6 +43,7 @@ class OutcomeResult(StrEnum):
     EXPIRED = "expired"
     RECORDED = "recorded"  # a recommendation, or an action for another actuator: not applied
     RELEASED = "released"  # a throttle lease ended and the quota was removed
+    DELEGATED = "delegated"  # a worker action, left to the SDK workers: see their worker_outcome
 
 
 class Action(TypedDict):

@@ -5,6 +5,7 @@ holds, only processed prefixes are committed, side effects happen once (dedupe s
 the worker obeys lagpilot's control topic: halt/resume, spread/restore, hand-off to a pool,
 and reports its processed positions every sampling tick (``ProgressReporter``) so lagpilot
 sees a stall within half a second whatever the commit cadence.
+``RateProducer`` is the producer side: it reports who writes a topic and how fast.
 Start with ``Worker`` and docs/workers.md.
 """
 
@@ -23,6 +24,7 @@ from actuators.workers.dedupe import (
 from actuators.workers.lanes import lane_for
 from actuators.workers.metrics import WorkerMetrics, serve_metrics
 from actuators.workers.pool import PoolWorker
+from actuators.workers.producer import RateCounter, RateProducer
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_event
 from actuators.workers.tracker import OffsetTracker
 
@@ -38,6 +40,8 @@ __all__ = [
     "PartitionProgress",
     "PoolWorker",
     "ProgressReporter",
+    "RateCounter",
+    "RateProducer",
     "SQLiteDedupeStore",
     "Worker",
     "WorkerMetrics",

@@ -29,6 +29,7 @@ from actuators.workers.handoff import (
     pool_group_id,
 )
 from actuators.workers.lanes import TopicPart
+from actuators.workers.outcomes import HANDOFF_RETURNED, HANDOFF_STARTED, RESTORED, SPREAD
 from schemas import ActionType, ConfigError
 
 log = logging.getLogger(__name__)
@@ -165,12 +166,15 @@ class Worker(Engine):
                 self._paused.add(tp)
                 self._dispatcher.begin_close(tp)
         elif cmd.type is ActionType.SPREAD_PARTITION:
-            self._dispatcher.set_lanes(tp, cmd.lanes or self._default_lanes)
+            lanes = cmd.lanes or self._default_lanes
+            self._dispatcher.set_lanes(tp, lanes)
+            self._report(cmd, SPREAD, tp, lanes=lanes)
         elif cmd.type is ActionType.RESTORE_PARTITION:
             if tp in self._handed:
                 self._last_check.pop(tp, None)  # the pool is returning it: look now
             else:
                 self._dispatcher.set_lanes(tp, self._default_lanes)
+                self._report(cmd, RESTORED, tp, lanes=self._default_lanes)
 
     def _held(self, tp: TopicPart) -> bool:
         return tp in self._handing or tp in self._handed
@@ -207,6 +211,9 @@ class Worker(Engine):
             self._handed[tp] = marker
             self._released([tp])  # the pool processes it now, under its own group
             self._count("handed_off")
+            self._report_step(
+                marker.action_id, ActionType.SPREAD_PARTITION, HANDOFF_STARTED, tp, pos, marker.pool
+            )
             log.info("handed %s off to pool %s at offset %d", tp, marker.pool, pos)
 
     def _take_back(self, tp: TopicPart, offset: int) -> None:
@@ -220,9 +227,32 @@ class Worker(Engine):
             self._consumer.incremental_assign([target])
             self._paused.discard(tp)
         if self._commit({tp: offset}, asynchronous=False, metadata=""):
-            del self._handed[tp]
+            marker = self._handed.pop(tp)
+            restore = self._intents.get(tp)
+            if restore is not None and restore.type is ActionType.RESTORE_PARTITION:
+                self._report(restore, HANDOFF_RETURNED, tp, offset=offset, pool=marker.pool)
+            else:  # the pool returned it on its own (e.g. caught up): credit the hand-off
+                self._report_step(
+                    marker.action_id,
+                    ActionType.SPREAD_PARTITION,
+                    HANDOFF_RETURNED,
+                    tp,
+                    offset,
+                    marker.pool,
+                )
             self._count("taken_back")
             log.info("took %s back from the pool at offset %d", tp, offset)
+
+    def _report_step(
+        self,
+        action_id: str,
+        kind: ActionType,
+        did: str,
+        tp: TopicPart,
+        offset: int,
+        pool: str | None,
+    ) -> None:
+        self._report(Command(action_id, kind), did, tp, offset=offset, pool=pool)
 
     def _before_drain(self) -> None:
         # a hand-off under way is completed, so the pool is not left waiting for the marker

@@ -27,6 +27,7 @@ from actuators.workers.dedupe import (
     idempotency_key,
 )
 from actuators.workers.lanes import Dispatcher, TopicPart
+from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
 from actuators.workers.progress import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_LEAD_MS,
@@ -34,7 +35,7 @@ from actuators.workers.progress import (
     ProgressReporter,
 )
 from schemas import ConfigError, load_signing_key, tracing
-from schemas.topics import CONTROL, PROGRESS
+from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class Engine(abc.ABC):
         max_buffered_per_partition: int = 64,
         dedupe: DedupeStore | str | os.PathLike[str] | None = None,
         control_topic: str = CONTROL,
+        outcomes_topic: str | None = OUTCOMES,
         signing_key: bytes | None = None,
         commit_interval_s: float = 0.5,
         close_timeout_s: float = 10.0,
@@ -99,6 +101,9 @@ class Engine(abc.ABC):
         self.group = group
         self.bootstrap = bootstrap
         self.control_topic = control_topic
+        self.outcomes_topic = outcomes_topic  # None: report nothing back
+        self._host = socket.gethostname()
+        self._reporter: OutcomeReporter | None = None
         self._handler = handler
         self._default_lanes = lanes
         self._high = max_buffered_per_partition
@@ -182,6 +187,9 @@ class Engine(abc.ABC):
             self.bootstrap, self.control_topic, self.group, self._signing_key, **self._extra
         )
         self._control.start()
+        if self.outcomes_topic:
+            self._reporter = OutcomeReporter(self.base_config(), self.outcomes_topic)
+            self._reporter.start()
         self._open()
         if self._progress_interval_ms:
             self._progress = ProgressReporter(
@@ -275,8 +283,10 @@ class Engine(abc.ABC):
 
         if cmd.type is ActionType.HALT:
             self._dispatcher.halt()
+            self._report(cmd, HALTED)
         elif cmd.type is ActionType.RESUME:
             self._dispatcher.resume()
+            self._report(cmd, RESUMED)
         else:
             self._apply(cmd)
         self._count(f"obeyed_{cmd.type.value}")
@@ -298,8 +308,35 @@ class Engine(abc.ABC):
             self._dispatcher.shutdown()
             if self._control is not None:
                 self._control.close()
+            if self._reporter is not None:
+                self._reporter.close()
             if self._owns_store:
                 self.dedupe.close()
+
+    @property
+    def instance(self) -> str:
+        """Who this worker is in its outcome reports: its static membership id, else host:pid."""
+        return getattr(self, "instance_id", "") or f"{self._host}:{os.getpid()}"
+
+    def _report(self, cmd: Command, did: str, tp: TopicPart | None = None, **detail: Any) -> None:
+        """Say on the outcomes topic what this instance did with ``cmd`` (docs/events.md)."""
+        if self._reporter is None:
+            return
+        self._reporter.report(
+            worker_outcome(
+                action_id=cmd.action_id,
+                action_type=cmd.type.value,
+                did=did,
+                group=self.group,
+                instance=self.instance,
+                host=self._host,
+                now_ms=_now_ms(),
+                topic=tp[0] if tp else None,
+                partition=tp[1] if tp else None,
+                **detail,
+            )
+        )
+        self._count(f"reported_{did}")
 
     # -- subclass hooks -----------------------------------------------------------------------
 

@@ -30,4 +30,8 @@ def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     # the balancer acted on the hot partition, and the workers obeyed
     assert any(a["type"] == "spread_partition" for a in r["on"]["actions"])
     assert r["on"]["worker"].get("obeyed_spread_partition", 0) >= 1
+    # ... and said so: the actuator delegated the spread, the worker reported applying it
+    assert {"result": "delegated", "type": "spread_partition"} in r["on"]["outcomes"]
+    spread = [w for w in r["on"]["worker_outcomes"] if w["action_type"] == "spread_partition"]
+    assert spread and all(w["did"] == "spread" and w["lanes"] > 1 for w in spread)
     assert out.with_suffix(".png").stat().st_size > 10_000

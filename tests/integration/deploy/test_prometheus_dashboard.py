@@ -320,13 +320,13 @@ def test_every_dashboard_panel_returns_plausible_series(incident: Incident) -> N
     produce, consume = one("Produce vs consume rate", "A"), one("Produce vs consume rate", "B")
     assert produce[0]["value"] > consume[0]["value"] > 0, "the hot partition consumes slowly"
 
-    # Decisions and actions: the spread is counted where it was decided and where recorded.
+    # Decisions and actions: the spread is counted where it was decided and where delegated.
     actions = {(s["metric"]["type"], s["metric"]["mode"]): s["value"]
                for s in one("Actions published per minute")}  # fmt: skip
     assert actions[("spread_partition", "act")] > 0, actions
     outcomes = {(s["metric"]["result"], s["metric"]["type"]): s["value"]
                 for s in one("Outcomes per minute")}  # fmt: skip
-    assert outcomes[("recorded", "spread_partition")] > 0, outcomes
+    assert outcomes[("delegated", "spread_partition")] > 0, outcomes
     assert one("Kill switch", "A")[0]["value"] == 0 and one("Kill switch", "B")[0]["value"] == 0
     assert one("Throttles in force")[0]["value"] == 0
 

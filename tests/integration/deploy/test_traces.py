@@ -210,7 +210,7 @@ def test_the_spans_of_one_incident_form_one_linked_trace(
     action_id = control.attributes["lagpilot.action_id"]
     (outcome,) = [s for s in in_trace if s.name == "lagpilot.outcome"]
     assert chain(outcome) == [*opened, "lagpilot.apply", "lagpilot.outcome"]
-    assert outcome.attributes["lagpilot.result"] == "recorded"  # a worker action
+    assert outcome.attributes["lagpilot.result"] == "delegated"  # a worker action
     assert outcome.attributes["lagpilot.action_id"] == action_id
     obeyed = [s for s in in_trace if s.name == "lagpilot.worker.obey"]
     assert len(obeyed) == len(workers), "each worker that obeyed joins the trace"

@@ -101,15 +101,17 @@ def test_only_act_in_both_the_event_and_the_policy_file_applies(
         assert verdict.outcome is not None and verdict.outcome["result"] == "recorded"
 
 
-def test_worker_actions_and_hints_are_recorded() -> None:
+def test_worker_actions_are_delegated_and_hints_recorded() -> None:
     spread = T.action("spread_partition", "group:w", {"group": "w", "topic": "orders",
                       "partition": 3, "lanes": 4}, key=KEY, now_ms=NOW)  # fmt: skip
     scale = T.action("scale_consumers", "group:w", {"group": "w", "replicas": 4,
                      "partitions": 8}, key=KEY, now_ms=NOW)  # fmt: skip
     group_halt = T.halt(key=KEY, now_ms=NOW, scope="workers")
-    for event in (spread, scale, group_halt):
+    for event, result in ((spread, "delegated"), (scale, "recorded"), (group_halt, "delegated")):
         verdict = run(event)
-        assert verdict.outcome is not None and verdict.outcome["result"] == "recorded"
+        assert verdict.outcome is not None and verdict.outcome["result"] == result
+    recommended = run(T.halt(key=KEY, now_ms=NOW, scope="workers", mode="recommend"))
+    assert recommended.outcome is not None and recommended.outcome["result"] == "recorded"
 
 
 def test_kill_switch_is_applied_in_any_mode_and_while_halted() -> None:

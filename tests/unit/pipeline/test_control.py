@@ -149,3 +149,26 @@ def test_tail_filter_gives_an_outcome_its_actions_group() -> None:
     assert not keep({"event": "outcome", "action_id": "a2", "action_type": "throttle_producer"})
     assert not keep({"event": "action", "id": "a3", "type": "halt", "params": {"scope": "parsers"}})
     assert TailFilter()(other)  # no filter: everything
+
+
+def test_tail_counts_the_instances_that_applied_a_worker_action() -> None:
+    from pipeline.control import InstanceTally, TailFilter, _row
+
+    def report(instance: str, did: str = "spread") -> dict[str, Any]:
+        return {"event": "worker_outcome", "v": 1, "action_id": "s1",
+                "action_type": "spread_partition", "did": did, "group": "parsers",
+                "instance": instance, "host": "h", "topic": "docs", "partition": 4,
+                "lanes": 8, "at": 1795000001850}  # fmt: skip
+
+    tally = InstanceTally()
+    assert [tally.add(report(i)) for i in ("w1", "w1", "w2")] == [1, 1, 2]  # distinct only
+    assert tally.applied_by("s1") == 2 and tally.applied_by("other") == 0
+    row = _row("lagpilot.outcomes", report("w2"), None, applied_by=2)
+    assert row[2:5] == ["spread_partition", "topic:docs/4", "spread"]
+    assert row[-1] == "applied by 2 instances (this: w2, lanes 8)"
+    halt = {**report("w1", "halted"), "action_type": "halt"}
+    for key in ("topic", "partition", "lanes"):
+        del halt[key]
+    assert _row("t", halt, None, applied_by=1)[3:5] == ["scope:parsers", "halted"]
+    assert TailFilter(groups=["parsers"], types=["spread_partition"])(report("w1"))
+    assert not TailFilter(groups=["crawlers"])(report("w1"))

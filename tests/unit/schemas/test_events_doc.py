@@ -62,6 +62,8 @@ def test_outcome_examples_are_present() -> None:
         "offset_deleted",
         "group_health",
         "owners",
+        "worker_outcome",
+        "producer_rates",
     ],
 )
 def test_every_published_event_kind_is_documented(kind: str) -> None:

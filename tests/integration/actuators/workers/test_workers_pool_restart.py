@@ -75,6 +75,9 @@ def test_pool_restart_resumes_what_it_held(
         assert by_worker["pool-1"] > 0 and by_worker["pool-2"] > 0 and by_worker["owner"] >= 70
         assert not owner.paused() and not pool.paused()
         assert owner.stats()["handed_off"] == 1 and owner.stats()["taken_back"] == 1
+        # ... and the owner said so, once each (worker_outcome on the outcomes topic)
+        assert owner.stats()["reported_handoff_started"] == 1
+        assert owner.stats()["reported_handoff_returned"] == 1
     finally:
         for w in started:
             w.stop()

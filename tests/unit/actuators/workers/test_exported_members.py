@@ -16,6 +16,8 @@ def test_all_names_are_exported_and_documented() -> None:
         "lanes",
         "metrics",
         "pool",
+        "producer",
+        "outcomes",
         "progress",
         "tracker",
     }

@@ -1,0 +1,223 @@
+"""The incident suite: each incident on the real broker, lagpilot off and on, in one run.
+
+Scenarios (``--scenarios``, comma-separated; all by default):
+
+- ``avalanche`` (the war story) with three baselines: ``naive`` (plain confluent-kafka
+  consumers that process in their poll loop, bench/naive.py), ``sdk`` (the worker SDK, the
+  control loop off) and ``lagpilot`` (control on). ``ratio`` = naive p99 / lagpilot p99,
+  ``sdk_ratio`` = sdk p99 / lagpilot p99.
+- ``flood`` (bench/incident_flood.py): one of several producers floods a topic beyond what its
+  consumers process; reports which client ids were throttled, each producer's rate, and the
+  worst time lag off and on.
+
+Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
+``first_action_ms``, ``verified``, ``off_p99_ms``, ``on_p99_ms``, ``ratio``, ``lost``,
+``duplicates`` (of the lagpilot run; each baseline has its own) and its ``shape``, under
+``scenarios.<name>`` in ``bench/results/incidents.json``, with a PNG per scenario.
+``verified`` is null when no action's outcome says verified or undone (this build of the
+decide stage does not verify yet): the suite reports what the policy does, not what it should.
+
+    .venv/bin/python bench/incidents.py [--scenarios avalanche,flood] [--smoke]
+        [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
+        [--flood-s 30] [--flood-factor 10] [--producers 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import broker  # noqa: E402
+from bench.swarm import SwarmConfig  # noqa: E402
+from bench.war_story import one_run  # noqa: E402
+
+VERIFY_RESULTS = ("verified", "no_effect", "undone", "restored", "released")
+
+
+def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
+    """Action types in the order they were first issued (repeats, e.g. renewals, once)."""
+    seen: list[str] = []
+    for a in sorted(actions, key=lambda a: a["at_ms"]):
+        if a["type"] not in seen:
+            seen.append(a["type"])
+    return seen
+
+
+def verified_of(outcomes: list[dict[str, Any]]) -> bool | None:
+    """True if every applied or delegated action ended verified or undone; None if no outcome
+    says either way (nothing verifies actions in this build)."""
+    if not any(o.get("result") in VERIFY_RESULTS for o in outcomes):
+        return None
+    acted = [o for o in outcomes if o.get("result") in ("applied", "delegated")]
+    ended = [o for o in outcomes if o.get("result") in VERIFY_RESULTS]
+    return len(ended) >= len(acted)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The three baselines on the same avalanche; returns (summary, runs for the plot)."""
+    runs = {
+        "naive": one_run(replace(cfg, consumer="naive"), balancer=False, workdir=workdir),
+        "sdk": one_run(cfg, balancer=False, workdir=workdir),
+        "lagpilot": one_run(cfg, balancer=True, workdir=workdir),
+    }
+    on = runs["lagpilot"]
+    actions = on["actions"]
+    baselines = {
+        name: {
+            "p50_ms": r["p50_ms"],
+            "p99_ms": r["p99_ms"],
+            "max_ms": r["max_ms"],
+            "rebalances": r["rebalances"],
+            "lost": r["lost"],
+            "duplicates": r["duplicates"],
+            "produced": r["produced"],
+            "processed": r["processed"],
+            "drained": r["drained"],
+            "max_time_lag_s": r["max_time_lag_s"],
+            "consumer": r["consumer"],
+        }
+        for name, r in runs.items()
+    }
+    summary = {
+        "remedy": remedy_of(actions),
+        "detection_ms": on["detection_ms"],
+        "first_action_ms": min((a["at_ms"] for a in actions), default=None),
+        "verified": verified_of(on["outcomes"]),
+        "off_p99_ms": runs["naive"]["p99_ms"],
+        "sdk_p99_ms": runs["sdk"]["p99_ms"],
+        "on_p99_ms": on["p99_ms"],
+        "ratio": _ratio(runs["naive"]["p99_ms"], on["p99_ms"]),
+        "sdk_ratio": _ratio(runs["sdk"]["p99_ms"], on["p99_ms"]),
+        "on_p99_over_heavy_work": _ratio(on["p99_ms"], cfg.heavy_work_ms),
+        "lost": on["lost"],
+        "duplicates": on["duplicates"],
+        "baselines": baselines,
+        "outcomes": on["outcomes"],
+        "worker_outcomes": on["worker_outcomes"],
+        "shape": {
+            "partitions": cfg.partitions,
+            "hot": list(cfg.hot_partitions),
+            "producers": cfg.producers,
+            "rate_per_s": cfg.rate_per_s,
+            "heavy_rate_per_s": cfg.heavy_rate_per_s,
+            "heavy_work_ms": cfg.heavy_work_ms,
+            "avalanche_s": cfg.avalanche_s,
+            "naive_members": cfg.naive_members,
+            "naive_batch": cfg.naive_batch,
+            "naive_max_poll_interval_ms": 6000,
+        },
+        "targets": {"ratio": 100, "on_p99_over_heavy_work": 1.5, "lost": 0, "duplicates": 0},
+    }
+    return summary, runs
+
+
+def plot_avalanche(runs: dict[str, dict[str, Any]], hot: tuple[int, ...], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(16, 4.5), sharey=True)
+    for ax, (name, res) in zip(axes, runs.items(), strict=True):
+        by_part: dict[int, list[tuple[float, float]]] = {}
+        for t_ms, part, tl in res["timeline"]:
+            by_part.setdefault(part, []).append((t_ms / 1000, tl))
+        for part, pts in sorted(by_part.items()):
+            pts.sort()
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, lw=2.0 if part in hot else 0.8,
+                    label=f"p{part}" if part in hot else None,
+                    color=None if part in hot else "0.7")  # fmt: skip
+        for a in res["actions"]:
+            ax.axvline(a["at_ms"] / 1000, color="tab:green", lw=0.8, ls="--")
+        p99 = res["p99_ms"] / 1000 if res["p99_ms"] else float("nan")
+        ax.set_title(f"{name}: p99 {p99:.2f} s, rebalances {res['rebalances']}")
+        ax.set_xlabel("seconds since the avalanche began")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left")
+    axes[0].set_ylabel("time lag per partition (s)")
+    fig.suptitle("avalanche: naive consumers vs worker SDK vs lagpilot (dashed: actions)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bootstrap", default=None)
+    ap.add_argument("--scenarios", default="avalanche,flood")
+    ap.add_argument("--avalanche-s", type=float, default=30.0)
+    ap.add_argument("--heavy-rate", type=float, default=10.0, help="per hot partition, /s")
+    ap.add_argument("--heavy-work-ms", type=float, default=150.0)
+    ap.add_argument("--naive-members", type=int, default=4)
+    ap.add_argument("--naive-batch", type=int, default=500)
+    ap.add_argument("--flood-s", type=float, default=30.0)
+    ap.add_argument("--flood-factor", type=float, default=10.0)
+    ap.add_argument("--producers", type=int, default=3, help="flood: producers on the topic")
+    ap.add_argument("--smoke", action="store_true", help="tiny runs for the test suite")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "incidents.json"))
+    args = ap.parse_args(argv)
+    args.bootstrap = broker.bootstrap(args.bootstrap)
+    wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - {"avalanche", "flood"})
+    if unknown:
+        ap.error(f"--scenarios: unknown {unknown}; choose from avalanche, flood")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"scenarios": {}}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        if "avalanche" in wanted:
+            cfg = SwarmConfig(
+                bootstrap=args.bootstrap, avalanche_s=args.avalanche_s,
+                heavy_rate_per_s=args.heavy_rate, heavy_work_ms=args.heavy_work_ms,
+                naive_members=args.naive_members, naive_batch=args.naive_batch,
+            )  # fmt: skip
+            if args.smoke:
+                cfg = replace(cfg, partitions=4, hot_partitions=(1,), rate_per_s=40,
+                              warmup_s=3, avalanche_s=5, heavy_rate_per_s=12,
+                              naive_members=2)  # fmt: skip
+            summary, runs = avalanche(cfg, Path(tmp))
+            result["scenarios"]["avalanche"] = summary
+            plot_avalanche(runs, cfg.hot_partitions, out.with_name("incidents_avalanche.png"))
+            print(f"avalanche: p99 naive {summary['off_p99_ms']} ms, sdk {summary['sdk_p99_ms']}"
+                  f" ms, lagpilot {summary['on_p99_ms']} ms; ratio {summary['ratio']}, "
+                  f"sdk_ratio {summary['sdk_ratio']}; remedy {summary['remedy']}")  # fmt: skip
+        if "flood" in wanted:
+            from bench.incident_flood import FloodShape, flood, plot_flood
+
+            shape = FloodShape(producers=args.producers, flood_s=args.flood_s,
+                               flood_factor=args.flood_factor)  # fmt: skip
+            if args.smoke:
+                shape = replace(shape, warmup_s=6, flood_s=8, cooldown_s=6)
+            summary, runs = flood(args.bootstrap, shape, Path(tmp))
+            result["scenarios"]["flood"] = summary
+            plot_flood(runs, out.with_name("incidents_flood.png"))
+            print(f"flood: worst time lag off {summary['off_max_time_lag_s']} s, on "
+                  f"{summary['on_max_time_lag_s']} s; throttled {summary['throttled']}; "
+                  f"remedy {summary['remedy']}")  # fmt: skip
+    result["took_s"] = round(time.monotonic() - t0, 1)
+    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
