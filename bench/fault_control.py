@@ -158,7 +158,7 @@ def admin_api_faults(
         ("redirect_loop", window_s, {"redirect_to": stub.url}),
     ]
     if timeout_faults:
-        faults.insert(1, ("timeouts", 3 * timeout_s, {"delay_s": timeout_s + 1.0}))
+        faults.insert(1, ("timeouts", 6 * timeout_s, {"delay_s": timeout_s + 1.0}))
     rows: dict[str, Any] = {}
     applied_total = 0
     all_outcomes: list[dict[str, Any]] = []

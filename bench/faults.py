@@ -8,8 +8,12 @@ figures it did not measure.
 
 Measured here:
 
+- 1, the single broker killed (-9) and restarted 10 s later under the swarm, the pipeline
+  (act), the actuator and the SDK workers (``bench/fault_broker.py``; full run only);
+- 4, the actuator SIGKILLed between apply and outcome (``bench/fault_process.py``; full
+  run only); the pipeline's SIGKILL is not measured;
 - 5, the Redpanda Admin API failing (``bench/fault_control.py``);
-- 6, 1,000,000 fuzzed ``__consumer_offsets`` records through the decoder
+- 6a, 1,000,000 fuzzed ``__consumer_offsets`` records through the decoder
   (``bench/fault_decoder.py``);
 - 7, bad control input on the real broker (``bench/fault_control.py``).
 
@@ -23,9 +27,7 @@ own run folder, stopped at the end), never a broker someone else runs, unless
 from __future__ import annotations
 
 import argparse
-import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,21 +42,21 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import fault_control, fault_decoder  # noqa: E402
+from bench import fault_control, fault_decoder, fault_process  # noqa: E402
+from bench.fault_broker import OwnBroker, broker_kill  # noqa: E402
 
-KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 OWN_BROKER_PORT = 23092
 RECOVER_TARGET_S = 30.0
 FUZZ_RECORDS = 1_000_000
 OUTAGE_S = 60.0
+KILL_EVENTS = 300
 
+BROKER_KILL_TITLE = "1. single broker killed (-9), restarted 10 s later"
+PROCESS_KILL_TITLE = (
+    "4. actuator SIGKILLed between apply and outcome (the pipeline's SIGKILL mid-incident: "
+    "not measured)"
+)
 NOT_MEASURED = {
-    "broker_kill": (
-        "1. single broker killed (-9), restarted 10 s later",
-        "not run by this benchmark yet: it needs the swarm, the pipeline (act) and the "
-        "actuator run together against a broker the bench kills; existing tests cover only a "
-        "kill -9 of the pipeline and an unreachable broker for the sampler",
-    ),
     "cluster_leader_kill": (
         "2. 3 brokers: __consumer_offsets leader, then controller, killed and restarted",
         "not run by this benchmark yet (needs BROKERS=3 runs of the same scenario)",
@@ -64,11 +66,6 @@ NOT_MEASURED = {
         "not run by this benchmark yet: needs a cutting TCP proxy and a broker whose "
         "advertised listener is the proxy (kafka.sh has no override for it yet)",
     ),
-    "process_kill": (
-        "4. pipeline SIGKILLed mid-incident; actuator SIGKILLed between apply and outcome",
-        "not run by this benchmark; tests/integration cover both (pipeline kill -9, the "
-        "actuator's SIGKILL replay with an fsynced dry-run record) but report no figures here",
-    ),
     "garbage_topic": (
         "6b. a real offsets topic with garbage records, read by the running pipeline",
         "not run by this benchmark yet (the pure half, 6a, is)",
@@ -77,17 +74,14 @@ NOT_MEASURED = {
 
 
 @contextmanager
-def own_broker(port: int) -> Iterator[str]:
+def own_broker(port: int) -> Iterator[OwnBroker]:
     """A broker of our own on ``port`` with its own run folder; stopped (only it) on exit."""
-    run_dir = tempfile.mkdtemp(prefix="lagpilot-faults-run-")
-    env = os.environ | {"LAGPILOT_BROKER_PORT": str(port), "LAGPILOT_BROKER_RUN_DIR": run_dir}
-    up = subprocess.run([str(KAFKA_SH), "up"], env=env, stdout=subprocess.PIPE, text=True)
+    broker = OwnBroker(port)
     try:
-        if up.returncode != 0:
-            raise SystemExit(f"error: could not start a broker on port {port} (see above)")
-        yield up.stdout.strip().splitlines()[-1]
+        broker.up()
+        yield broker
     finally:
-        subprocess.run([str(KAFKA_SH), "down"], env=env, capture_output=True)
+        broker.down()
 
 
 def _row(fault: str, title: str, **fields: Any) -> dict[str, Any]:
@@ -206,6 +200,76 @@ def admin_row(bootstrap: str, outage_s: float, timeout_faults: bool) -> dict[str
     )
 
 
+def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
+    got = broker_kill(broker, tmp)
+    waits = got["recover_s"]
+    recovered = all(v is not None for v in waits.values()) and all(got["alive_at_end"].values())
+    slowest = max((v for v in waits.values() if v is not None), default=None)
+    ok = (
+        recovered
+        and slowest is not None
+        and slowest <= RECOVER_TARGET_S
+        and got["lost"] == got["duplicate_side_effects"] == got["duplicate_actions"] == 0
+        and got["stuck_throttles"] == 0
+    )
+    dead = [k for k, v in got["alive_at_end"].items() if not v]
+    why = (
+        f"broker down {got['down_s']} s (restart took {got['broker_restart_s']} s); after it "
+        f"served again: detection {_cell(waits['detection_s'])} s, workers "
+        f"{_cell(waits['workers_s'])} s, actuator {_cell(waits['actuator_s'])} s; "
+        f"{got['produced']} produced, {got['processed']} processed"
+    )
+    if dead:
+        why += f"; dead at the end (needed a restart): {', '.join(dead)}"
+    return _row(
+        "broker_kill",
+        BROKER_KILL_TITLE,
+        recovered=recovered,
+        recover_s=slowest,
+        lost=got["lost"],
+        duplicate_side_effects=got["duplicate_side_effects"],
+        duplicate_actions=got["duplicate_actions"],
+        stuck_throttles=got["stuck_throttles"],
+        needed_a_person=bool(dead) or not recovered,
+        targets_met=ok,
+        why=why,
+        details=got,
+    )
+
+
+def process_kill_row(bootstrap: str, tmp: Path, n: int) -> dict[str, Any]:
+    got = fault_process.actuator_kill(bootstrap, tmp, n)
+    recovered = got["recover_s"] is not None and got["outcomes_applied"] == n
+    ok = (
+        recovered
+        and got["recover_s"] <= RECOVER_TARGET_S
+        and got["lost"] == got["duplicate_actions"] == got["stuck_throttles"] == 0
+        and got["reapplied"] == 0
+    )
+    why = (
+        f"{n} leased throttles, killed after {got['applied_before_kill']} reached the backend; "
+        f"the replacement committed each once ({got['outcomes_applied']} applied outcomes), "
+        f"re-applied {got['reapplied']} calls of the uncommitted batch (max {got['max_batch']}"
+        "): each sets the same quota again, a no-op on the cluster, counted as duplicate side "
+        "effects all the same; every lease released. The pipeline's SIGKILL is not measured "
+        "here (tests/integration/pipeline covers a kill -9 without figures)"
+    )
+    return _row(
+        "process_kill",
+        PROCESS_KILL_TITLE,
+        recovered=recovered,
+        recover_s=got["recover_s"],
+        lost=got["lost"],
+        duplicate_side_effects=got["reapplied"],
+        duplicate_actions=got["duplicate_actions"],
+        stuck_throttles=got["stuck_throttles"],
+        needed_a_person=not recovered,
+        targets_met=ok,
+        why=why,
+        details=got,
+    )
+
+
 def not_measured_rows() -> list[dict[str, Any]]:
     return [
         _row(fault, title, measured=False, why=why) for fault, (title, why) in NOT_MEASURED.items()
@@ -213,14 +277,32 @@ def not_measured_rows() -> list[dict[str, Any]]:
 
 
 def run(
-    bootstrap: str, *, fuzz_records: int, outage_s: float, timeout_faults: bool
+    bootstrap: str,
+    *,
+    fuzz_records: int,
+    outage_s: float,
+    timeout_faults: bool,
+    kill_events: int | None,
+    broker: OwnBroker | None,
 ) -> dict[str, Any]:
+    """The rows; ``broker`` (ours, to kill) None skips row 1, ``kill_events`` None row 4."""
     with tempfile.TemporaryDirectory(prefix="lagpilot-faults-") as tmp:
         measured = [
             admin_row(bootstrap, outage_s, timeout_faults),
             decoder_row(fuzz_records),
             control_row(bootstrap, Path(tmp)),
         ]
+        if kill_events:
+            measured.append(process_kill_row(bootstrap, Path(tmp), kill_events))
+        else:
+            measured.append(_row("process_kill", PROCESS_KILL_TITLE, measured=False,
+                                 why="not run in this (smoke) run"))  # fmt: skip
+        if broker is not None:
+            measured.append(broker_kill_row(broker, Path(tmp)))
+        else:
+            measured.append(_row("broker_kill", BROKER_KILL_TITLE, measured=False,
+                                 why="not run: the broker was not the benchmark's own "
+                                 "(--bootstrap), and it kills only its own"))  # fmt: skip
     rows = measured + not_measured_rows()
     order = ["broker_kill", "cluster_leader_kill", "network_cut", "process_kill",
              "admin_api_faults", "decoder_fuzz", "garbage_topic", "bad_control_input"]  # fmt: skip
@@ -307,13 +389,36 @@ def render_doc(result: dict[str, Any]) -> str:
         "  absurd, invalid UTF-8, null or empty key/value, random bytes) through",
         "  `pipeline.offsets.decode_record`: a raise is a crash, a result of no known class is",
         "  unclassified.",
+        "- **1, broker kill**: `bench/fault_broker.py`. A swarm of 16 producers (100 msg/s over",
+        "  8 partitions) and its SDK workers (exactly-once side effects in a ledger), `lagpilot",
+        "  run` in act mode (`deploy/policy.demo.toml`) and `lagpilot actuate` (Kafka backend)",
+        "  run on the benchmark's own broker; it is killed with SIGKILL, restarted 10 s later",
+        "  on its own data (`kafka.sh restart`). Recovery, from the broker serving again: the",
+        "  first lag event, the first worker side effect, and a leased throttle's `applied`",
+        "  outcome (its quota and that of a throttle whose lease ended during the outage must",
+        "  be gone at the end). No process is restarted by the benchmark.",
+        "- **4, actuator kill**: `bench/fault_process.py`. `lagpilot actuate` (dry-run backend,",
+        "  every call fsynced) reads 300 leased throttles and is SIGKILLed once a third reached",
+        "  the backend; a replacement with the same id finishes. Each id must have one",
+        "  committed `applied` outcome; calls made again on replay are counted as duplicate",
+        "  side effects (each sets the same quota: a no-op on a cluster); every lease released.",
         "- **7, bad control input**: a running actuator (dry-run backend that fsyncs every",
         "  call) reads, on a fresh control topic, one real throttle and then each bad event;",
         "  each must get an outcome other than `applied`, and the backend must have seen",
         "  exactly one call (the real throttle; its replay is a `duplicate`).",
         "",
-        "Regenerate: `make bench-faults` (about "
-        "3 minutes; it starts and stops its own broker on port 23092).",
+        "Found by this benchmark and fixed (each with a test):",
+        "",
+        "- `lagpilot run` ended after a broker restart (`CheckpointConsumerCommitError`,",
+        "  UNKNOWN_MEMBER_ID: the restarted broker forgot the group): it now builds a new app",
+        "  and runs again, with the same policy operator (`pipeline/__main__.py`).",
+        "- The Redpanda backend retried inside the runner's retries: one action made 20 Admin",
+        "  API requests (120 against a 307 loop). Retries now live in the runner only.",
+        "- A signed, allow-listed control event padded to 256 KiB was applied, and its outcome",
+        "  echoed it: events over 64 KiB are now rejected unread (`oversized`).",
+        "",
+        "Regenerate: `make bench-faults` (about 6 minutes; it starts and stops its own broker",
+        "on port 23092, and kills only that one).",
         "",
     ]
     return "\n".join(lines)
@@ -327,15 +432,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "reliability.md")
     args = parser.parse_args(argv)
     params: dict[str, Any] = (
-        {"fuzz_records": 10_000, "outage_s": 3.0, "timeout_faults": False}
+        {"fuzz_records": 10_000, "outage_s": 3.0, "timeout_faults": False, "kill_events": None}
         if args.smoke
-        else {"fuzz_records": FUZZ_RECORDS, "outage_s": OUTAGE_S, "timeout_faults": True}
-    )
+        else {"fuzz_records": FUZZ_RECORDS, "outage_s": OUTAGE_S, "timeout_faults": True,
+              "kill_events": KILL_EVENTS}
+    )  # fmt: skip
     if args.bootstrap:
-        result = run(args.bootstrap, **params)
+        result = run(args.bootstrap, broker=None, **params)
     else:
-        with own_broker(OWN_BROKER_PORT) as bootstrap:
-            result = run(bootstrap, **params)
+        with own_broker(OWN_BROKER_PORT) as broker:
+            result = run(broker.bootstrap, broker=broker, **params)
     result["smoke"] = args.smoke
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
