@@ -14,7 +14,8 @@ Measured here:
   run only); the pipeline's SIGKILL is not measured;
 - 5, the Redpanda Admin API failing (``bench/fault_control.py``);
 - 6a, 1,000,000 fuzzed ``__consumer_offsets`` records through the decoder
-  (``bench/fault_decoder.py``);
+  (``bench/fault_decoder.py``); 6b, 20,000 of them in a real offsets topic read by the
+  running pipeline around true commits (``bench/fault_garbage.py``; full run only);
 - 7, bad control input on the real broker (``bench/fault_control.py``).
 
 The broker: this benchmark starts its own (``deploy/local/kafka.sh`` on port 23092 with its
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import fault_control, fault_decoder, fault_process  # noqa: E402
+from bench import fault_control, fault_decoder, fault_garbage, fault_process  # noqa: E402
 from bench.fault_broker import OwnBroker, broker_kill  # noqa: E402
 
 OWN_BROKER_PORT = 23092
@@ -50,8 +51,10 @@ RECOVER_TARGET_S = 30.0
 FUZZ_RECORDS = 1_000_000
 OUTAGE_S = 60.0
 KILL_EVENTS = 300
+GARBAGE_RECORDS = 20_000
 
 BROKER_KILL_TITLE = "1. single broker killed (-9), restarted 10 s later"
+GARBAGE_TITLE = "6b. a real offsets topic full of garbage records, read by the running pipeline"
 PROCESS_KILL_TITLE = (
     "4. actuator SIGKILLed between apply and outcome (the pipeline's SIGKILL mid-incident: "
     "not measured)"
@@ -65,10 +68,6 @@ NOT_MEASURED = {
         "3. network cut pipeline-broker, then workers-broker, 15 s each",
         "not run by this benchmark yet: needs a cutting TCP proxy and a broker whose "
         "advertised listener is the proxy (kafka.sh has no override for it yet)",
-    ),
-    "garbage_topic": (
-        "6b. a real offsets topic with garbage records, read by the running pipeline",
-        "not run by this benchmark yet (the pure half, 6a, is)",
     ),
 }
 
@@ -270,6 +269,40 @@ def process_kill_row(bootstrap: str, tmp: Path, n: int) -> dict[str, Any]:
     )
 
 
+def garbage_row(bootstrap: str, tmp: Path, garbage: int) -> dict[str, Any]:
+    got = fault_garbage.garbage_topic(bootstrap, tmp, garbage=garbage, commits=400)
+    counted = got["counted_skipped"] == got["expected_skipped"]
+    ok = got["pipeline_alive"] and got["true_commits_modelled"] and counted
+    why = (
+        f"{got['garbage_records']:,} garbage records around {got['true_commits']} true "
+        f"commits: {got['counted_skipped']:,} counted as skipped (the decoder skips "
+        f"{got['expected_skipped']:,} of them; the rest decode as records of other groups), "
+        f"true commits modelled: {_cell(got['true_commits_modelled'])} "
+        f"(within {got['modelled_within_s']} s of the last write), pipeline alive: "
+        f"{_cell(got['pipeline_alive'])}"
+    )
+    if got["bad_messages"]:
+        why += f"; whole messages skipped by the model: {got['bad_messages']}"
+    if got["skip_warnings"]:
+        why += f"; first: {got['skip_warnings'][0].split(': ', 1)[-1]}"
+    if got["pipeline_exit"]:
+        why += f"; the pipeline exited at stop: {got['pipeline_exit']}"
+    return _row(
+        "garbage_topic",
+        GARBAGE_TITLE,
+        recovered=ok,
+        recover_s=0.0,
+        lost=0,
+        duplicate_side_effects=0,
+        duplicate_actions=0,
+        stuck_throttles=0,
+        needed_a_person=not got["pipeline_alive"] or not got["true_commits_modelled"],
+        targets_met=ok,
+        why=why,
+        details=got,
+    )
+
+
 def not_measured_rows() -> list[dict[str, Any]]:
     return [
         _row(fault, title, measured=False, why=why) for fault, (title, why) in NOT_MEASURED.items()
@@ -293,10 +326,15 @@ def run(
             control_row(bootstrap, Path(tmp)),
         ]
         if kill_events:
+            measured.append(garbage_row(bootstrap, Path(tmp), GARBAGE_RECORDS))
             measured.append(process_kill_row(bootstrap, Path(tmp), kill_events))
         else:
-            measured.append(_row("process_kill", PROCESS_KILL_TITLE, measured=False,
-                                 why="not run in this (smoke) run"))  # fmt: skip
+            for fault, title in (
+                ("garbage_topic", GARBAGE_TITLE),
+                ("process_kill", PROCESS_KILL_TITLE),
+            ):
+                measured.append(_row(fault, title, measured=False,
+                                     why="not run in this (smoke) run"))  # fmt: skip
         if broker is not None:
             measured.append(broker_kill_row(broker, Path(tmp)))
         else:
@@ -402,6 +440,12 @@ def render_doc(result: dict[str, Any]) -> str:
         "  the backend; a replacement with the same id finishes. Each id must have one",
         "  committed `applied` outcome; calls made again on replay are counted as duplicate",
         "  side effects (each sets the same quota: a no-op on a cluster); every lease released.",
+        "- **6b, garbage topic**: `bench/fault_garbage.py`. `lagpilot run` reads its commits",
+        "  from a topic of the benchmark's own (`LAGPILOT_OFFSETS_TOPIC`) holding 400 true",
+        "  commits of one group, each followed by mutated records from 6a's corpus. Every",
+        "  record the decoder skips must be counted (`lagpilot_decode_skipped_total`), the",
+        "  last `partition_lag` of every partition must carry the last true commit, and the",
+        "  pipeline must stay up.",
         "- **7, bad control input**: a running actuator (dry-run backend that fsyncs every",
         "  call) reads, on a fresh control topic, one real throttle and then each bad event;",
         "  each must get an outcome other than `applied`, and the backend must have seen",
@@ -416,6 +460,17 @@ def render_doc(result: dict[str, Any]) -> str:
         "  API requests (120 against a 307 loop). Retries now live in the runner only.",
         "- A signed, allow-listed control event padded to 256 KiB was applied, and its outcome",
         "  echoed it: events over 64 KiB are now rejected unread (`oversized`).",
+        "",
+        "Found by this benchmark and not fixed (see row 6b's details in the JSON):",
+        "",
+        "- A garbage record that decodes as a well-formed commit with an absurd partition",
+        "  number (e.g. 1,426,063,380) makes the model widen its arrays to that width: the",
+        "  allocation fails, and the whole message holding it, with the true commits of other",
+        "  groups batched beside it, is skipped (`lagpilot_bad_messages_total{stage=process}`).",
+        "  A large but allocatable partition number would instead grow the topic's state past",
+        "  the broker's message size (one run ended with MSG_SIZE_TOO_LARGE). The fix is a",
+        "  bound on partitions from the topic's sampled partition count in the model",
+        "  (`pipeline/lag.py`, with its per-object twin in the property tests).",
         "",
         "Regenerate: `make bench-faults` (about 6 minutes; it starts and stops its own broker",
         "on port 23092, and kills only that one).",
