@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -81,6 +82,7 @@ def own_broker(port: int) -> Iterator[OwnBroker]:
         yield broker
     finally:
         broker.down()
+        shutil.rmtree(broker.run_dir, ignore_errors=True)
 
 
 def _row(fault: str, title: str, **fields: Any) -> dict[str, Any]:
