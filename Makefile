@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults clean
 
 install: $(VENV)/.installed prometheus-tools
 
@@ -108,6 +108,11 @@ bench-keda: install
 
 bench-timelag: install
 	$(PY) bench/timelag.py
+
+# Faults survived, one row per fault: bench/results/faults.json and docs/reliability.md.
+# Starts and stops its own broker on port 23092 (never the one `make broker-up` runs).
+bench-faults: install
+	$(PY) bench/faults.py
 
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,9 @@
 ``check`` runs the gates in order and returns a ``Verdict``: either an outcome to publish
 without touching the cluster, or an action to apply. The order, one reason each:
 
+0. size: an event over ``MAX_EVENT_BYTES`` is rejected before it is parsed. The policy's
+   events are a few kB; a huge one is a bug or an attack, and its outcome (which echoes the
+   event's params) could outgrow the outcomes topic's message limit and wedge the loop.
 1. decode, 2. schema, 3. signature: nothing about an unverified event is trusted, so its
    outcome is keyed by its position on the control topic, never by the id it claims (a
    forged event must not overwrite, in the compacted outcomes topic, the record that a real
@@ -40,6 +43,9 @@ from schemas import (
     validate,
     verify,
 )
+
+#: Control events above this size are rejected unread (the policy's are a few kB).
+MAX_EVENT_BYTES = 64 * 1024
 
 KILL_SWITCH = frozenset({ActionType.HALT, ActionType.RESUME})
 HINTS = frozenset({ActionType.SCALE_CONSUMERS})
@@ -120,6 +126,10 @@ def check(
 
     if raw is None:
         return reject(None, "malformed: empty value (a tombstone is not an action)")
+    if len(raw) > MAX_EVENT_BYTES:
+        return reject(
+            None, f"oversized: {len(raw)} bytes, over the {MAX_EVENT_BYTES}-byte limit; unread"
+        )
     try:
         event = decode(raw)
     except EventError as exc:

@@ -116,8 +116,7 @@ def _run(args: Any) -> int:
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
     try:
         wait_for_broker(settings.bootstrap, dict(settings.kafka), args.connect_timeout_s)
-        app = _build_with_retries(build_app, settings, metrics, policy)
-        app.run()
+        run_until_stopped(build_app, settings, metrics, policy)
     except KeyboardInterrupt:
         pass
     finally:
@@ -148,6 +147,33 @@ def wait_for_broker(bootstrap: str, kafka: dict[str, str], timeout_s: float) -> 
             tries += 1
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, 5.0)
+
+
+def run_until_stopped(
+    build: Any, settings: Any, metrics: Any, policy: Any, pause_s: float = 1.0
+) -> None:
+    """Run the app; when the broker refuses its checkpoint commit, build a new one and run
+    again (from the last committed offsets; state and the policy's budget carry over).
+
+    Quix Streams ends ``run()`` with ``CheckpointConsumerCommitError`` when a commit fails,
+    e.g. UNKNOWN_MEMBER_ID after the broker restarted and forgot the group's members. That
+    is weather, not a bug: without this, a broker restart stopped the pipeline for good
+    (bench/faults.py, row 1). Replayed inputs are harmless: actions carry idempotent ids.
+    """
+    from quixstreams.checkpointing.exceptions import CheckpointConsumerCommitError
+
+    while True:
+        app = _build_with_retries(build, settings, metrics, policy)
+        try:
+            app.run()
+            return
+        except CheckpointConsumerCommitError as exc:
+            log.warning(
+                "the broker refused a checkpoint commit (%s): the group lost this member "
+                "(a broker restart or a long pause); rejoining with a new consumer",
+                exc,
+            )
+            time.sleep(pause_s)
 
 
 def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) -> Any:

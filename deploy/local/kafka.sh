@@ -3,6 +3,9 @@
 #
 #   deploy/local/kafka.sh up   [--brokers 1|3]   start, wait until it serves, record address+PIDs
 #   deploy/local/kafka.sh down                   stop what `up` started (by recorded PID)
+#   deploy/local/kafka.sh restart                start again, on their own data, the nodes of
+#                                                the last `up` whose process is gone (a broker
+#                                                a fault test killed comes back as itself)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
 #
 # `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
@@ -179,6 +182,27 @@ up() {
   echo "$bootstrap" >&3
 }
 
+restart() {
+  exec 3>&1 1>&2
+  [ -f "$RUN/brokers" ] && [ -f "$RUN/bootstrap" ] || die "nothing to restart in $RUN: run '$0 up' first"
+  need_java
+  local n i pid t0=$SECONDS
+  n=$(cat "$RUN/brokers")
+  for ((i = 1; i <= n; i++)); do
+    pid=$(cat "$RUN/node-$i.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && running_pids | grep -qx "$pid"; then continue; fi
+    local dir="$RUN/node-$i"
+    java_cmd "$dir"
+    nohup "${JAVA_CMD[@]}" kafka.Kafka "$dir/server.properties" >>"$dir/stdout.log" 2>&1 3>&- &
+    echo $! >"$RUN/node-$i.pid"
+    wait_port "$((PORT0 + 2 * (i - 1)))" "$!" "$dir/broker.log" || exit 1
+  done
+  "$PYTHON" "$HERE/ready.py" --bootstrap "$(cat "$RUN/bootstrap")" --brokers "$n" --timeout "$READY_TIMEOUT_S" ||
+    die "the restarted broker never became ready; see $RUN/node-*/broker.log"
+  say "restarted: $n broker(s) at $(cat "$RUN/bootstrap") in $((SECONDS - t0))s"
+  cat "$RUN/bootstrap" >&3
+}
+
 down() {
   local pids
   pids=$(running_pids)
@@ -204,6 +228,7 @@ cmd=${1:-}; shift || true
 case $cmd in
   up) up "$@" ;;
   down) down ;;
+  restart) restart ;;
   status) status ;;
-  *) echo "usage: $0 up [--brokers 1|3] | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status" >&2; exit 2 ;;
 esac

@@ -15,8 +15,11 @@ conformance tests check against Redpanda's API description where it lives
    stub instance of one cluster, so a leadership transfer through one node is what GET
    partition returns on any node; its own answers are checked against the stated models
    (no field missing, extra or of another type);
-3. can be scripted (:meth:`RedpandaAdminStub.script`) to answer an error N times, redirect
-   (307) to another instance, delay, or drop the connection, and can require basic auth.
+3. can be scripted (:meth:`RedpandaAdminStub.script`) to answer an error N times or for a
+   while (``for_s``: every matching request until then, as a 503 outage of a minute does),
+   redirect (307) to another instance or to itself (a redirect loop), delay (a slow answer,
+   or a timeout when longer than the client waits), or drop the connection, and can require
+   basic auth.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class ClusterModel:
     admin_urls: dict[int, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     config_version: int = 1
+    leader_changes: int = 0  # transfers that moved a leader (a repeated one moves nothing)
 
     def __post_init__(self) -> None:
         for n in self.node_ids:
@@ -168,7 +172,8 @@ class ClusterModel:
 
 @dataclass
 class Script:
-    """One scripted behaviour: the next ``times`` matching requests get it instead."""
+    """One scripted behaviour: the next ``times`` matching requests get it instead, or, with
+    ``until`` (a ``time.monotonic()`` instant), every matching request until then."""
 
     method: str | None
     path: str | None
@@ -178,9 +183,12 @@ class Script:
     redirect_to: str | None = None  # base URL of another stub: answer 307 there
     delay_s: float = 0.0  # sleep, then answer normally (status ignored)
     drop: bool = False  # close the connection without an answer
+    until: float | None = None  # monotonic instant: matches until then, whatever ``times``
+    hits: int = 0  # requests that got this behaviour
 
     def matches(self, method: str, path: str) -> bool:
-        return (self.method in (None, method)) and (self.path in (None, path)) and self.times > 0
+        live = self.times > 0 if self.until is None else time.monotonic() < self.until
+        return (self.method in (None, method)) and (self.path in (None, path)) and live
 
 
 @dataclass(frozen=True)
@@ -245,10 +253,18 @@ class RedpandaAdminStub:
             self._server.server_close()
 
     def script(
-        self, method: str | None = None, path: str | None = None, *, times: int = 1, **how: Any
+        self,
+        method: str | None = None,
+        path: str | None = None,
+        *,
+        times: int = 1,
+        for_s: float | None = None,
+        **how: Any,
     ) -> Script:
-        """Make the next ``times`` requests matching method/path (None: any) behave as told."""
-        s = Script(method, path, times, **how)
+        """Make the next ``times`` requests matching method/path (None: any) behave as told;
+        with ``for_s``, every matching request for that many seconds from now instead."""
+        until = None if for_s is None else time.monotonic() + for_s
+        s = Script(method, path, times, until=until, **how)
         with self._lock:
             self._scripts.append(s)
         return s
@@ -260,6 +276,7 @@ class RedpandaAdminStub:
             for s in self._scripts:
                 if s.matches(method, path):
                     s.times -= 1
+                    s.hits += 1
                     return s
         return None
 
@@ -372,6 +389,8 @@ def _transfer_leadership(
             raise StubError(400, f"Target node {target} is not a replica of {replicas}")
         if not c.alive[target]:
             raise StubError(503, f"Target node {target} is not alive")
+        if part["leader_id"] != target:
+            c.leader_changes += 1
         part["leader_id"] = target
         return 200, None, {}
 

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from support.redpanda_admin_stub import ClusterModel, running_stubs
 
-from actuators.backends import DryRunBackend, RedpandaBackend
+from actuators.backends import DryRunBackend, RedpandaBackend, make_backend
 from actuators.errors import ActuatorError
 from actuators.metrics import Metrics, MetricsServer
 from actuators.quotas import broker_error
 from actuators.redpanda_admin import RedpandaAdmin
 from actuators.runner import dispatch, with_retries
+from actuators.settings import Settings
 from actuators.testing import action
 
 KEY = b"unit-test-signing-key-0123456789"
@@ -124,6 +125,33 @@ def test_redpanda_errors_surface_message_code_and_retriability() -> None:
         with pytest.raises(ActuatorError, match="Could not find ntp") as missing:
             backend.transfer_leadership("nope", 0, 1)
         assert missing.value.retriable is False and missing.value.code == 404
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    ("fault", "requests_per_try"),
+    [({"status": 503}, 1), ({"redirect_to": "self"}, 6)],  # 6: the first answer, 5 redirects
+)
+def test_the_backend_lagpilot_actuate_builds_retries_in_one_layer(
+    fault: dict[str, object], requests_per_try: int
+) -> None:
+    """The runner's retries are the only ones: a failing Admin API sees max_retries + 1
+    tries of one action, not (max_retries + 1) x the client's own attempts."""
+    with running_stubs(1, cluster=_cluster()) as [stub]:
+        how = {k: (stub.url if v == "self" else v) for k, v in fault.items()}
+        stub.script(None, None, times=0, for_s=30.0, **how)
+        settings = Settings(backend="redpanda", redpanda_admin_urls=(stub.url,), max_retries=3,
+                            backoff_base_s=0.001, backoff_max_s=0.001).validated()  # fmt: skip
+        backend = make_backend(settings)
+        move = action("transfer_leadership", "orders/0",
+                      {"topic": "orders", "partition": 0, "target_broker": 1},
+                      key=b"k" * 16, now_ms=0)  # fmt: skip
+        with pytest.raises(ActuatorError) as err:
+            with_retries(lambda: dispatch(backend, move), max_retries=settings.max_retries,
+                         base_s=0.001, cap_s=0.001)  # fmt: skip
+        assert err.value.retriable is True
+        assert len(stub.requests) == (settings.max_retries + 1) * requests_per_try
+        assert stub.cluster.leader_changes == 0
         backend.close()
 
 

@@ -8,10 +8,10 @@ import orjson
 import pytest
 
 from actuators import testing as T
-from actuators.checks import Verdict, check, lease_expiry_ms
+from actuators.checks import MAX_EVENT_BYTES, Verdict, check, lease_expiry_ms
 from actuators.ledger import Ledger
 from actuators.settings import AllowList, Policy
-from schemas import Mode, validate
+from schemas import Mode, sign, validate
 
 KEY = b"unit-test-signing-key-0123456789"
 NOW = 1_800_000_000_000
@@ -58,6 +58,22 @@ def test_undecodable_or_schema_invalid_events_are_rejected_keyed_by_position(
     assert verdict.outcome["result"] == "rejected"
     assert verdict.outcome["reason"].startswith(reason)
     assert verdict.key == f"unverified@{POS}"
+
+
+def test_an_oversized_event_is_rejected_unread_even_when_signed_and_allow_listed() -> None:
+    """Found by the fault benchmark (bench/faults.py, row 7): a valid signed throttle padded
+    to 256 KiB was applied. Its outcome must not echo it either."""
+    action = sign(good() | {"reason": {"padding": "x" * MAX_EVENT_BYTES}}, KEY)
+    raw = orjson.dumps(action)
+    assert len(raw) > MAX_EVENT_BYTES
+    verdict = run(raw)
+    assert verdict.action is None and verdict.outcome is not None
+    assert verdict.outcome["result"] == "rejected"
+    assert verdict.outcome["reason"].startswith("oversized")
+    assert verdict.key == f"unverified@{POS}"
+    assert len(orjson.dumps(verdict.outcome)) < 1024
+    small = sign(good() | {"reason": {"padding": "x" * 1000}}, KEY)
+    assert run(small).action == small
 
 
 def test_unsigned_and_forged_events_are_rejected_and_never_keyed_by_the_claimed_id() -> None:

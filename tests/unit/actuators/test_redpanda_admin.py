@@ -515,3 +515,29 @@ def test_tls_client_certificate_is_presented(pki: dict[str, tuple[str, str]]) ->
     finally:
         stub.stop()
     assert stub.violations == []
+
+
+def test_a_timed_outage_answers_every_request_until_it_clears(
+    stubs: list[RedpandaAdminStub],
+) -> None:
+    """The stub's ``for_s`` script (an Admin API answering 503 for a while, as the fault
+    benchmark uses it): every request fails during it, the first one after it succeeds."""
+    outage = stubs[0].script("GET", "/v1/brokers", times=0, for_s=0.4, status=503)
+    with RedpandaAdmin(stubs[0].url, max_retries=0) as admin:
+        for _ in range(3):
+            with pytest.raises(RedpandaAdminError) as err:
+                admin.brokers()
+            assert err.value.status == 503 and err.value.retriable
+        time.sleep(0.45)
+        assert len(admin.brokers()) == 3
+    assert outage.hits == 3
+    assert len(_requests(stubs, "GET", "/v1/brokers")) == 4
+
+
+def test_the_cluster_counts_transfers_that_moved_a_leader(
+    stubs: list[RedpandaAdminStub],
+) -> None:
+    with RedpandaAdmin(stubs[0].url) as admin:
+        admin.transfer_leadership("orders", 0, 1)
+        admin.transfer_leadership("orders", 0, 1)  # a repeat moves nothing
+    assert stubs[0].cluster.leader_changes == 1
