@@ -106,7 +106,8 @@ class PipelineMetrics:
         )
         self.model_inputs = Counter(
             "lagpilot_model_inputs_total",
-            "Messages the lag model consumed, by event (watermarks, commit, offset_deleted).",
+            "Messages the lag model consumed, by event (watermarks, commit, offset_deleted; "
+            "commit_rejected: a commit to a partition the topic cannot have).",
             ["event"],
             registry=r,
         )

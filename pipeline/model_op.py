@@ -202,7 +202,11 @@ class LagOperator:
         topic = key
         model = self._model(topic, state)
         if event == "commits":  # a coalesced batch from CommitsSource
+            rejected = model.rejected_commits
             touched = model.commit_many(value["commits"])
+            if self.on_input is not None and model.rejected_commits > rejected:
+                for _ in range(model.rejected_commits - rejected):  # partitions it cannot have
+                    self.on_input("commit_rejected")
             for group, partition in value.get("deleted", ()):
                 model.forget(group, partition)
                 touched.add(group)

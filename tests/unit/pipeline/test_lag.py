@@ -463,3 +463,21 @@ def test_events_built_column_wise_equal_the_dataclass_path(obs: TopicObservation
         view = obs.view(g)
         expected.append(to_dict(view.partition_lag(view.partitions.tolist().index(p))))
     assert obs.partition_events(gi, pi) == expected
+
+
+def test_commits_to_partitions_the_topic_cannot_have_are_counted_not_allocated():
+    """Garbage decoded as a commit to partition ~2**31 once made the model ask for 270 GiB
+    (bench/faults.py row 6b): it is dropped and counted; true commits beside it apply."""
+    from pipeline.lag import MAX_PARTITIONS_UNSAMPLED
+
+    m = TopicModel("t", CFG)
+    m.commit_many([["g", 0, 5, 1_000], ["g", 2_147_483_000, 9, 1_000], ["g", -3, 1, 1_000]])
+    m.commit("g", MAX_PARTITIONS_UNSAMPLED, 1, 1_000)  # before any sample: the fixed bound
+    assert m.rejected_commits == 3 and m.committed.shape[1] == 1
+    m.add_sample(1_000, [5, 7])
+    m.commit("g", 100, 1, 1_100)  # beyond max(2 x 2 sampled partitions, 64)
+    m.commit_many([["g", 1, 3, 1_100], ["h", 500, 2, 1_100]])
+    assert m.rejected_commits == 5 and m.committed.shape[1] == 2
+    m.add_sample(1_250, [5, 7])
+    (o,) = m.observe(1_250)
+    assert list(o.partitions) == [0, 1] and list(o.lag) == [0, 4]
