@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.fits import Fit
 from pipeline.history import SOURCE_NAMES, time_lag_s
-from pipeline.lag import Fit, LagConfig, TopicModel, TopicObservation, _dec, _enc
+from pipeline.lag import LagConfig, TopicModel, TopicObservation, _dec, _enc
 from schemas import LagStatus, to_dict, validate
 
 CFG = LagConfig()
