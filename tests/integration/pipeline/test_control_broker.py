@@ -65,6 +65,7 @@ def test_one_explained_action_then_halt_stops_further_actions(
         "allow": {"throttle_client_ids": ["ingest-*"]},
         "producers": {"ingest-*": ["docs"]},
         "actions": {"enabled": ["throttle_producer", "release_producer"]},
+        "diagnosis": {"enabled": False},  # the publishing path and the kill switch, not a cause
     })  # fmt: skip
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
 
