@@ -1,5 +1,7 @@
-"""A tiny incident suite (both scenarios, seconds-long shapes) so the suite cannot rot; the
-figures come from `make bench-incidents`."""
+"""A tiny incident suite (seconds-long shapes) so the suite cannot rot; the figures come from
+`make bench-incidents`. The flood runs here; the avalanche's lagpilot and sdk runs are the
+war story's (tests/bench/test_war_story_smoke.py), and its three baselines one after the
+other took two minutes of a 17-minute suite."""
 
 from __future__ import annotations
 
@@ -18,21 +20,16 @@ def test_incident_suite_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "incidents.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "incidents.py"), "--smoke", "--out", str(out),
-         "--bootstrap", kafka_bootstrap],
+         "--bootstrap", kafka_bootstrap, "--scenarios", "flood"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     scenarios = orjson.loads(out.read_bytes())["scenarios"]
-    assert set(scenarios) == {"avalanche", "flood"}
+    assert set(scenarios) == {"flood"}
     for name, s in scenarios.items():
         assert all(k in s for k in KEYS), (name, sorted(s))
         assert s["lost"] == 0 and s["duplicates"] == 0, name  # the SDK runs in both
         assert out.with_name(f"incidents_{name}.png").stat().st_size > 10_000
-    a = scenarios["avalanche"]
-    assert set(a["baselines"]) == {"naive", "sdk", "lagpilot"}
-    assert a["baselines"]["naive"]["consumer"] == "naive"
-    assert a["baselines"]["sdk"]["lost"] == 0 and a["baselines"]["sdk"]["duplicates"] == 0
-    assert "spread_partition" in a["remedy"]
     f = scenarios["flood"]
     assert f["flooder"] in f["on"]["client_ids"]
     assert f["on"]["reported_rates_events"] > 0  # the producer wrapper reported its rates

@@ -55,6 +55,8 @@ ratio = 3.0
 lanes = {LANES}
 [cooldowns]
 default_s = 30
+[diagnosis]
+enabled = false  # the trace of one spread; the causes are tested in test_remedies*
 """
 
 
