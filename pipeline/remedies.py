@@ -180,12 +180,11 @@ def run(c: _Ctx) -> None:
             s.baselines[key] = dg.update_baseline(s.baselines.get(key), c.summary)
         if lad is not None:
             lad = s.ladders[key] = dict(lad)
+            if not lad.get("closed"):
+                for sub_key in _partition_ladders(s, key):  # each hot partition's, then drop
+                    _verify_on_clear(c, dict(s.ladders.pop(sub_key)))
             c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
-            if lad.get("phase") == "watching":  # cleared while watched: it helped
-                lag_now = target_time_lag(c, lad)
-                c.actions.append(verification_event(lad, "verified", lag_now, c.now,
-                                                    "the incident cleared"))  # fmt: skip
-                lad["phase"] = "verified"
+            _verify_on_clear(c, lad)
             lad["closed"] = True  # kept while it holds a throttle or spread (undone later)
         _upkeep(c, lad)
         if lad is not None and not _holds(c):
@@ -206,6 +205,8 @@ def run(c: _Ctx) -> None:
             and lad["since_ms"] == c.incident.since_ms
         )
     ):
+        for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
+            del s.ladders[sub_key]
         lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
                                 "phase": "ready", "since_ms": c.incident.since_ms,
                                 "group": c.summary.group, "topic": c.summary.topic}  # fmt: skip
@@ -214,9 +215,69 @@ def run(c: _Ctx) -> None:
     c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
     _upkeep(c, lad)
     steps = c.config.ladders.for_group(c.summary.group, lad["cause"])
+    if lad["cause"] == dg.HOTSPOT:
+        _per_partition(c, lad, steps, exit_s, hot)
+        c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
+        return
     _judge(c, lad, steps, exit_s)
     if lad["phase"] == "ready" and lad["step"] < len(steps):
         _act(c, lad, steps[lad["step"]], hot)
+
+
+# -- a hotspot climbs the ladder once per hot partition --------------------------------------
+
+
+def partition_ladder_key(key: str, partition: int) -> str:
+    """The state key of one hot partition's ladder inside incident ``key`` (group, topic)."""
+    return f"{key}\x00{partition}"
+
+
+def incident_of(ladder_key: str) -> str:
+    """The incident key a ladder belongs to (itself, or its hot partition's incident)."""
+    return "\x00".join(ladder_key.split("\x00", 2)[:2])
+
+
+def _partition_ladders(s: PolicyState, key: str) -> list[str]:
+    """The hot partitions' ladders of incident ``key``, in partition order (deterministic)."""
+    subs = [k for k in s.ladders if k != key and incident_of(k) == key]
+    return sorted(subs, key=lambda k: int(k.rsplit("\x00", 1)[1]))
+
+
+def _per_partition(
+    c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float, hot: list[Any]
+) -> None:
+    """Every hot partition gets its own ladder: spread it, verify it, hand it off if the
+    spread did not help, each on its own deadline. A partition that turns hot later in the
+    incident starts its own ladder then; none waits for another's verdict. The rails are
+    the same for every partition's actions (``c.emit``: budget, cooldown, enabled); an action
+    that a rail holds back is tried again on the next summary."""
+    s = c.state
+    lad["phase"] = "per_partition"
+    for w in hot:
+        sub_key = partition_ladder_key(c.key, w.partition)
+        if sub_key not in s.ladders:
+            s.ladders[sub_key] = {
+                "cause": dg.HOTSPOT, "step": 0, "phase": "ready", "since_ms": lad["since_ms"],
+                "group": c.summary.group, "topic": c.summary.topic, "of": w.partition,
+                "evidence": dg.hotspot_evidence(c.summary, [w], c.config.hot_ratio),
+            }  # fmt: skip
+    by_part = {w.partition: w for w in hot}
+    for sub_key in _partition_ladders(s, c.key):
+        sub = s.ladders[sub_key] = dict(s.ladders[sub_key])
+        c.diagnosis = {"cause": sub["cause"], "evidence": sub["evidence"]}
+        _judge(c, sub, steps, exit_s)
+        if sub["phase"] == "ready" and sub["step"] < len(steps):
+            w = by_part.get(sub["of"])
+            _act(c, sub, steps[sub["step"]], [w] if w is not None else [])
+
+
+def _verify_on_clear(c: _Ctx, lad: dict[str, Any]) -> None:
+    """The incident cleared while the step was watched: it helped."""
+    if lad.get("phase") == "watching":
+        lag_now = target_time_lag(c, lad)
+        c.actions.append(verification_event(lad, "verified", lag_now, c.now,
+                                            "the incident cleared"))  # fmt: skip
+        lad["phase"] = "verified"
 
 
 def _holds(c: _Ctx) -> bool:

@@ -193,6 +193,57 @@ def test_hotspot_spread_without_effect_is_handed_off_then_verified() -> None:
     assert last[0]["reason"]["cause"] == "hotspot"
 
 
+TWO_HOT = [wp(3, 40.0, consume=0.0), wp(5, 30.0, consume=0.0), wp(1, 2.0), wp(2, 1.0)]
+
+
+def test_every_hot_partition_climbs_its_own_ladder() -> None:
+    loop = Loop(cfg())
+    first = loop.feed(gl(TWO_HOT), 3)
+    assert [(a["type"], a["params"]["partition"]) for a in first] == [
+        ("spread_partition", 3), ("spread_partition", 5)
+    ]  # fmt: skip
+    assert [a["reason"]["evidence"]["partitions"] for a in first] == [[3], [5]]
+    assert [a["reason"]["partition_time_lag_s"] for a in first] == [40.0, 30.0]
+    assert all(a["reason"]["cause"] == "hotspot" for a in first)
+    # partition 3 drains (verified), partition 5 does not: only 5 is handed off, at its deadline
+    drained = [wp(3, 8.0), wp(5, 30.0, consume=0.0), wp(1, 2.0), wp(2, 1.0)]
+    loop.feed(gl(drained))
+    assert [(v["result"], v["target"]) for v in loop.verdicts] == [("verified", first[0]["target"])]
+    later = loop.feed(gl(drained), 20)
+    assert [(a["params"]["partition"], a["params"]["pool"]) for a in later] == [(5, "dedicated")]
+    assert [(v["result"], v["target"]) for v in loop.verdicts[1:]] == [
+        ("no_effect", first[1]["target"])
+    ]
+    assert loop.verdicts[1]["time_lag_at_apply_s"] == 30.0
+    # the pool drains 5; then the incident clears and both are restored
+    loop.feed(gl([wp(3, 2.0), wp(5, 4.0), wp(1, 2.0), wp(2, 1.0)]))
+    assert [v["result"] for v in loop.verdicts] == ["verified", "no_effect", "verified"]
+    last = loop.feed(gl(CALM), 30)
+    assert sorted((a["type"], a["params"]["partition"]) for a in last) == [
+        ("restore_partition", 3), ("restore_partition", 5)
+    ]  # fmt: skip
+    assert loop.state.ladders == {}
+
+
+def test_a_partition_that_turns_hot_later_does_not_wait_for_the_first_verdict() -> None:
+    loop = Loop(cfg())
+    loop.feed(gl(HOT), 3)
+    loop.feed(gl(HOT), 4)  # partition 3 is spread and watched (deadline 5 s: 20 ticks)
+    second = loop.feed(gl(TWO_HOT), 1)
+    assert [(a["type"], a["params"]["partition"]) for a in second] == [("spread_partition", 5)]
+    assert loop.verdicts == []
+
+
+def test_the_budget_holds_back_the_next_hot_partition_until_it_frees() -> None:
+    loop = Loop(cfg(budget={"actions_per_minute": 1}))
+    loop.feed(gl(TWO_HOT), 3)
+    assert [a["params"]["partition"] for a in loop.actions] == [3]
+    loop.feed(gl([wp(3, 4.0), *TWO_HOT[1:]]), 260)  # 3 drains; 5 waits out the minute
+    spreads = [(a["params"]["partition"], a["issued_at"]) for a in loop.actions]
+    assert [p for p, _ in spreads][:2] == [3, 5]
+    assert spreads[1][1] - spreads[0][1] >= 60_000
+
+
 def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
     ladder = {"hotspot": ["spread_partition:5", "handoff_partition:5"]}
     config = config_from_mapping(
@@ -209,9 +260,8 @@ def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
     assert kinds(loop.actions) == ["spread_partition"]  # the spread is kept: no undo here
     assert [a["params"]["pool"] for a in loop.actions] == [None]
     assert [v["result"] for v in loop.verdicts] == ["no_effect"]
-    assert next(iter(loop.state.ladders.values()))["skipped"] == [
-        "handoff_partition: no hotspot.pool"
-    ]
+    [rung] = [lad for lad in loop.state.ladders.values() if lad.get("of") == 3]
+    assert rung["skipped"] == ["handoff_partition: no hotspot.pool"]
 
 
 def test_no_outcome_by_the_deadline_is_no_effect_and_a_failure_escalates_at_once() -> None:
