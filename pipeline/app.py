@@ -244,13 +244,13 @@ def build_app(
             config=cfg(1, **{"retention.ms": str(3_600_000)}),
         )
         outcomes_topic = app.topic(
-            topics.OUTCOMES,
+            settings.outcomes_topic,
             key_serializer="str",
             key_deserializer="str",
             config=cfg(1, **{"cleanup.policy": "compact"}),
         )
         producers_topic = app.topic(
-            topics.PRODUCERS,
+            settings.producers_topic,
             key_serializer="str",
             key_deserializer="str",
             config=cfg(settings.topic_partitions, **{"retention.ms": str(3_600_000)}),
@@ -268,7 +268,8 @@ def build_app(
             lambda v: (
                 isinstance(v, dict)
                 and v.get("event") == "outcome"
-                and v.get("result") in ("applied", "recorded", "failed", "rejected", "expired")
+                and v.get("result")
+                in ("applied", "recorded", "delegated", "failed", "rejected", "expired")
             )
         )
         outcomes_in.to_topic(policy_topic, key=lambda _: "policy")

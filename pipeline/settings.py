@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.group_health import HealthConfig
 from pipeline.lag import LagConfig
 from schemas import ConfigError
+from schemas import topics as topic_names
 
 ENV_PREFIX = "LAGPILOT_"
 KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
@@ -72,6 +73,11 @@ class Settings:
     replication_factor: int = 1
     metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
     control_topic: str = "lagpilot.control"  # the actuator and workers must read the same
+    # where the actuator and the workers report outcomes (the policy verifies from them and
+    # writes its verification events there) and where SDK producers report their rates;
+    # the actuator's LAGPILOT_OUTCOMES_TOPIC and the producers' rates topic must match
+    outcomes_topic: str = topic_names.OUTCOMES
+    producers_topic: str = topic_names.PRODUCERS
     policy_file: str = ""  # empty: built-in policy defaults (mode recommend)
     run_sampler: bool = True
     run_policy: bool = True
