@@ -152,14 +152,16 @@ def diagnose(
 
 
 def hotspot_evidence(
-    s: GroupLag, hot: Sequence[WorstPartition], hot_ratio: float
+    s: GroupLag, hot: Sequence[WorstPartition], hot_ratio: float, *, only: int | None = None
 ) -> dict[str, Any]:
-    """The hot partitions' time lag against the worst of the rest (``next_worst``)."""
+    """The hot partitions' time lag against the worst partition that is not hot
+    (``next_worst``); ``only``: the evidence of that one hot partition."""
     hot_parts = {w.partition for w in hot}
     rest = max((w.time_lag_s for w in s.worst if w.partition not in hot_parts), default=0.0)
+    named = [w for w in hot if only is None or w.partition == only]
     return {
-        "partitions": [w.partition for w in hot],
-        "partition_time_lag_s": [_r(w.time_lag_s) for w in hot],
+        "partitions": [w.partition for w in named],
+        "partition_time_lag_s": [_r(w.time_lag_s) for w in named],
         "next_worst_time_lag_s": _r(rest), "hot_ratio": hot_ratio,
     }  # fmt: skip
 

@@ -5,10 +5,12 @@
 1. upkeep, whatever the cause: leased throttles are renewed, stepped down or released,
    spreads restored once the incident clears, scale hints dropped;
 2. while no incident is open, the group's usual rates (``Baseline``) are learnt;
-3. when an incident opens it is diagnosed (``pipeline.diagnosis``); the cause may later be
-   replaced only by a more severe one (a storm found after a hotspot), which restarts the
-   ladder;
-4. the ladder's current step acts (``issued``); its actions carry the cause and evidence;
+3. when an incident opens it is diagnosed (``pipeline.diagnosis``); until its ladder has
+   acted the cause follows the evidence; after that it may be replaced only by a more
+   severe one (a storm found after a hotspot), which restarts the ladder (``_replaces``);
+4. the ladder's current step acts (``issued``); its actions carry the cause and evidence.
+   A hotspot climbs the ladder once per hot partition (``_per_partition``): each partition
+   is spread, watched, verified and, without effect, handed off on its own deadline;
 5. an ``applied`` (or ``recorded``, or ``delegated`` to the SDK workers) outcome of one of
    the step's actions starts the watch (``fold_outcome``): the target's time lag at that
    moment is the reference;
@@ -197,14 +199,7 @@ def run(c: _Ctx) -> None:
                              c.config.leadership_min_partitions, c.config.hot_ratio)  # fmt: skip
     d = dg.diagnose(c.summary, exit_s, hot, cfg, health=s.health.get(c.summary.group),
                     baseline=s.baselines.get(key), producers=topic_producers(c))  # fmt: skip
-    if (
-        lad is None
-        or lad.get("closed")
-        or (
-            dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]]
-            and lad["since_ms"] == c.incident.since_ms
-        )
-    ):
+    if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
         for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
             del s.ladders[sub_key]
         lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
@@ -259,7 +254,8 @@ def _per_partition(
             s.ladders[sub_key] = {
                 "cause": dg.HOTSPOT, "step": 0, "phase": "ready", "since_ms": lad["since_ms"],
                 "group": c.summary.group, "topic": c.summary.topic, "of": w.partition,
-                "evidence": dg.hotspot_evidence(c.summary, [w], c.config.hot_ratio),
+                "evidence": dg.hotspot_evidence(c.summary, hot, c.config.hot_ratio,
+                                                only=w.partition),
             }  # fmt: skip
     by_part = {w.partition: w for w in hot}
     for sub_key in _partition_ladders(s, c.key):
@@ -269,6 +265,8 @@ def _per_partition(
         if sub["phase"] == "ready" and sub["step"] < len(steps):
             w = by_part.get(sub["of"])
             _act(c, sub, steps[sub["step"]], [w] if w is not None else [])
+        if sub.get("acted"):
+            lad["acted"] = True
 
 
 def _verify_on_clear(c: _Ctx, lad: dict[str, Any]) -> None:
@@ -278,6 +276,22 @@ def _verify_on_clear(c: _Ctx, lad: dict[str, Any]) -> None:
         c.actions.append(verification_event(lad, "verified", lag_now, c.now,
                                             "the incident cleared"))  # fmt: skip
         lad["phase"] = "verified"
+
+
+def _replaces(lad: dict[str, Any], d: dg.Diagnosis, since_ms: int) -> bool:
+    """Whether diagnosis ``d`` starts a new ladder in place of ``lad`` in the same incident.
+
+    Until the ladder has acted, the diagnosis follows the evidence: an incident that opens
+    while a group is still joining (no consumption yet: ``stalled``, which only alerts) is
+    a hotspot a second later, and must not stay an alert. Once it acted, only a more severe
+    cause replaces it, and never ``stalled``: an alert changes nothing, and dropping the
+    watch of a standing remedy (one summary with every worker busy) would leave it unjudged.
+    """
+    if d.cause == lad["cause"] or lad["since_ms"] != since_ms:
+        return False
+    if not lad.get("acted"):
+        return True
+    return dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]] and d.cause != dg.STALLED
 
 
 def _holds(c: _Ctx) -> bool:
@@ -373,6 +387,7 @@ def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
             a["mode"] = mode
     if not new:
         return  # nothing possible now (cooling, budget, not allowed): try again next tick
+    lad["acted"] = True
     deadline_ms = int(step.deadline_s * 1000)
     cooldown_ms = int(c.config.cooldown_s(new[0]["type"]) * 1000)
     part = new[0]["params"].get("partition")

@@ -244,6 +244,23 @@ def test_the_budget_holds_back_the_next_hot_partition_until_it_frees() -> None:
     assert spreads[1][1] - spreads[0][1] >= 60_000
 
 
+def test_until_it_acts_the_diagnosis_follows_the_evidence() -> None:
+    """A group still joining (nothing consumed yet) opens the incident as stalled; a second
+    later it is a hotspot, and the hotspot's ladder acts (the alert does not stick)."""
+    loop = Loop(cfg())
+    joining = [wp(p, lag, consume=0.0) for p, lag in [(3, 40.0), (1, 2.0), (2, 1.0), (0, 0.5)]]
+    loop.feed(gl(joining), 4)
+    assert loop.actions == [] and next(iter(loop.state.ladders.values()))["cause"] == "stalled"
+    assert kinds(loop.feed(gl(HOT), 1)) == ["spread_partition"]
+    assert loop.actions[0]["reason"]["cause"] == "hotspot"
+    # once it acted, one summary with every worker busy (no consumption) changes nothing:
+    # the spread is still watched and verified
+    loop.feed(gl(joining), 2)
+    loop.feed(gl([wp(3, 20.0), *HOT[1:]]))
+    assert [v["result"] for v in loop.verdicts] == ["verified"]
+    assert loop.state.ladders[next(iter(loop.state.ladders))]["cause"] == "hotspot"
+
+
 def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
     ladder = {"hotspot": ["spread_partition:5", "handoff_partition:5"]}
     config = config_from_mapping(
