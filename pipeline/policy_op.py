@@ -113,6 +113,7 @@ class PolicyOperator:
         for v in verdicts:
             log.info("%s %s %s on %s: %s", v["result"], v["cause"], v["action_type"],
                      v["target"], v["why"])  # fmt: skip
+        _log_diagnosis(current, new)
         return [*signed, *verdicts]
 
     def _fold(self, kind: str, value: dict[str, Any], current: PolicyState, state: Any) -> None:
@@ -162,3 +163,18 @@ def _trace_decision(event: dict[str, Any], signed: list[dict[str, Any]]) -> None
             }
             with tracing.span("lagpilot.control_event", parent=decided, attributes=attributes) as s:
                 tracing.remember(a["id"], tracing.headers_of(s))
+
+
+def _log_diagnosis(before: PolicyState, after: PolicyState) -> None:
+    """One line each time an incident's ladder starts or its cause changes (what acts next)."""
+    for key, lad in after.ladders.items():
+        old = before.ladders.get(key)
+        if old is not None and old is lad:
+            continue
+        if old is None or (old.get("cause"), old.get("since_ms")) != (
+            lad.get("cause"),
+            lad.get("since_ms"),
+        ):
+            group, _, rest = key.partition("\x00")
+            log.info("diagnosed %s on group %s, topic %s: %s", lad.get("cause"), group,
+                     rest.replace("\x00", " partition "), lad.get("evidence"))  # fmt: skip
