@@ -13,9 +13,11 @@ Scenarios (``--scenarios``, comma-separated; all by default):
 Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
 ``first_action_ms``, ``verified``, ``off_p99_ms``, ``on_p99_ms``, ``ratio``, ``lost``,
 ``duplicates`` (of the lagpilot run; each baseline has its own) and its ``shape``, under
-``scenarios.<name>`` in ``bench/results/incidents.json``, with a PNG per scenario.
-``verified`` is null when no action's outcome says verified or undone (this build of the
-decide stage does not verify yet): the suite reports what the policy does, not what it should.
+``scenarios.<name>`` in ``bench/results/incidents.json``, with a PNG per scenario. The
+scenarios run are merged into the file: other scenarios' entries (written by other modules)
+are kept, and each entry has its own ``measured_at`` and ``commit``. ``verified``: every
+target an action changed ended ``verified`` by the policy's verification events, or was
+undone (bench/verdicts.py); ``verdicts`` gives each target's.
 
     .venv/bin/python bench/incidents.py [--scenarios avalanche,flood] [--smoke]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
@@ -32,36 +34,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import broker  # noqa: E402
 from bench.swarm import SwarmConfig  # noqa: E402
+from bench.verdicts import (  # noqa: E402
+    git_commit,
+    merge_results,
+    remedy_of,
+    verdicts_by_target,
+    verified_of,
+)
 from bench.war_story import one_run  # noqa: E402
-
-VERIFY_RESULTS = ("verified", "no_effect", "undone", "restored", "released")
-
-
-def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
-    """Action types in the order they were first issued (repeats, e.g. renewals, once)."""
-    seen: list[str] = []
-    for a in sorted(actions, key=lambda a: a["at_ms"]):
-        if a["type"] not in seen:
-            seen.append(a["type"])
-    return seen
-
-
-def verified_of(outcomes: list[dict[str, Any]]) -> bool | None:
-    """True if every applied or delegated action ended verified or undone; None if no outcome
-    says either way (nothing verifies actions in this build)."""
-    if not any(o.get("result") in VERIFY_RESULTS for o in outcomes):
-        return None
-    acted = [o for o in outcomes if o.get("result") in ("applied", "delegated")]
-    ended = [o for o in outcomes if o.get("result") in VERIFY_RESULTS]
-    return len(ended) >= len(acted)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -97,7 +83,8 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
         "remedy": remedy_of(actions),
         "detection_ms": on["detection_ms"],
         "first_action_ms": min((a["at_ms"] for a in actions), default=None),
-        "verified": verified_of(on["outcomes"]),
+        "verified": verified_of(actions, on["verifications"]),
+        "verdicts": verdicts_by_target(actions, on["verifications"]),
         "off_p99_ms": runs["naive"]["p99_ms"],
         "sdk_p99_ms": runs["sdk"]["p99_ms"],
         "on_p99_ms": on["p99_ms"],
@@ -108,6 +95,7 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
         "duplicates": on["duplicates"],
         "baselines": baselines,
         "outcomes": on["outcomes"],
+        "verifications": on["verifications"],
         "worker_outcomes": on["worker_outcomes"],
         "shape": {
             "partitions": cfg.partitions,
@@ -196,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                               warmup_s=3, avalanche_s=5, heavy_rate_per_s=12,
                               naive_members=2)  # fmt: skip
             summary, runs = avalanche(cfg, Path(tmp))
+            summary["took_s"] = round(time.monotonic() - t0, 1)
             result["scenarios"]["avalanche"] = summary
             plot_avalanche(runs, cfg.hot_partitions, out.with_name("incidents_avalanche.png"))
             print(f"avalanche: p99 naive {summary['off_p99_ms']} ms, sdk {summary['sdk_p99_ms']}"
@@ -204,18 +193,21 @@ def main(argv: list[str] | None = None) -> int:
         if "flood" in wanted:
             from bench.incident_flood import FloodShape, flood, plot_flood
 
+            t1 = time.monotonic()
+
             shape = FloodShape(producers=args.producers, flood_s=args.flood_s,
                                flood_factor=args.flood_factor)  # fmt: skip
             if args.smoke:
                 shape = replace(shape, warmup_s=6, flood_s=8, cooldown_s=6)
             summary, runs = flood(args.bootstrap, shape, Path(tmp))
+            summary["took_s"] = round(time.monotonic() - t1, 1)
             result["scenarios"]["flood"] = summary
             plot_flood(runs, out.with_name("incidents_flood.png"))
             print(f"flood: worst time lag off {summary['off_max_time_lag_s']} s, on "
                   f"{summary['on_max_time_lag_s']} s; throttled {summary['throttled']}; "
                   f"remedy {summary['remedy']}")  # fmt: skip
-    result["took_s"] = round(time.monotonic() - t0, 1)
-    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    # merged: the scenarios run here replace their entries, the others' are kept
+    merge_results(out, result["scenarios"], commit=git_commit(ROOT))
     return 0
 
 

@@ -51,3 +51,14 @@ def test_actuate_reads_the_config_file_under_the_same_names(
     assert from_env(args.env, max_batch=args.max_batch).max_batch == 8
     args = _parser().parse_args(["--config", str(cfg), "--max-batch", "4"])
     assert from_env(args.env, max_batch=args.max_batch).max_batch == 4
+
+
+def test_the_outcomes_and_producer_rates_topics_follow_the_actuator_and_the_sdk() -> None:
+    """The policy verifies from the outcomes topic the actuator writes, and attributes bursts
+    from the rates topic the SDK's producers write: both are settable together with them."""
+    s = load_settings(env={"LAGPILOT_OUTCOMES_TOPIC": "lagpilot.outcomes.run-1",
+                           "LAGPILOT_PRODUCERS_TOPIC": "lagpilot.producers.run-1"})  # fmt: skip
+    assert (s.outcomes_topic, s.producers_topic) == (
+        "lagpilot.outcomes.run-1", "lagpilot.producers.run-1"
+    )  # fmt: skip
+    assert load_settings(env={}).outcomes_topic == "lagpilot.outcomes"
