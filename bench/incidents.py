@@ -76,6 +76,7 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
             "drained": r["drained"],
             "max_time_lag_s": r["max_time_lag_s"],
             "consumer": r["consumer"],
+            "p99_tail": r.get("p99_tail"),
         }
         for name, r in runs.items()
     }

@@ -90,3 +90,35 @@ def merge_results(
     result.pop("took_s", None)  # each scenario has its own
     out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     return result
+
+
+def p99_tail(
+    rows: list[tuple[str, int, int, int, int]],
+    hot: set[int],
+    spread_at_ms: dict[int, int],
+) -> dict[str, Any]:
+    """Where a run's p99 goes: the messages slower than its p99, split by where they were.
+
+    ``rows`` are the ledger's (id, partition, heavy, produced_ms, done_ms); ``spread_at_ms``
+    the absolute time each partition's spread was issued. ``hot_before_spread``: on a hot
+    partition, produced before its spread (the time to detect and act); ``hot_after_spread``:
+    on a hot partition after it (the spread's own capacity); ``other_partitions``: collateral
+    (shared worker threads, the machine)."""
+    if not rows:
+        return {}
+    import numpy as np
+
+    latency = np.array([r[4] - r[3] for r in rows], dtype=np.float64)
+    p99 = float(np.percentile(latency, 99))
+    slow = [r for r in rows if r[4] - r[3] > p99]
+    out = {"p99_ms": round(p99, 1), "slower_than_p99": len(slow),
+           "heavy": sum(1 for r in slow if r[2]),
+           "hot_before_spread": 0, "hot_after_spread": 0, "other_partitions": 0}  # fmt: skip
+    for r in slow:
+        if r[1] not in hot:
+            out["other_partitions"] += 1
+        elif r[1] in spread_at_ms and r[3] >= spread_at_ms[r[1]]:
+            out["hot_after_spread"] += 1
+        else:
+            out["hot_before_spread"] += 1
+    return out

@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 
 from bench import broker  # noqa: E402
 from bench.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
+from bench.verdicts import p99_tail  # noqa: E402
 from tests.integration.pipeline.harness import LagReader, PipelineProcess, free_port  # noqa: E402
 
 DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
@@ -181,6 +182,12 @@ def one_run(
          "instance": o["instance"], "partition": o.get("partition"), "lanes": o.get("lanes")}
         for o in reported if o.get("event") == "worker_outcome"
     ]  # fmt: skip
+    first_spread: dict[int, int] = {}
+    for a in actions:
+        part = a["params"].get("partition")
+        if a["type"] == "spread_partition" and isinstance(part, int):
+            first_spread[part] = min(first_spread.get(part, a["issued_at"]), a["issued_at"])
+    res["p99_tail"] = p99_tail(swarm.ledger.rows(), hot, first_spread)
     log(f"balancer {'on ' if balancer else 'off'}: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
         f"max {res['max_ms']} ms, lost {res['lost']}, duplicates {res['duplicates']}, "
         f"detection {res['detection_ms']} ms, actions {len(res['actions'])}, verdicts "

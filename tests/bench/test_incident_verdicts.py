@@ -49,3 +49,16 @@ def test_a_run_merges_its_scenarios_and_keeps_the_others(tmp_path: Path) -> None
     garbage.write_text("not json")
     merge_results(garbage, {"flood": {"ratio": 6.0}}, commit=None)
     assert set(orjson.loads(garbage.read_bytes())["scenarios"]) == {"flood"}
+
+
+def test_the_p99_tail_says_where_the_slow_messages_were() -> None:
+    from bench.verdicts import p99_tail
+
+    fast = [(f"f{i}", i % 16, 0, 1000 + i, 1100 + i) for i in range(970)]  # 100 ms each
+    before = [(f"b{i}", 4, 1, 2000, 5000 + i) for i in range(20)]  # hot p4, before its spread
+    after = [(f"a{i}", 4, 1, 9000, 9900) for i in range(5)]  # hot p4, after it
+    other = [(f"o{i}", 7, 0, 3000, 4000) for i in range(5)]  # collateral
+    tail = p99_tail(fast + before + after + other, {4, 11}, {4: 8000})
+    assert 8 <= tail["slower_than_p99"] <= 10  # ~1% of 1,000 rows, the slowest
+    assert tail["hot_before_spread"] == tail["heavy"] == tail["slower_than_p99"]
+    assert tail["other_partitions"] == 0 and tail["hot_after_spread"] == 0
