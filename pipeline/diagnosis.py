@@ -48,6 +48,9 @@ BASELINE_ALPHA = 0.1
 #: summaries a usual rate needs before it can name a burst (the model's rates ramp up over
 #: its window after a start: an early mean is too low)
 MIN_BASELINE_SAMPLES = 60
+#: reports (one a second) a producer's usual rate is the plain mean of, before its rate
+#: can name a burst (its first second is often partial)
+RATE_WARMUP_REPORTS = 5
 
 
 @dataclass(frozen=True, slots=True)

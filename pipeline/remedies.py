@@ -111,7 +111,13 @@ def fold_producer_rate(
     state: PolicyState, event: dict[str, Any], burst_ratio: float
 ) -> PolicyState:
     """One ``producer_rates`` event: the client's current rate, and its usual rate (an
-    exponential mean that a burst does not move, so a flood stays a flood)."""
+    exponential mean that a burst does not move, so a flood stays a flood).
+
+    The first ``dg.RATE_WARMUP_REPORTS`` reports of a client are its warm-up: the usual
+    rate is their plain mean, whatever they are, and the client names no burst yet
+    (``topic_producers`` leaves it out). Without it, a first report of a partial second
+    (a producer that just started) would be "usual", and every later full second a
+    burst that never moves it: every producer of the topic would be a culprit."""
     cid, topic, rate, at = (event.get(k) for k in ("client_id", "topic", "bytes_per_s", "at_ms"))
     if not (isinstance(cid, str) and isinstance(topic, str) and isinstance(at, int)):
         return state
@@ -120,10 +126,14 @@ def fold_producer_rate(
     s = state.copy()
     key = f"{cid}|{topic}"
     old = s.producer_rates.get(key)
+    # [rate, usual, at_ms, reports]; a state saved before warm-up was kept has no count
+    seen = 0 if old is None else int(old[3]) if len(old) > 3 else dg.RATE_WARMUP_REPORTS
     usual = float(rate) if old is None else old[1]
-    if old is not None and rate <= burst_ratio * max(usual, 1.0):
+    if 0 < seen < dg.RATE_WARMUP_REPORTS:
+        usual = (usual * seen + float(rate)) / (seen + 1)
+    elif old is not None and rate <= burst_ratio * max(usual, 1.0):
         usual = (1 - dg.BASELINE_ALPHA) * usual + dg.BASELINE_ALPHA * float(rate)
-    s.producer_rates[key] = [float(rate), usual, at]
+    s.producer_rates[key] = [float(rate), usual, at, min(seen + 1, 1_000_000)]
     return s
 
 
@@ -131,9 +141,11 @@ def topic_producers(c: _Ctx) -> dict[str, list[float]]:
     """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only."""
     stale_ms = c.config.rates_stale_s * 1000
     out: dict[str, list[float]] = {}
-    for key, (rate, usual, at) in c.state.producer_rates.items():
+    for key, entry in c.state.producer_rates.items():
+        rate, usual, at = entry[:3]
+        warm = len(entry) < 4 or entry[3] >= dg.RATE_WARMUP_REPORTS
         cid, _, topic = key.rpartition("|")
-        if topic == c.summary.topic and c.now - at <= stale_ms:
+        if topic == c.summary.topic and c.now - at <= stale_ms and warm:
             out[cid] = [rate, usual]
     return out
 

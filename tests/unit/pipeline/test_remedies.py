@@ -330,6 +330,25 @@ def test_inflow_burst_throttles_only_the_flooding_client_then_releases_it() -> N
     assert loop.state.throttles == {}
 
 
+def test_a_partial_first_second_is_not_a_producers_usual_rate() -> None:
+    """Producers that just started report a partial first second; their full rate after it
+    is no burst (the first five reports are the warm-up), and a later flood names only the
+    producer that floods."""
+    loop = Loop(cfg())
+    lagging = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
+    loop.rates(**{"ingest-a": 15_000.0, "ingest-b": 22_000.0, "ingest-c": 9_000.0})
+    for _ in range(20):  # the group lags from the start (a loaded machine): no culprit
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0, "ingest-c": 100_000.0})
+        loop.feed(gl(lagging))
+    assert not [a for a in loop.actions if a["target"].startswith("client-id:ingest-")]
+    loop.feed(gl(CALM), 10)
+    for _ in range(3):
+        loop.rates(**{"ingest-a": 1_000_000.0, "ingest-b": 100_000.0, "ingest-c": 100_000.0})
+        loop.feed(gl(lagging))
+    throttled = {a["target"] for a in loop.actions if a["type"] == "throttle_producer"}
+    assert throttled == {"client-id:ingest-a"}
+
+
 def test_without_producer_rates_the_policy_file_map_is_throttled() -> None:
     flood = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
     early = Loop(cfg())
