@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from actuators import testing as T  # noqa: E402
+from bench.support import actuator_harness as T  # noqa: E402
 from bench.support import broker  # noqa: E402
 from schemas import encode  # noqa: E402
 

@@ -36,7 +36,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from actuators.quotas import QuotaClient
-from actuators.testing import throttle
+from bench.support.actuator_harness import throttle
 from bench.support.harness import LagReader, PipelineProcess, free_port
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
 from bench.war_story import DEMO_KEY, DEMO_POLICY, read_topic, wait_modelling

@@ -2,6 +2,7 @@
 
 - ``harness``: the pipeline as a process (``PipelineProcess``), the ``lagpilot.lag``
   reader (``LagReader``), scripted loads and topic helpers, on a real broker;
+- ``actuator_harness``: the actuator in threads on fresh topics, signed test actions;
 - ``scaler_harness``: the KEDA external scaler as a process, and its gRPC client;
 - ``swarm`` (with ``naive``): the simulated agent swarm; ``broker``: the local broker;
 - ``redpanda_admin_stub`` (with ``redpanda_admin_contract``): the Admin API stub serving

@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from actuators.testing import KEY, Harness
 from actuators.workers import MemoryDedupeStore, Worker
+from bench.support.actuator_harness import KEY, Harness
 from bench.support.harness import create_topic, producer
 from pipeline.app import build_app
 from pipeline.decide.policy_config import load_policy_config

@@ -17,7 +17,7 @@ from actuators.quotas import broker_error
 from actuators.redpanda_admin import RedpandaAdmin
 from actuators.runner import dispatch, with_retries
 from actuators.settings import Settings
-from actuators.testing import action
+from bench.support.actuator_harness import action
 from bench.support.redpanda_admin_stub import ClusterModel, running_stubs
 
 KEY = b"unit-test-signing-key-0123456789"

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from actuators.backends import KafkaBackend
-from actuators.testing import KEY, Harness
+from bench.support.actuator_harness import KEY, Harness
 from bench.support.harness import PipelineProcess, ScriptedLoad, create_topic
 from bench.war_story import read_topic
 from schemas import encode, topics, validate, verify

@@ -1,6 +1,8 @@
-"""Test helpers shipped with the actuator: signed control events built like the policy
-builds them, and ``Harness``, which runs actuators in threads against fresh topics on a real
-broker and reads their committed outcomes. Used by the tests and the benchmark.
+"""The actuator under test, for the tests and the benchmarks; not shipped in the wheel.
+
+Signed control events built like the policy builds them (with ``KEY``, a signing key for
+tests only), and ``Harness``, which runs actuators in threads against fresh topics on a
+real broker and reads their committed outcomes.
 """
 
 from __future__ import annotations
