@@ -3,7 +3,7 @@
 Scenarios (``--scenarios``, comma-separated; all by default):
 
 - ``avalanche`` (the war story) with three baselines: ``naive`` (plain confluent-kafka
-  consumers that process in their poll loop, bench/naive.py), ``sdk`` (the worker SDK, the
+  consumers that process in their poll loop, bench/support/naive.py), ``sdk`` (the worker SDK, the
   control loop off) and ``lagpilot`` (control on). ``ratio`` = naive p99 / lagpilot p99,
   ``sdk_ratio`` = sdk p99 / lagpilot p99.
 - ``flood`` (bench/incident_flood.py): one of several producers floods a topic beyond what its
@@ -17,9 +17,9 @@ Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
 scenarios run are merged into the file: other scenarios' entries (written by other modules)
 are kept, and each entry has its own ``measured_at`` and ``commit``. ``verified``: every
 target an action changed ended ``verified`` by the policy's verification events, or was
-undone (bench/verdicts.py); ``verdicts`` gives each target's.
+undone (bench/support/verdicts.py); ``verdicts`` gives each target's.
 
-    .venv/bin/python bench/incidents.py [--scenarios avalanche,flood] [--smoke]
+    .venv/bin/python -m bench.incidents [--scenarios avalanche,flood] [--smoke]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
         [--flood-s 30] [--flood-factor 10] [--producers 3]
 """
@@ -27,7 +27,6 @@ undone (bench/verdicts.py); ``verdicts`` gives each target's.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -35,12 +34,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
-from bench.swarm import SwarmConfig  # noqa: E402
-from bench.verdicts import (  # noqa: E402
+from bench.support import broker  # noqa: E402
+from bench.support.swarm import SwarmConfig  # noqa: E402
+from bench.support.verdicts import (  # noqa: E402
     git_commit,
     merge_results,
     remedy_of,

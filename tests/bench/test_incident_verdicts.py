@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.verdicts import merge_results, remedy_of, verdicts_by_target, verified_of
+from bench.support.verdicts import merge_results, remedy_of, verdicts_by_target, verified_of
 
 SPREAD_4 = {"at_ms": 100, "type": "spread_partition", "target": "g/t/4"}
 SPREAD_11 = {"at_ms": 120, "type": "spread_partition", "target": "g/t/11"}
@@ -52,7 +52,7 @@ def test_a_run_merges_its_scenarios_and_keeps_the_others(tmp_path: Path) -> None
 
 
 def test_the_p99_tail_says_where_the_slow_messages_were() -> None:
-    from bench.verdicts import p99_tail
+    from bench.support.verdicts import p99_tail
 
     fast = [(f"f{i}", i % 16, 0, 1000 + i, 1100 + i) for i in range(970)]  # 100 ms each
     before = [(f"b{i}", 4, 1, 2000, 5000 + i) for i in range(20)]  # hot p4, before its spread
