@@ -452,13 +452,33 @@ def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
 
 def _throttle_attributed(c: _Ctx) -> None:
     """Throttle the client ids whose rise made the burst, each to its usual rate (floored);
-    with no producer rates for the topic, the policy file's map."""
+    with no culprit among the rate reports, the policy file's map, less the producers that
+    report rates for the topic (they are judged by their rates: one whose reports stopped,
+    or did not rise, is no culprit)."""
     rates = topic_producers(c)
     culprits = dg.culprits_of(rates) if rates else []
     if not culprits:
-        rule_throttle(c)
+        reporting = reporters(c)
+        rule_throttle(c, [p for p in c.config.producers if not _reports(p, reporting)])
         return
     floor, start = c.config.throttle_floor_bytes_per_s, c.config.throttle_start_bytes_per_s
     producers = [Producer("client-id", cid, (c.summary.topic,)) for cid in culprits]
     start_rates = {p.target: max(floor, min(start, int(rates[p.name][1]))) for p in producers}
     rule_throttle(c, producers, start_rates=start_rates)
+
+
+def reporters(c: _Ctx) -> set[str]:
+    """Client ids that have reported rates for the summary's topic (fresh or not, until the
+    state forgets them): producers that embed the SDK's wrapper."""
+    out = set()
+    for key in c.state.producer_rates:
+        cid, _, topic = key.rpartition("|")
+        if topic == c.summary.topic:
+            out.add(cid)
+    return out
+
+
+def _reports(p: Producer, reporting: set[str]) -> bool:
+    if p.entity == "client-id-prefix":
+        return any(cid.startswith(p.name) for cid in reporting)
+    return p.name in reporting

@@ -349,6 +349,22 @@ def test_a_partial_first_second_is_not_a_producers_usual_rate() -> None:
     assert throttled == {"client-id:ingest-a"}
 
 
+def test_producers_that_report_rates_are_never_throttled_from_the_map() -> None:
+    """After a flood the producers stop (their reports go stale) while the group still
+    lags: no culprit among the reports, and the map's producers that report are not
+    throttled in their place (the flood bench once throttled all three then)."""
+    config = cfg(producers={"ingest-a": ["docs"], "ingest-b": ["docs"], "crawler": ["docs"]})
+    loop = Loop(config)
+    for _ in range(20):
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(CALM))
+    loop.now += 10_000  # the reports are stale now
+    loop.feed(gl(CALM), 80)  # the partitions' usual rates are learnt
+    loop.feed(gl([wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]), 3)
+    targets = {a["target"] for a in loop.actions if a["type"] == "throttle_producer"}
+    assert targets == {"client-id:crawler"}  # the one that never reported: the map's
+
+
 def test_without_producer_rates_the_policy_file_map_is_throttled() -> None:
     flood = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
     early = Loop(cfg())
