@@ -64,6 +64,8 @@ class Facts:
     broker_error: CommandError | None = None
     brokers: int = 0
     cluster_id: str | None = None
+    broker_version: str | None = None  # e.g. "Apache Kafka 4.1 (metadata.version 4.1-IV1)"
+    version_error: str | None = None
     offsets_partitions: int | None = None
     offsets_ops: frozenset[str] | None = None  # None: the broker did not say
     cluster_ops: frozenset[str] | None = None
@@ -136,7 +138,9 @@ def evaluate(f: Facts) -> list[Row]:
             "clock skew",
         )
         return broker + [Row(n, SKIP, "broker not reached") for n in skipped] + rows
-    out = [Row("broker", OK, f"{f.bootstrap}: {f.brokers} broker(s), cluster {f.cluster_id}")]
+    version = f.broker_version or f"version unknown ({f.version_error})"
+    out = [Row("broker", OK, f"{f.bootstrap}: {version}, {f.brokers} broker(s), "
+                             f"cluster {f.cluster_id}")]  # fmt: skip
     out.append(_offsets_row(f))
     need_quota, why_quota = _needs(f.policy, ActionType.THROTTLE_PRODUCER)
     out.append(
@@ -318,9 +322,19 @@ def gather(
         return f
     f.brokers = len(md.brokers)
     f.cluster_id = md.cluster_id
+    _gather_version(f, kafka, timeout_s)
     _gather_broker(f, md, kafka, timeout_s)
     _gather_skew(f, kafka, timeout_s)
     return f
+
+
+def _gather_version(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> None:
+    from pipeline.broker_version import DecodeError, describe, fetch
+
+    try:
+        f.broker_version = describe(fetch(f.bootstrap, kafka, timeout_s))
+    except (OSError, DecodeError) as exc:
+        f.version_error = f"ApiVersions failed: {exc}"
 
 
 def _gather_local(f: Facts, env: Mapping[str, str]) -> None:

@@ -10,6 +10,7 @@ broker's PLAINTEXT listener.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,6 +177,12 @@ def test_doctor_on_the_real_broker(kafka_bootstrap: str) -> None:
     assert time.monotonic() - started < 15
     assert {row["status"] for row in rows.values()} == {"ok"}, rows
     assert "READ allowed" in rows["__consumer_offsets"]["detail"]
+    # the version from ApiVersions: a KRaft Kafka names its release, anything else its APIs
+    assert re.search(
+        r": (Apache Kafka \d+\.\d+ \(metadata\.version \d+\.\d+-IV\d\)|"
+        r"Kafka protocol, \d+ APIs)",
+        rows["broker"]["detail"],
+    ), rows["broker"]
     assert "against the broker" in rows["clock skew"]["detail"]
     # a bad policy and an unreachable Admin API fail, each with its code; the broker is fine
     r = lagpilot("doctor", KAFKA_BOOTSTRAP=kafka_bootstrap, LAGPILOT_SIGNING_KEY=KEY,
