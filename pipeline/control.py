@@ -41,6 +41,7 @@ from schemas import (
 from schemas.cli import (
     EX_FAILED,
     EX_NOINPUT,
+    EX_NOPERM,
     EX_TEMPFAIL,
     EX_USAGE,
     CommandError,
@@ -74,9 +75,10 @@ class PublishError(RuntimeError):
     retriable, an authorization failure is not).
     """
 
-    def __init__(self, message: str, retriable: bool) -> None:
+    def __init__(self, message: str, retriable: bool, denied: bool = False) -> None:
         super().__init__(message)
         self.retriable = retriable
+        self.denied = denied  # an ACL refused the write: exit 77, not "try again"
 
 
 def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) -> dict[str, Any]:
@@ -132,10 +134,17 @@ def publish_actions(
     if failures:
         err = failures[0]
         retriable = bool(getattr(err, "retriable", lambda: False)())
+        name = getattr(err, "name", lambda: str(err))()
+        denied = "AUTHORIZATION_FAILED" in name
+        fix = (
+            f"grant lagpilot's principal WRITE on {topic} (docs/runbook.md lists the ACLs)"
+            if denied
+            else "check the broker and the topic's ACLs"
+        )
         raise PublishError(
-            f"{len(failures)} of {len(signed)} actions not delivered to {topic}: {err}; "
-            "check the broker and the topic's ACLs",
+            f"{len(failures)} of {len(signed)} actions not delivered to {topic} ({name}); {fix}",
             retriable,
+            denied,
         )
     if left:
         raise PublishError(
@@ -151,7 +160,7 @@ def _switch(args: argparse.Namespace, kind: ActionType) -> int:
     key = load_signing_key(args.env)
     now_ms = int(time.time() * 1000)
     action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
-    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=args.topic)
     producer = Producer(
         {
             **client_config(args.bootstrap, args.kafka),
@@ -307,7 +316,8 @@ def _tail(args: argparse.Namespace) -> int:
         key: bytes | None = load_signing_key(args.env)
     except ConfigError:
         key = None  # the table still shows events; the sig column says "?"
-    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
+    for name in (args.topic, args.outcomes_topic):
+        connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=name)
     consumer = Consumer(
         {
             **client_config(args.bootstrap, args.kafka),
@@ -436,7 +446,8 @@ def _control(args: argparse.Namespace) -> int:
         kind = ActionType.HALT if args.command == "halt" else ActionType.RESUME
         return _switch(args, kind)
     except PublishError as exc:
-        raise CommandError(str(exc), EX_TEMPFAIL if exc.retriable else EX_FAILED) from exc
+        code = EX_NOPERM if exc.denied else EX_TEMPFAIL if exc.retriable else EX_FAILED
+        raise CommandError(str(exc), code) from exc
     except ValueError as exc:  # --since
         if isinstance(exc, ConfigError | EventError):
             raise

@@ -36,6 +36,7 @@ from schemas.cli import (
     add_connection,
     client_config,
     connect,
+    is_denied,
     run,
 )
 
@@ -161,6 +162,14 @@ def evaluate(f: Facts) -> list[Row]:
 
 def _offsets_row(f: Facts) -> Row:
     name = "__consumer_offsets"
+    if f.offsets_partitions is None and f.offsets_ops == frozenset():
+        return Row(
+            name,
+            FAIL,
+            "DESCRIBE and READ denied (the pipeline reads it)",
+            f"{ACL_HINT} --operation Read --operation Describe --topic __consumer_offsets",
+            EX_NOPERM,
+        )
     if f.offsets_partitions is None:
         return Row(
             name,
@@ -188,7 +197,8 @@ def _partitions_row(f: Facts) -> Row:
     need_move, why_move = _needs(f.policy, ActionType.TRANSFER_LEADERSHIP)
     fix = f"{ACL_HINT} --operation Alter --cluster (leaders) / --topic <t> (partitions)"
     if not need_add and not need_move:
-        row = _permission(name, f.cluster_ops, ("ALTER",), False, f"{why_add}; {why_move}", fix)
+        why = why_add if why_add == why_move else f"{why_add}; {why_move}"
+        row = _permission(name, f.cluster_ops, ("ALTER",), False, why, fix)
         return row if row.status != OK else Row(name, OK, f"not needed: {why_add}")
     if need_move:
         row = _permission(name, f.cluster_ops, ("ALTER",), True, why_move, fix)
@@ -209,6 +219,16 @@ def _partitions_row(f: Facts) -> Row:
 def _topics_row(f: Facts) -> Row:
     name = "lagpilot topics"
     present = [t for t in LAGPILOT_TOPICS if t in f.topic_partitions]
+    hidden = [t for t in LAGPILOT_TOPICS if f.topic_ops.get(t) == frozenset()]
+    if hidden:
+        return Row(
+            name,
+            FAIL,
+            f"DESCRIBE denied on {', '.join(hidden)} (present or not, lagpilot cannot tell)",
+            f"{ACL_HINT} --operation Read --operation Write --operation Describe "
+            "--topic lagpilot. --resource-pattern-type prefixed",
+            EX_NOPERM,
+        )
     blocked = {t: e for t, e in f.create_errors.items() if e}
     if blocked:
         t, err = next(iter(blocked.items()))
@@ -405,8 +425,10 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
             include_authorized_operations=True, request_timeout=timeout_s
         ).result()
         f.cluster_ops = _ops(cluster.authorized_operations)
-    except KafkaException:
-        f.cluster_ops = None
+    except KafkaException as exc:  # denied DESCRIBE on the cluster: nothing is allowed there
+        f.cluster_ops = frozenset() if is_denied(exc) else None
+    if f.cluster_ops is None and (f.broker_version or "").startswith("Apache Kafka"):
+        f.cluster_ops = frozenset()  # Kafka reports them (KIP-430): none is "none allowed"
     policy = f.policy
     wanted = [topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS]
     if policy is not None and policy.partition_topics:
@@ -415,7 +437,9 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
         wanted += sorted(
             t for t in md.topics if any(fnmatch.fnmatchcase(t, g) for g in policy.partition_topics)
         )[:20]
-    existing = [t for t in dict.fromkeys(wanted) if t in md.topics]
+    # __consumer_offsets is asked for by name: a listing leaves out what DESCRIBE denies
+    named = {topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS}
+    existing = [t for t in dict.fromkeys(wanted) if t in md.topics or t in named]
     if existing:
         futures = admin.describe_topics(
             TopicCollection(existing), include_authorized_operations=True, request_timeout=timeout_s
@@ -423,13 +447,15 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
         for name, fut in futures.items():
             try:
                 desc = fut.result()
-            except KafkaException:
+            except KafkaException as exc:
+                if is_denied(exc):
+                    f.topic_ops[name] = frozenset()  # not even DESCRIBE
                 continue
             f.topic_partitions[name] = len(desc.partitions)
             f.topic_ops[name] = _ops(desc.authorized_operations)
     f.offsets_partitions = f.topic_partitions.pop(topics.CONSUMER_OFFSETS, None)
     f.offsets_ops = f.topic_ops.pop(topics.CONSUMER_OFFSETS, None)
-    missing = [t for t in LAGPILOT_TOPICS if t not in f.topic_partitions]
+    missing = [t for t in LAGPILOT_TOPICS if t not in f.topic_partitions and t not in f.topic_ops]
     if missing:
         new = [NewTopic(t, 1, f.replication_factor) for t in missing]
         for name, fut in admin.create_topics(

@@ -31,7 +31,7 @@ from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
 from schemas import ConfigError, Watermarks, encode, topics
-from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run
+from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run, topic_creation_failed
 
 logger = logging.getLogger(__name__)
 
@@ -612,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sample(args: Any) -> int:
     from quixstreams import Application
+    from quixstreams.models.topics.exceptions import CreateTopicFailure
 
     extra = {**args.kafka, **_key_values(args.config_pairs)}
     source = HighWatermarkSource(
@@ -623,7 +624,7 @@ def _sample(args: Any) -> int:
         sample_interval_ms=args.sample_interval_ms,
         metadata_refresh_ms=args.metadata_refresh_ms,
     )
-    connect(args.bootstrap, extra, args.connect_timeout_s)
+    connect(args.bootstrap, extra, args.connect_timeout_s, topic=args.topic)
     app = Application(
         broker_address=args.bootstrap,
         consumer_group="lagpilot-sampler",
@@ -643,6 +644,8 @@ def _sample(args: Any) -> int:
         app.run()
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         return 130
+    except CreateTopicFailure as exc:
+        raise topic_creation_failed(exc, args.topic, args.bootstrap) from exc
     return 0
 
 

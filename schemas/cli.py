@@ -417,6 +417,20 @@ def explain_kafka(
     return CommandError(f"Kafka error at {where}: {names[0]}: {_short(texts[0])}", EX_FAILED)
 
 
+def topic_creation_failed(exc: Exception, topic: str, bootstrap: str) -> CommandError:
+    """Quix Streams' CreateTopicFailure in one line: an ACL denial is exit 77 with the ACL
+    to grant (Quix words it "verify if Create and Read operations are allowed")."""
+    text = str(exc)
+    if "allowed for your credentials" in text or "AUTHORIZATION" in text.upper():
+        return CommandError(
+            f"permission denied: cannot create or read topic {topic} at {bootstrap}; create "
+            "it by hand, or grant lagpilot's principal CREATE on the cluster and READ, WRITE, "
+            "DESCRIBE on the topic (docs/runbook.md lists the ACLs)",
+            EX_NOPERM,
+        )
+    return CommandError(f"cannot create topic {topic} at {bootstrap}: {text}", EX_FAILED)
+
+
 def _short(text: str) -> str:
     """librdkafka's detail without its "thrd:" and "(after N ms in state X)" noise."""
     text = text.split(" (after ")[0]
@@ -436,11 +450,32 @@ def connect(
     admin = None
     try:
         admin = AdminClient(conf)
-        return admin.list_topics(topic=topic, timeout=timeout_s)
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
         if admin is not None:
             admin.poll(0)  # serve the error callbacks: they hold the cause
         raise explain_kafka(exc, bootstrap=bootstrap, seen=errors.errors) from exc
+    if topic is not None:
+        check_topic_access(md, topic, bootstrap)
+    return md
+
+
+def check_topic_access(md: Any, topic: str, bootstrap: str) -> None:
+    """Raise the ACL denial a metadata answer holds for ``topic`` (exit 77).
+
+    A principal without DESCRIBE on a topic gets TOPIC_AUTHORIZATION_FAILED for it, whether
+    or not it exists; a listing of every topic just leaves it out, which would read as
+    "missing". A missing topic is the caller's to judge (some create it).
+    """
+    meta = md.topics.get(topic)
+    err = getattr(meta, "error", None)
+    if err is not None and err.name() in _DENIED:
+        raise explain_kafka(err, bootstrap=bootstrap, topic=topic)
+
+
+def is_denied(err: Any) -> bool:
+    """Whether a librdkafka error (or exception) is an ACL denial."""
+    return getattr(_kafka_error(err), "name", lambda: "")() in _DENIED
 
 
 # --------------------------------------------------------------------------- running
