@@ -10,12 +10,17 @@ from typing import Any
 from schemas import Mode, load_signing_key, tracing
 from schemas.cli import (
     CLIENT_LOG,
+    EX_CONFIG,
+    EX_NOPERM,
     EX_UNAVAILABLE,
     CommandError,
     Parser,
     add_connection,
     connect,
+    explain_kafka,
     run,
+    unreachable_sentence,
+    watch_client_logs,
 )
 
 log = logging.getLogger("lagpilot.pipeline")
@@ -89,6 +94,7 @@ def _run(args: Any) -> int:
     from pipeline.settings import describe, load_settings
 
     settings = load_settings(env=args.env, overrides=overrides)
+    watch_client_logs(settings.bootstrap)  # the broker going mid-run: our sentence first
     policy_config = load_policy_config(settings.policy_file or None, env=args.env)
     policy = None
     if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
@@ -191,7 +197,13 @@ def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) ->
         except (CreateTopicFailure, CreateTopicTimeout, KafkaException) as exc:
             if attempt == 12:
                 raise
-            log.warning("broker not ready for our topics (%s); retrying in %.1fs", exc, delay_s)
+            err = explain_kafka(exc, bootstrap=settings.bootstrap)
+            if isinstance(exc, KafkaException) and err.exit_code in (EX_NOPERM, EX_CONFIG):
+                raise err from exc  # authentication, ACLs, TLS: no retry fixes those
+            if isinstance(exc, KafkaException) and err.exit_code == EX_UNAVAILABLE:
+                log.warning("%s", unreachable_sentence(settings.bootstrap, str(exc)))
+            else:
+                log.warning("broker not ready for our topics (%s); retrying in %.1fs", exc, delay_s)
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, 5.0)
     raise AssertionError("unreachable")

@@ -31,7 +31,15 @@ from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
 from schemas import ConfigError, Watermarks, encode, topics
-from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run, topic_creation_failed
+from schemas.cli import (
+    CLIENT_LOG,
+    Parser,
+    add_connection,
+    connect,
+    run,
+    topic_creation_failed,
+    watch_client_logs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -352,6 +360,7 @@ class HighWatermarkSource(Source):
         After a tick in which nothing answered, the next one waits for the backoff.
         """
         die_with_parent()  # in Quix's source process: never outlive the pipeline
+        watch_client_logs()  # its producer's client lines are detail here too
         interval_ns = self.sample_interval_ms * _NS_PER_MS
         anchor = deadline = wall_grid_anchor_ns(time.monotonic_ns(), time.time_ns(), interval_ns)
         next_refresh = anchor

@@ -24,6 +24,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 import tomllib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -285,18 +286,82 @@ CLIENT_LOG = _ClientLog()
 _LIBRDKAFKA_FORMAT = "%s [%s] %s"
 
 
-class _ClientLinesToDebug(logging.Filter):
-    """On the loggers Quix Streams hands its clients: librdkafka's own lines go to
-    ``lagpilot.kafka`` at DEBUG like every other client's; Quix's own lines pass."""
+#: the loggers Quix Streams hands librdkafka and its error callbacks (its topic admin too)
+_QUIX_CLIENT_LOGGERS = (
+    "quixstreams.kafka.consumer",
+    "quixstreams.kafka.producer",
+    "quixstreams.models.topics.admin",
+)
+#: how Quix's error callbacks begin their lines
+_QUIX_CLIENT_ERRORS = ("Kafka producer error:", "Kafka consumer error:")
+#: words of a client line that mean "the broker cannot be reached" (librdkafka's texts)
+_UNREACHABLE_WORDS = ("Connection refused", "Connect to", "Disconnected", "brokers are down",
+                      "transport failure", "Timed out", "Name or service not known",
+                      "No route to host")  # fmt: skip
+
+
+def unreachable_sentence(bootstrap: str, detail: str) -> str:
+    """What a service says when the broker goes (it keeps retrying; /readyz turns false).
+
+    ``detail`` is the client's line, kept to its last clause: "FAIL [rdkafka#consumer-3]
+    [thrd:...]: host:port/1: Connect to ... failed: Connection refused (after 0ms ...)"
+    reads "host:port/1: Connect to ... failed: Connection refused"."""
+    clause = detail.rsplit("]: ", 1)[-1].split(' code="')[0]
+    for prefix in _QUIX_CLIENT_ERRORS:
+        clause = clause.removeprefix(prefix).strip()
+    return f"cannot reach the broker at {bootstrap} ({_short(clause)}); retrying, /readyz is false"
+
+
+class BrokerWatch(logging.Filter):
+    """On the loggers Quix Streams hands its clients: librdkafka's own lines, and Quix's
+    reports of an unreachable broker, go to ``lagpilot.kafka`` at DEBUG like every other
+    client's. When they say the broker cannot be reached, lagpilot says so first in its
+    own words (``unreachable_sentence``), at most once every ``repeat_s``; with no
+    ``bootstrap`` (Quix's source process, whose logging is not lagpilot's) it only demotes.
+    Quix's other lines pass unchanged."""
+
+    def __init__(self, bootstrap: str | None = None, repeat_s: float = 60.0) -> None:
+        super().__init__()
+        self.bootstrap = bootstrap
+        self.repeat_s = repeat_s
+        self._said_at = -float("inf")
+        self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        unreachable = any(w in text for w in _UNREACHABLE_WORDS)
         if record.msg != _LIBRDKAFKA_FORMAT:
-            return True
-        CLIENT_LOG.logger.debug(record.msg, *(record.args or ()))
+            quix_says = str(record.msg).startswith(_QUIX_CLIENT_ERRORS)
+            if not (unreachable and (quix_says or "brokers are down" in text)):
+                return True
+        if unreachable and self.bootstrap:
+            self.announce(text)
+        CLIENT_LOG.logger.debug("%s", text)
         return False
 
+    def announce(self, detail: str) -> None:
+        import time
 
-_QUIX_CLIENT_LOGGERS = ("quixstreams.kafka.consumer", "quixstreams.kafka.producer")
+        now = time.monotonic()
+        with self._lock:
+            if now - self._said_at < self.repeat_s:
+                return
+            self._said_at = now
+        log.warning("%s", unreachable_sentence(self.bootstrap or "?", detail))
+
+
+_WATCH = BrokerWatch()  # one for every client logger: one sentence per outage, not three
+
+
+def watch_client_logs(bootstrap: str | None = None) -> None:
+    """Put the :class:`BrokerWatch` on Quix Streams' client loggers (idempotent; with a
+    ``bootstrap``, lagpilot's sentence names it)."""
+    if bootstrap:
+        _WATCH.bootstrap = bootstrap
+    for name in _QUIX_CLIENT_LOGGERS:
+        quix = logging.getLogger(name)
+        if _WATCH not in quix.filters:
+            quix.addFilter(_WATCH)
 
 
 def setup_logging(level: str) -> None:
@@ -308,10 +373,7 @@ def setup_logging(level: str) -> None:
         raise CommandError(
             f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
         ) from None
-    for name in _QUIX_CLIENT_LOGGERS:
-        quix = logging.getLogger(name)
-        if not any(isinstance(f, _ClientLinesToDebug) for f in quix.filters):
-            quix.addFilter(_ClientLinesToDebug())
+    watch_client_logs()
     if level.upper() != "DEBUG":  # HTTP clients' per-request lines are detail, as librdkafka's
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(logging.WARNING)
