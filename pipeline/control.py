@@ -44,11 +44,13 @@ from schemas.cli import (
     EX_NOPERM,
     EX_TEMPFAIL,
     EX_USAGE,
+    ClientErrors,
     CommandError,
     Parser,
     add_connection,
     client_config,
     connect,
+    explain_kafka,
     run,
 )
 from schemas.topics import CONTROL, OUTCOMES
@@ -135,7 +137,7 @@ def publish_actions(
         err = failures[0]
         retriable = bool(getattr(err, "retriable", lambda: False)())
         name = getattr(err, "name", lambda: str(err))()
-        denied = "AUTHORIZATION_FAILED" in name
+        denied = "AUTHORIZATION_FAILED" in name or "authorization failed" in str(err).lower()
         fix = (
             f"grant lagpilot's principal WRITE on {topic} (docs/runbook.md lists the ACLs)"
             if denied
@@ -155,20 +157,26 @@ def publish_actions(
 
 
 def _switch(args: argparse.Namespace, kind: ActionType) -> int:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     key = load_signing_key(args.env)
     now_ms = int(time.time() * 1000)
     action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
     connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=args.topic)
+    errors = ClientErrors()  # a fatal idempotence error says why only through error_cb
     producer = Producer(
         {
-            **client_config(args.bootstrap, args.kafka),
+            **client_config(args.bootstrap, args.kafka, errors),
             "enable.idempotence": True,
             "acks": "all",
         }
     )
-    [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
+    try:
+        [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
+    except KafkaException as exc:
+        producer.poll(0)
+        err = explain_kafka(exc, bootstrap=args.bootstrap, topic=args.topic, seen=errors.errors)
+        raise err from exc
     print(f"{kind} scope={args.scope} id={event['id']} published to {args.topic}")
     return 0
 

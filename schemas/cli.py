@@ -443,8 +443,8 @@ def explain_kafka(
                 "the listener speaks LAGPILOT_KAFKA_SECURITY_PROTOCOL",
                 EX_NOPERM,
             )
-    for name in names:
-        if name in _DENIED:
+    for name, text in zip(names, texts, strict=True):  # a fatal error names it in its text
+        if name in _DENIED or "authorization failed" in text.lower():
             return CommandError(
                 f"permission denied on {where} ({name}); grant lagpilot's principal the "
                 "ACLs listed in docs/runbook.md (lagpilot doctor shows which are missing)",
