@@ -509,6 +509,9 @@ def connect(
     errors = ClientErrors()
     conf = client_config(bootstrap, kafka, errors)
     conf.setdefault("socket.connection.setup.timeout.ms", max(1000, int(timeout_s * 1000)))
+    # asking for one topic must not create it (an admin handle allows that by default, and
+    # brokers with auto.create.topics.enable obey)
+    conf["allow.auto.create.topics"] = False
     admin = None
     try:
         admin = AdminClient(conf)
