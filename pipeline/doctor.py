@@ -358,7 +358,7 @@ def _gather_version(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> Non
 
 
 def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
-    from pipeline.policy_config import load_policy_config
+    from pipeline.decide.policy_config import load_policy_config
     from pipeline.settings import load_settings
 
     try:

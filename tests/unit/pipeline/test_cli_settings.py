@@ -55,8 +55,10 @@ def test_actuate_reads_the_config_file_under_the_same_names(
 
 
 def _parsers() -> dict[str, object]:
-    from pipeline import control, doctor, status, watermarks
+    from pipeline import doctor, status
+    from pipeline.decide import control
     from pipeline.keda import server
+    from pipeline.read import watermarks
 
     return {
         "status": status._parser(),
