@@ -178,9 +178,9 @@ up() {
   if [ -n "$(running_pids)" ]; then
     say "already running at $(cat "$RUN/bootstrap")"; cat "$RUN/bootstrap" >&3; return 0
   fi
+  sasl_check
   need_java
   need_jars
-  sasl_check
   "$PYTHON" -c "import confluent_kafka" 2>/dev/null ||
     die "the readiness probe needs confluent-kafka in $PYTHON: run 'make install' first (or set PYTHON to an interpreter that has it)"
   local i p
