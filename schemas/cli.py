@@ -454,6 +454,9 @@ def run(prog: str, parser: Parser, body: Callable[[Any], int | None], argv: Any)
         return _fail(prog, str(err), err.exit_code, debug)
     except KeyboardInterrupt:
         return EX_INTERRUPTED
+    except BrokenPipeError:  # the reader stopped (`| head`, `| jq` that quit): not a failure
+        _silence_stdout()
+        return EX_OK
     except Exception as exc:
         return _fail(
             prog,
@@ -462,6 +465,15 @@ def run(prog: str, parser: Parser, body: Callable[[Any], int | None], argv: Any)
             EX_FAILED,
             debug,
         )
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush finds no broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (captured in a test)
+        pass
 
 
 def _fail(prog: str, message: str, code: int, debug: bool) -> int:

@@ -256,3 +256,14 @@ def test_the_broker_going_mid_run_is_said_once_in_lagpilots_words_first(
     denied = "Kafka consumer error: Broker: Group authorization failed code=30"
     assert seen[4] == ("test.quix.client", "ERROR", denied)  # not the broker going: unchanged
     assert len(seen) == 5
+
+
+def test_a_reader_that_stops_reading_is_not_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    """``lagpilot status --json | head -1``: the pipe closes under the command; it ends
+    quietly with 0, not with "unexpected error: BrokenPipeError"."""
+
+    def body(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    assert run("lagpilot status", _parser(), body, []) == 0
+    assert capsys.readouterr().err == ""
