@@ -19,6 +19,7 @@ from schemas.cli import (
     connect,
     explain_kafka,
     run,
+    topic_creation_failed,
     unreachable_sentence,
     watch_client_logs,
 )
@@ -187,19 +188,27 @@ def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) ->
     (a cluster still starting, brokers briefly fenced): a transient broker state must not
     crash the pipeline at start. A configuration problem still fails at once."""
     from confluent_kafka import KafkaException
-    from quixstreams.models.topics.exceptions import CreateTopicFailure, CreateTopicTimeout
+    from quixstreams.models.topics.exceptions import (
+        CreateTopicFailure,
+        CreateTopicTimeout,
+        TopicPermissionError,
+    )
 
+    retried = (CreateTopicFailure, CreateTopicTimeout, TopicPermissionError, KafkaException)
     delay_s = 0.5
     for attempt in range(1, 13):
         try:
             app, _ = build(settings, metrics, policy=policy)
             return app
-        except (CreateTopicFailure, CreateTopicTimeout, KafkaException) as exc:
+        except retried as exc:
+            if isinstance(exc, KafkaException):
+                err = explain_kafka(exc, bootstrap=settings.bootstrap)
+            else:  # Quix words an ACL denial "verify if Create and Read are allowed"
+                err = topic_creation_failed(exc, None, settings.bootstrap)
+            if err.exit_code in (EX_NOPERM, EX_CONFIG):
+                raise err from exc  # authentication, ACLs, TLS: no retry fixes those
             if attempt == 12:
                 raise
-            err = explain_kafka(exc, bootstrap=settings.bootstrap)
-            if isinstance(exc, KafkaException) and err.exit_code in (EX_NOPERM, EX_CONFIG):
-                raise err from exc  # authentication, ACLs, TLS: no retry fixes those
             if isinstance(exc, KafkaException) and err.exit_code == EX_UNAVAILABLE:
                 log.warning("%s", unreachable_sentence(settings.bootstrap, str(exc)))
             else:

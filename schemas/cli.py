@@ -367,18 +367,20 @@ def explain_kafka(
     return CommandError(f"Kafka error at {where}: {names[0]}: {_short(texts[0])}", EX_FAILED)
 
 
-def topic_creation_failed(exc: Exception, topic: str, bootstrap: str) -> CommandError:
-    """Quix Streams' CreateTopicFailure in one line: an ACL denial is exit 77 with the ACL
-    to grant (Quix words it "verify if Create and Read operations are allowed")."""
+def topic_creation_failed(exc: Exception, topic: str | None, bootstrap: str) -> CommandError:
+    """Quix Streams' CreateTopicFailure / TopicPermissionError in one line: an ACL denial is
+    exit 77 with the ACLs to grant (Quix words it "verify if ... allowed for your
+    credentials"). ``topic`` None: lagpilot's topics, whichever Quix was creating."""
     text = str(exc)
+    what = f"topic {topic}" if topic else "lagpilot's topics"
     if "allowed for your credentials" in text or "AUTHORIZATION" in text.upper():
         return CommandError(
-            f"permission denied: cannot create or read topic {topic} at {bootstrap}; create "
-            "it by hand, or grant lagpilot's principal CREATE on the cluster and READ, WRITE, "
-            "DESCRIBE on the topic (docs/runbook.md lists the ACLs)",
+            f"permission denied: cannot create or read {what} at {bootstrap}; create them by "
+            "hand, or grant lagpilot's principal CREATE on the cluster and READ, WRITE, "
+            "DESCRIBE, DESCRIBE_CONFIGS on them (docs/runbook.md lists the ACLs)",
             EX_NOPERM,
         )
-    return CommandError(f"cannot create topic {topic} at {bootstrap}: {text}", EX_FAILED)
+    return CommandError(f"cannot create {what} at {bootstrap}: {text}", EX_FAILED)
 
 
 def connect(

@@ -157,6 +157,16 @@ def test_a_principal_without_acls_gets_one_line_and_77(
     assert line.startswith(f"lagpilot {argv[0]}: ")
 
 
+def test_run_without_acls_stops_at_once_with_77(sasl_broker: Any, tmp_path: Path) -> None:
+    r = lagpilot("run", **login("alice"), LAGPILOT_METRICS_PORT="0",
+                 LAGPILOT_STATE_DIR=str(tmp_path / "state"), timeout=120)  # fmt: skip
+    assert r.returncode == 77, r.stderr  # a service: its INFO lines come first, then the one
+    assert "Traceback" not in r.stderr and "%3|" not in r.stderr and "FAIL [" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("lagpilot run: permission denied: cannot create or read"), last
+    assert BOOTSTRAP in last and "docs/runbook.md" in last
+
+
 def test_doctor_names_each_missing_acl_and_its_fix(sasl_broker: Any) -> None:
     code, rows = doctor_rows("alice")
     assert code == 77 and rows["broker"]["status"] == "ok", rows
