@@ -391,3 +391,23 @@ def test_the_example_policy_spells_the_built_in_ladders() -> None:
     assert config.diagnose
     for cause, steps in DEFAULT_LADDER.items():
         assert config.ladders.for_group("any-group", cause) == steps
+
+
+def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() -> None:
+    loop = Loop(cfg())
+    calm = [wp(p, 0.5, produce=100.0, consume=100.0) for p in range(4)]
+    loop.feed(gl(calm, parts=4), 70)  # the usual rates: 100/s in, 100/s out
+    slow = [wp(p, 20.0, produce=150.0, consume=100.0) for p in range(4)]
+    loop.feed(gl(slow, parts=4, rate=5.0), 3)
+    assert [lad["cause"] for lad in loop.state.ladders.values()] == ["slow_group"]
+    rising = [wp(p, 30.0, produce=400.0, consume=100.0) for p in range(4)]
+    d = diagnose(gl(rising, parts=4, rate=5.0), EXIT_S, [], D,
+                 baseline=next(iter(loop.state.baselines.values())))  # fmt: skip
+    assert d.cause == "inflow_burst" and d.evidence["source"] == "partition_rates"
+    loop.feed(gl(rising, parts=4, rate=5.0), 3)  # 4x the usual inflow, no producer named
+    assert [lad["cause"] for lad in loop.state.ladders.values()] == ["slow_group"]
+    assert "throttle_producer" not in kinds(loop.actions)
+    loop.rates(**{"ingest-1": 1000.0})
+    loop.rates(**{"ingest-1": 9000.0})  # a named producer's burst still takes over
+    loop.feed(gl(rising, parts=4, rate=5.0), 3)
+    assert [lad["cause"] for lad in loop.state.ladders.values()] == ["inflow_burst"]
