@@ -185,7 +185,9 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         workers_at.append((int(time.time() * 1000), len(workers)))
 
     scaler = (
-        Autoscaler(bootstrap, control, group, shape.scale_period_s, add_worker, lambda: len(workers))
+        Autoscaler(
+            bootstrap, control, group, shape.scale_period_s, add_worker, lambda: len(workers)
+        )
         if on
         else None
     )
@@ -252,9 +254,7 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         "p99_ms": round(float(np.percentile(latency, 99)), 1) if len(latency) else None,
         "max_ms": round(float(latency.max()), 1) if len(latency) else None,
         "max_time_lag_s": max((e["time_lag_s"] for e in events), default=0.0),
-        "detection_ms": (min(e["_received_ms"] for e in detected) - start_ms)
-        if detected
-        else None,
+        "detection_ms": (min(e["_received_ms"] for e in detected) - start_ms) if detected else None,
         "workers": len(workers),
         "workers_at_ms": [[t - start_ms, k] for t, k in workers_at],
         "hints_at_ms": [[t - start_ms, r] for t, r in scaler.hints] if scaler else [],
@@ -264,7 +264,9 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
             for o in reported
             if o.get("event") == "outcome"
         ],
-        "verdicts": [verdict_row(v, start_ms) for v in reported if v.get("event") == "verification"],
+        "verdicts": [
+            verdict_row(v, start_ms) for v in reported if v.get("event") == "verification"
+        ],
         "timeline": [
             [e["observed_at_ms"] - start_ms, e["partition"], e["time_lag_s"]] for e in events
         ],
@@ -296,7 +298,8 @@ def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
 
 def verified_of(run: dict[str, Any]) -> bool | None:
     """True if every applied action (applied, recorded or delegated, in act mode: not a
-    recommendation) has a verdict: ``verified``, or ``no_effect`` (then undone or escalated by the ladder)."""
+    recommendation) has a verdict: ``verified``, or ``no_effect`` (then undone or escalated
+    by the ladder); None if nothing was applied."""
     acted = {o["action_id"] for o in run["outcomes"]
              if o["result"] in ("applied", "recorded", "delegated")}  # fmt: skip
     judged_types = {v["action_type"] for v in run["verdicts"]}
@@ -336,8 +339,9 @@ def slow_group(
         "workers_on": on["workers"],
         "scaled_at_ms": [w[0] for w in scaled],
         "hints": on["hints_at_ms"],
-        "add_partitions": [{"at_ms": a["at_ms"], "mode": a["mode"], "params": a["params"]}
-                           for a in adds],  # fmt: skip
+        "add_partitions": [
+            {"at_ms": a["at_ms"], "mode": a["mode"], "params": a["params"]} for a in adds
+        ],
         "add_partitions_at_partition_count": bool(adds)
         and on["workers"] >= shape.partitions
         and all(a["params"]["current"] == shape.partitions for a in adds),
