@@ -368,6 +368,11 @@ def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
                   (c.incident.since_ms, "handoff", pool), cooled=sp is None):  # fmt: skip
             c.state.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms,
                                        "issued_ms": c.now, **params}  # fmt: skip
+            if step.action == "handoff_member":
+                # kept when the incident clears: given back, the partition would kill its
+                # members again (the storm ends because it is in the pool); it stays there
+                # until an operator publishes its restore_partition (members fixed)
+                c.state.spreads[target]["keep"] = True
 
 
 def _throttle_attributed(c: _Ctx) -> None:

@@ -411,3 +411,25 @@ def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() 
     loop.rates(**{"ingest-1": 9000.0})  # a named producer's burst still takes over
     loop.feed(gl(rising, parts=4, rate=5.0), 3)
     assert [lad["cause"] for lad in loop.state.ladders.values()] == ["inflow_burst"]
+
+
+def test_a_storms_hand_off_is_kept_when_the_incident_clears_a_hotspots_spread_is_not() -> None:
+    storm = {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
+             "members": [], "rebalances_per_min": 6.0, "commits_stalled": False,
+             "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
+                       "client_host": "host-a", "instance_id": None, "leaves": 3,
+                       "partitions": [{"topic": "docs", "topic_id": None,
+                                       "partitions": [3]}]}}  # fmt: skip
+    ok = {**storm, "status": "OK", "storm": None}
+    kept = Loop(cfg())
+    kept.state = remedies.fold_health(kept.state, storm)
+    kept.feed(gl(HOT), 3)
+    assert kinds(kept.actions) == ["spread_partition"]
+    kept.state = remedies.fold_health(kept.state, ok)  # the storm ended: it is in the pool
+    kept.feed(gl(CALM), 80)
+    assert kinds(kept.actions) == ["spread_partition"]  # never given back to the members
+    assert kept.verdicts and kept.verdicts[0]["result"] == "verified"
+    spread = Loop(cfg(ladders={"default": {"hotspot": ["spread_partition:5"]}}))
+    spread.feed(gl(HOT), 3)
+    spread.feed(gl(CALM), 80)
+    assert kinds(spread.actions) == ["spread_partition", "restore_partition"]
