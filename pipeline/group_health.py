@@ -429,9 +429,7 @@ class GroupHealth:
         self._trim(g, now_ms)
         stalled = self._stalled(g, now_ms)
         state = self._state(g)
-        if len(g.rebalances) >= self.cfg.storm_rebalances and (
-            stalled or self._stuck(g, now_ms)
-        ):
+        if len(g.rebalances) >= self.cfg.storm_rebalances and (stalled or self._stuck(g, now_ms)):
             return "STORM"
         if state == "Empty":
             return "EMPTY"
