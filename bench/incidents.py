@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flood-s", type=float, default=30.0)
     ap.add_argument("--flood-factor", type=float, default=10.0)
     ap.add_argument("--producers", type=int, default=3, help="flood: producers on the topic")
-    ap.add_argument("--storm-s", type=float, default=60.0, help="storm: heavy traffic, seconds")
+    ap.add_argument("--storm-s", type=float, default=180.0, help="storm: heavy documents, s")
     ap.add_argument("--slow-peak-s", type=float, default=12.0, help="slow_group: peak inflow, s")
     ap.add_argument("--smoke", action="store_true", help="tiny runs for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "incidents.json"))
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
             storm_shape = StormShape(storm_s=args.storm_s)
             if args.smoke:
-                storm_shape = replace(storm_shape, storm_s=25)
+                storm_shape = replace(storm_shape, warmup_s=4, storm_s=10)
             summary, runs = storm(args.bootstrap, storm_shape, Path(tmp))
             result["scenarios"]["storm"] = summary
             plot_storm(runs, out.with_name("incidents_storm.png"))
@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
 
             slow_shape = SlowShape(peak_s=args.slow_peak_s)
             if args.smoke:
-                slow_shape = replace(slow_shape, warmup_s=6, ramp_s=4, peak_s=8, cooldown_s=2)
+                slow_shape = replace(slow_shape, warmup_s=4, ramp_s=3, peak_s=4, cooldown_s=1,
+                                     peak_per_s=150)  # fmt: skip
             summary, runs = slow_group(args.bootstrap, slow_shape, Path(tmp))
             result["scenarios"]["slow_group"] = summary
             plot_slow_group(runs, out.with_name("incidents_slow_group.png"))

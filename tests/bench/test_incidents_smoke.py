@@ -33,3 +33,30 @@ def test_incident_suite_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     f = scenarios["flood"]
     assert f["flooder"] in f["on"]["client_ids"]
     assert f["on"]["reported_rates_events"] > 0  # the producer wrapper reported its rates
+
+
+def test_storm_and_slow_group_smoke_merge_into_the_results(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Both part-B scenarios, tiny; a run of some scenarios keeps the others' entries."""
+    out = tmp_path / "incidents.json"
+    out.write_bytes(orjson.dumps({"scenarios": {"flood": {"kept": True}}}))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "incidents.py"), "--smoke", "--out", str(out),
+         "--bootstrap", kafka_bootstrap, "--scenarios", "storm,slow_group"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    scenarios = orjson.loads(out.read_bytes())["scenarios"]
+    assert scenarios["flood"] == {"kept": True}
+    for name in ("storm", "slow_group"):
+        s = scenarios[name]
+        assert all(k in s for k in KEYS), (name, sorted(s))
+        assert s["lost"] == 0 and s["duplicates"] == 0, name
+        assert out.with_name(f"incidents_{name}.png").stat().st_size > 10_000
+    storm = scenarios["storm"]
+    assert storm["off_deaths"] >= 1  # the heavy document kills whoever takes it
+    assert storm["off_rebalances_per_min"] > 0
+    slow = scenarios["slow_group"]
+    assert slow["remedy"][:1] == ["scale_consumers"]  # the inflow outgrew the one worker
+    assert slow["workers_on"] > slow["workers_off"] == 1  # the autoscaler obeyed the hint
