@@ -42,9 +42,9 @@ from confluent_kafka import Producer
 from actuators.workers import PoolWorker
 from bench.incident_slow_group import action_row, remedy_of, verdict_row, verified_of
 from bench.storm_member import record
-from bench.swarm import Ledger, ensure_topic
+from bench.support.harness import LagReader, PipelineProcess
+from bench.support.swarm import Ledger, ensure_topic
 from bench.war_story import DEMO_KEY, read_topic, start_actuator, wait_modelling
-from tests.integration.pipeline.harness import LagReader, PipelineProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "highmem"
