@@ -66,6 +66,7 @@ class StormShape:
     time_lag_s: float = 2.0
     stall_s: float = 10.0  # the pipeline's group_stall_s (its default)
     storm_window_s: float = 30.0  # the pipeline's storm_window_s (default 60)
+    drain_s: float = 60.0  # on: how long to wait for every message once the storm ends
 
 
 def policy_toml(shape: StormShape) -> str:
@@ -258,7 +259,7 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
         producer.flush(30)
         end_ms = int(time.time() * 1000)
         if on:  # off, the heavy partition never drains: nothing to wait for
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + shape.drain_s
             while time.monotonic() < deadline:
                 if set(ids) <= {r[0] for r in ledger.rows()}:
                     drained = True

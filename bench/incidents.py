@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
 
             storm_shape = StormShape(storm_s=args.storm_s)
             if args.smoke:
-                storm_shape = replace(storm_shape, warmup_s=4, storm_s=10)
+                # too short for the storm to be detected: the mechanics only
+                storm_shape = replace(storm_shape, warmup_s=4, storm_s=10, drain_s=3)
             summary, runs = storm(args.bootstrap, storm_shape, Path(tmp))
             result["scenarios"]["storm"] = summary
             plot_storm(runs, out.with_name("incidents_storm.png"))
@@ -251,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
             slow_shape = SlowShape(peak_s=args.slow_peak_s)
             if args.smoke:
-                slow_shape = replace(slow_shape, warmup_s=4, ramp_s=3, peak_s=4, cooldown_s=1,
-                                     peak_per_s=150)  # fmt: skip
+                slow_shape = replace(slow_shape, warmup_s=4, ramp_s=3, peak_s=6, cooldown_s=1)
             summary, runs = slow_group(args.bootstrap, slow_shape, Path(tmp))
             result["scenarios"]["slow_group"] = summary
             plot_slow_group(runs, out.with_name("incidents_slow_group.png"))
