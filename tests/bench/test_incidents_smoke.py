@@ -1,7 +1,7 @@
 """A tiny incident suite (seconds-long shapes) so the suite cannot rot; the figures come from
 `make bench-incidents`. The flood, the storm and the slow group run here; the avalanche's
-lagpilot and sdk runs are the war story's (tests/bench/test_war_story_smoke.py), and its three baselines one after the
-other took two minutes of a 17-minute suite."""
+lagpilot and sdk runs are the war story's (tests/bench/test_war_story_smoke.py), and its
+three baselines one after the other took two minutes of a 17-minute suite."""
 
 from __future__ import annotations
 
