@@ -263,7 +263,8 @@ def build_app(
         )
         control_in.to_topic(policy_topic, key=lambda _: "policy")
         # outcomes start the verification of a step; only those of actions (not our own
-        # verification events, nor duplicates) are forwarded
+        # verification events, nor duplicates) are forwarded; ``delegated``: the actuator
+        # handed a consumer-side action (spread, hand-off) to the SDK workers
         outcomes_in = app.dataframe(topic=outcomes_topic).filter(
             lambda v: (
                 isinstance(v, dict)

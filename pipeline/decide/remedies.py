@@ -298,12 +298,20 @@ def _replaces(lad: dict[str, Any], d: dg.Diagnosis, since_ms: int) -> bool:
     a hotspot a second later, and must not stay an alert. Once it acted, only a more severe
     cause replaces it, and never ``stalled``: an alert changes nothing, and dropping the
     watch of a standing remedy (one summary with every worker busy) would leave it unjudged.
+    A burst read from partition rates alone never replaces a cause (``_unattributed_burst``).
     """
-    if d.cause == lad["cause"] or lad["since_ms"] != since_ms:
+    if d.cause == lad["cause"] or lad["since_ms"] != since_ms or _unattributed_burst(d):
         return False
     if not lad.get("acted"):
         return True
     return dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]] and d.cause != dg.STALLED
+
+
+def _unattributed_burst(d: dg.Diagnosis) -> bool:
+    """A burst read from partition rates alone does not replace an open incident's cause:
+    the usual rates froze when the incident opened, so a slow group's inflow that keeps
+    rising would read as a burst, and with no producer named there is no one to throttle."""
+    return d.cause == dg.BURST and d.evidence.get("source") == "partition_rates"
 
 
 def _holds(c: _Ctx) -> bool:
@@ -448,6 +456,11 @@ def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
                   (c.incident.since_ms, "handoff", pool), cooled=sp is None):  # fmt: skip
             c.state.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms,
                                        "issued_ms": c.now, **params}  # fmt: skip
+            if step.action == "handoff_member":
+                # kept when the incident clears: given back, the partition would kill its
+                # members again (the storm ends because it is in the pool); it stays there
+                # until an operator publishes its restore_partition (members fixed)
+                c.state.spreads[target]["keep"] = True
 
 
 def _throttle_attributed(c: _Ctx) -> None:
