@@ -125,7 +125,7 @@ class Screen:
         lines += ["", "actions (cause -> remedy -> outcome -> verification):"]
         for a in [a for a in actions if a.get("event") == "action"][-8:]:
             at = (a["issued_at"] - start) / 1000 if start else 0.0
-            lines.append(f"  +{at:5.1f}s {cause_line(a)}")
+            lines.append(f"  {at:+6.1f}s {cause_line(a)}")
             lines.append(f"          {remedy_line(a)}")
             result = res_by_id.get(a["id"], "pending")
             if result == "delegated":
@@ -189,13 +189,13 @@ def print_actions(res: dict[str, Any]) -> None:
     for a in res["actions"]:
         full = {"type": a["type"], "target": a["target"], "params": a.get("params") or {},
                 "reason": {"cause": a.get("cause"), "evidence": a.get("evidence")}}  # fmt: skip
-        print(f"  +{a['at_ms'] / 1000:5.1f}s {cause_line(full)}")
+        print(f"  {a['at_ms'] / 1000:+6.1f}s {cause_line(full)}")
         print(f"          {remedy_line(full)} ({a['mode']})")
         result = outcome.get(a.get("id"), "no outcome")
         if result == "delegated":
             result += f", applied by {len(instances.get(a.get('id') or '', ()))} instance(s)"
         v = verdict.get(a.get("id"))
-        when = f" at +{v['at_ms'] / 1000:.1f}s" if v else ""
+        when = f" at {v['at_ms'] / 1000:+.1f}s" if v else ""
         print(f"          -> {result}; {verdict_line(v) + when if v else 'not verified'}")
 
 
