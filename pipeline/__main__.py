@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from schemas import Mode, load_signing_key, tracing
+from schemas import ConfigError, Mode, load_signing_key, tracing
 from schemas.cli import (
     CLIENT_LOG,
     EX_UNAVAILABLE,
@@ -82,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     return run("lagpilot run", _parser(), _run, sys.argv[1:] if argv is None else argv)
 
 
+def _has_key(env: Any) -> bool:
+    try:
+        load_signing_key(env)
+    except ConfigError:
+        return False
+    return True
+
+
 def _run(args: Any) -> int:
     skip = {"log_level", "debug", "config", "connect_timeout_s", "env", "kafka"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
@@ -91,7 +99,10 @@ def _run(args: Any) -> int:
     settings = load_settings(env=args.env, overrides=overrides)
     policy_config = load_policy_config(settings.policy_file or None, env=args.env)
     policy = None
-    if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
+    # observe decides nothing, but answers action requests (as recommendations) when a
+    # signing key lets it verify them; without a key, observe runs no policy at all
+    observe = policy_config.mode is Mode.OBSERVE
+    if settings.run_policy and (not observe or _has_key(args.env)):
         from pipeline.policy_op import PolicyOperator
 
         policy = PolicyOperator(policy_config, load_signing_key(args.env))

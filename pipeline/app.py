@@ -8,7 +8,7 @@
     lagpilot.control (halt/resume) -+
     lagpilot.outcomes (outcome) ----+--> lagpilot.policy (one key) --> PolicyOperator
     lagpilot.producers (rates) -----+        actions --> lagpilot.control
-                                             verification --> lagpilot.outcomes
+    lagpilot.requests (mcp) --------+        verification, request verdicts --> outcomes
 
 Commits are re-keyed into ``lagpilot.watermarks`` itself, so the model reads ONE topic in
 which a topic's samples and commits share a key and a partition: no stream join and no
@@ -276,10 +276,23 @@ def build_app(
             lambda v: isinstance(v, dict) and v.get("event") == "producer_rates"
         )
         rates_in.to_topic(policy_topic, key=lambda _: "policy")
+        # action requests (lagpilot mcp): evaluated with every rail by the same operator
+        requests_topic = app.topic(
+            settings.requests_topic,
+            key_serializer="str",
+            key_deserializer="str",
+            config=cfg(1, **{"retention.ms": str(3_600_000)}),
+        )
+        requests_in = app.dataframe(topic=requests_topic).filter(
+            lambda v: isinstance(v, dict) and v.get("event") == "action_request"
+        )
+        requests_in.to_topic(policy_topic, key=lambda _: "policy")
         decisions = app.dataframe(topic=policy_topic)
         out = decisions.apply(policy, stateful=True, metadata=True, expand=True)
         verdicts = out.filter(lambda v: v.get("event") == "verification")
         verdicts.to_topic(outcomes_topic, key=lambda v: f"{v['action_id']}@verify")
+        answers = out.filter(lambda v: v.get("event") == "request_verdict")
+        answers.to_topic(outcomes_topic, key=lambda v: f"{v['request_id']}@request")
         actions = out.filter(lambda v: v.get("event") == "action")
         if tracing.on():  # the action's traceparent header (no step at all when off)
             actions = actions.set_headers(tracing.action_headers)

@@ -72,6 +72,7 @@ class Settings:
     replication_factor: int = 1
     metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
     control_topic: str = "lagpilot.control"  # the actuator and workers must read the same
+    requests_topic: str = "lagpilot.requests"  # lagpilot mcp publishes action requests here
     policy_file: str = ""  # empty: built-in policy defaults (mode recommend)
     run_sampler: bool = True
     run_policy: bool = True
