@@ -83,8 +83,8 @@ class Refusal:
 def scope_of(params: Mapping[str, Any]) -> tuple[str | None, list[str]]:
     """The consumer group and the topics an action's params are about."""
     group = params.get("group") if isinstance(params.get("group"), str) else None
-    found = params.get("topics") if isinstance(params.get("topics"), list) else []
-    topics = [t for t in found if isinstance(t, str)]
+    found = params.get("topics")
+    topics = [t for t in found if isinstance(t, str)] if isinstance(found, list) else []
     if isinstance(params.get("topic"), str):
         topics.append(params["topic"])
     return group, topics

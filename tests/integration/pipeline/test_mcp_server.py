@@ -1,0 +1,205 @@
+"""``lagpilot mcp`` over stdio, with the SDK's own client, against a live pipeline (observe
+mode, one per module) on the real broker: the tools are listed, lag_status is
+``lagpilot status``, a request in observe mode is a recommendation and nothing reaches the
+control topic, a target outside the allow-list is refused with the reason, and bad
+arguments are tool errors after which the server keeps serving."""
+
+from __future__ import annotations
+
+import io
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from pipeline.status import main as status
+from tests.integration.pipeline.harness import (
+    LagReader,
+    PipelineProcess,
+    ScriptedLoad,
+    create_topic,
+)
+from tests.integration.pipeline.test_lag_pipeline import _wait_ready
+
+KEY = "mcp-e2e-signing-key-0123456789"
+RUN = uuid.uuid4().hex[:6]
+POLICY = """
+mode = "observe"
+policy_version = "mcp-e2e"
+[allow]
+partition_topics = []
+throttle_client_ids = ["ingest-*"]
+"""
+
+
+class Live:
+    def __init__(self, bootstrap: str, topic: str, group: str, env: dict[str, str]) -> None:
+        self.bootstrap, self.topic, self.group, self.env = bootstrap, topic, group, env
+
+
+@pytest.fixture(scope="module")
+def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    tmp = tmp_path_factory.mktemp("mcp")
+    topic, group = f"mcp-{RUN}", f"g-mcp-{RUN}"
+    create_topic(kafka_bootstrap, topic, 2)
+    policy = tmp / "policy.toml"
+    policy.write_text(POLICY)
+    env = {
+        "KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "LAGPILOT_SIGNING_KEY": KEY,
+        "LAGPILOT_POLICY_FILE": str(policy),
+        "LAGPILOT_CONTROL_TOPIC": f"lagpilot.control.mcp-{RUN}",
+        "LAGPILOT_REQUESTS_TOPIC": f"lagpilot.requests.mcp-{RUN}",
+    }
+    pipe = PipelineProcess(
+        kafka_bootstrap, f"{topic}$", tmp / "state", LAGPILOT_RUN_POLICY="true", **env
+    ).start()
+    reader = LagReader(kafka_bootstrap, {group})
+    try:
+        _wait_ready(pipe)
+        reader.start()
+        with ScriptedLoad(kafka_bootstrap, topic, group, rate=50, partitions=2):
+            reader.wait_for(lambda e: e["event"] == "group_lag" and e["topic"] == topic, 60)
+            yield Live(kafka_bootstrap, topic, group, {**env, "LAGPILOT_MCP_IDENTITY": "e2e-bot"})
+    finally:
+        reader.close()
+        pipe.stop()
+
+
+def session(live: Live, body: Callable[[Client], Any]) -> Any:
+    """Run ``body(client)`` in one stdio session with ``lagpilot mcp``."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "pipeline.cli", "mcp"],
+        env=live.env,
+        cwd=str(Path(__file__).resolve().parents[3]),
+    )
+
+    async def go() -> Any:
+        async with Client(params, read_timeout_seconds=60) as client:
+            return await body(client)
+
+    return anyio.run(go)
+
+
+def test_lists_the_tools_and_lag_status_is_lagpilot_status(live: Live) -> None:
+    async def body(client: Client) -> Any:
+        tools = (await client.list_tools()).tools
+        got = await client.call_tool("lag_status", {"group": live.group})
+        return tools, got
+
+    tools, got = session(live, body)
+    by_name = {t.name: t for t in tools}
+    assert set(by_name) == {"lag_status", "explain", "actions", "group_health", "request_action"}
+    assert by_name["request_action"].input_schema["required"] == [
+        "type",
+        "target",
+        "params",
+        "reason",
+    ]
+    assert all(t.output_schema is not None for t in tools)
+    assert not got.is_error, got.content
+    doc = got.structured_content
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert status(["--json", "--group", live.group]) == 0
+    cli = orjson.loads(out.getvalue())
+    assert [(g["group"], g["topic"]) for g in doc["groups"]] == [(live.group, live.topic)]
+    assert [(g["group"], g["topic"]) for g in cli["groups"]] == [(live.group, live.topic)]
+    assert (
+        [(p["topic"], p["partition"]) for p in doc["partitions"]]
+        == [(p["topic"], p["partition"]) for p in cli["partitions"]]
+        == [(live.topic, 0), (live.topic, 1)]
+    )
+    assert doc["groups"][0]["status"] == cli["groups"][0]["status"]
+    assert doc["table"].splitlines()[0].split() == [
+        "GROUP",
+        "TOPIC",
+        "STATUS",
+        "LAG",
+        "TIME",
+        "LAG",
+        "s",
+        "RATE/s",
+        "PARTS",
+    ]
+    assert live.group in doc["table"]
+
+
+def test_a_request_in_observe_mode_is_a_recommendation_not_an_action(live: Live) -> None:
+    params = {"group": live.group, "topic": live.topic, "partition": 1, "lanes": 4}
+
+    async def body(client: Client) -> Any:
+        asked = await client.call_tool(
+            "request_action",
+            {
+                "type": "spread_partition",
+                "target": f"group:{live.group}/topic:{live.topic}/1",
+                "params": params,
+                "reason": "partition 1 holds the 500-page PDFs",
+            },
+        )
+        seen = await client.call_tool("actions", {"since_s": 120, "group": live.group})
+        return asked, seen
+
+    asked, seen = session(live, body)
+    assert not asked.is_error, asked.content
+    answer = asked.structured_content
+    assert (answer["result"], answer["rail"], answer["action_id"]) == ("recommended", "mode", None)
+    assert "observe mode" in answer["why"] and answer["action"]["type"] == "spread_partition"
+    assert answer["requested_by"].startswith("e2e-bot via ")
+    listed = seen.structured_content
+    assert listed["actions"] == []  # nothing was published on the control topic
+    assert [r["request_id"] for r in listed["requests"]] == [answer["request_id"]]
+
+
+def test_a_target_outside_the_allow_list_is_refused_with_the_reason(live: Live) -> None:
+    params = {
+        "entity": "client-id",
+        "name": "crawler-7",
+        "producer_byte_rate": 2_000_000,
+        "lease_s": 60,
+        "topics": [live.topic],
+    }
+
+    async def body(client: Client) -> Any:
+        return await client.call_tool(
+            "request_action",
+            {
+                "type": "throttle_producer",
+                "target": "client-id:crawler-7",
+                "params": params,
+                "reason": "crawler-7 floods the topic",
+            },
+        )
+
+    got = session(live, body)
+    answer = got.structured_content
+    assert (answer["result"], answer["rail"]) == ("refused", "allow_list"), answer
+    assert "'crawler-7'" in answer["why"] and "throttle_client_ids" in answer["why"]
+
+
+def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(live: Live) -> None:
+    async def body(client: Client) -> Any:
+        bad_type = await client.call_tool(
+            "request_action",
+            {"type": "delete_topic", "target": "topic:x", "params": {}, "reason": "because"},
+        )
+        missing = await client.call_tool("explain", {"group": live.group})
+        negative = await client.call_tool("actions", {"since_s": -5})
+        after = await client.call_tool("lag_status", {"group": live.group})
+        return bad_type, missing, negative, after
+
+    bad_type, missing, negative, after = session(live, body)
+    for result, word in ((bad_type, "type"), (missing, "topic"), (negative, "since_s")):
+        assert result.is_error
+        assert word in result.content[0].text, result.content[0].text
+    assert not after.is_error and after.structured_content["groups"]
