@@ -25,7 +25,8 @@ def join_actions(
 ) -> dict[str, list[dict[str, Any]]]:
     """``{"actions": [...], "requests": [...]}`` from control and outcome events in order.
 
-    ``group``: only actions about it (an outcome takes its action's group, as in ``tail``).
+    ``group``: only actions about it (``tail``'s filter); outcomes, worker reports and
+    verification join the action they name, when it is in the window.
     """
     keep = TailFilter([group] if group else ())
     tally = InstanceTally()
@@ -55,9 +56,9 @@ def join_actions(
                     )
                 )
             continue
-        if not keep(ev):
-            continue
         if kind == "action":
+            if not keep(ev):  # the group filter of ``tail``; outcomes follow their action
+                continue
             got = ev.get("reason")
             reason: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
             actions[str(ev["id"])] = {

@@ -7,7 +7,11 @@ arguments are tool errors after which the server keeps serving."""
 from __future__ import annotations
 
 import io
+import os
+import socket
+import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
@@ -20,12 +24,14 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from pipeline.mcp.reading import recent_events
 from pipeline.status import main as status
 from tests.integration.pipeline.harness import (
     LagReader,
     PipelineProcess,
     ScriptedLoad,
     create_topic,
+    free_port,
 )
 from tests.integration.pipeline.test_lag_pipeline import _wait_ready
 
@@ -203,3 +209,49 @@ def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(live: Live) 
         assert result.is_error
         assert word in result.content[0].text, result.content[0].text
     assert not after.is_error and after.structured_content["groups"]
+
+
+def test_http_offers_halt_with_an_operator_key_and_records_the_caller(live: Live) -> None:
+    port = free_port()
+    env = {**os.environ, **live.env, "LAGPILOT_MCP_OPERATOR_KEY": "operator-key-0123456789"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "mcp", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    scope = f"mcp-halt-{RUN}"
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):
+            assert time.monotonic() < deadline and proc.poll() is None, "lagpilot mcp not up"
+            time.sleep(0.2)
+
+        async def go() -> Any:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                halted = await client.call_tool("halt", {"scope": scope, "reason": "INC-7"})
+                resumed = await client.call_tool("resume", {"scope": scope, "reason": "INC-7 over"})
+                return names, halted, resumed
+
+        names, halted, resumed = anyio.run(go)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert {"halt", "resume"} <= names
+    assert not halted.is_error and not resumed.is_error, (halted.content, resumed.content)
+    sent = [
+        e
+        for _, e in recent_events(
+            live.bootstrap, {}, [live.env["LAGPILOT_CONTROL_TOPIC"]], since_s=120, timeout_s=10
+        )
+        if e.get("params", {}).get("scope") == scope
+    ]
+    assert [e["type"] for e in sent] == ["halt", "resume"]
+    assert all(e["reason"]["by"].startswith("e2e-bot via ") for e in sent)
+    assert sent[0]["reason"]["why"] == "INC-7" and sent[0]["reason"]["operator_key_id"]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
