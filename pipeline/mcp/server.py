@@ -217,9 +217,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         outcomes and verification, and what lagpilot would do next."""
         lag = _io(lp.lag_status, group, topic)
         joined = _io(lp.joined, since_s, group)
-        return views.explain(
-            group, topic, lag, joined, mode=str(lp.policy.mode), ladders=lp.policy.ladders
-        )
+        return views.explain(group, topic, lag, joined, lp.policy)
 
     @mcp.tool()
     def actions(

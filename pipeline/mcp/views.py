@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipeline import diagnosis as dg
 from pipeline.control import InstanceTally, TailFilter
 from pipeline.ladder import STEPS, Ladders
+from pipeline.policy import hot_partitions
+from pipeline.policy_config import PolicyConfig
+from schemas import group_lag_from_dict
 
 #: the actuator's results that end an action; "recorded"/"delegated" say it was noted
 FINAL = frozenset({"applied", "failed", "rejected", "expired", "duplicate"})
@@ -131,93 +135,99 @@ def state_of(action: Mapping[str, Any]) -> str:
     return "recommended" if action["mode"] == "recommend" else "pending"
 
 
+INCIDENT_KEYS = (
+    "status",
+    "max_time_lag_s",
+    "total_lag_offsets",
+    "lag_rate_per_s",
+    "partitions",
+    "observed_at_ms",
+)
+PARTITION_KEYS = (
+    "partition",
+    "status",
+    "lag_offsets",
+    "time_lag_s",
+    "lag_rate_per_s",
+    "eta_drain_s",
+    "owner",
+)
+HEALTH_KEYS = ("status", "state", "generation", "rebalances_per_min", "commits_stalled", "storm")
+REMEDY_KEYS = (
+    "id",
+    "type",
+    "target",
+    "mode",
+    "issued_at",
+    "requested_by",
+    "applied_by",
+    "outcomes",
+    "verification",
+)
+
+
 def explain(
     group: str,
     topic: str,
     lag: Mapping[str, Any],
     joined: Mapping[str, list[dict[str, Any]]],
-    *,
-    mode: str,
-    ladders: Ladders,
+    policy: PolicyConfig,
 ) -> dict[str, Any]:
     """The incident of ``group`` on ``topic``: status, cause and evidence, remedies, next.
 
-    ``lag`` is ``reading.lag_status``'s document; ``joined`` is ``join_actions``'s.
+    ``lag`` is ``reading.lag_status``'s document; ``joined`` is ``join_actions``'s. The
+    cause is the decide stage's (in its actions' reasons) when it acted; else, while the
+    group lags, the same rules (``pipeline.diagnosis``) applied here to the latest summary
+    and health (no baseline or producer rates: an inflow burst is not told apart), marked
+    ``cause_source: "lag events"``.
     """
     summary = next((s for s in lag.get("groups", ()) if s["topic"] == topic), None)
     parts = [p for p in lag.get("partitions", ()) if p["topic"] == topic]
     worst = sorted(parts, key=lambda p: -p["time_lag_s"])[:5]
     health = next(iter(lag.get("group_health", ())), None)
     remedies = [
-        {
-            **_pick(
-                a,
-                "id",
-                "type",
-                "target",
-                "mode",
-                "issued_at",
-                "requested_by",
-                "applied_by",
-                "outcomes",
-                "verification",
-            ),
-            "state": state_of(a),
-        }
+        {**_pick(a, *REMEDY_KEYS), "state": state_of(a)}
         for a in joined.get("actions", ())
         if a["reason"].get("topic") in (topic, None) and a["type"] not in ("halt", "resume")
     ]
-    diagnosed = [
+    acted = [
         a for a in joined.get("actions", ()) if a.get("cause") and a["reason"].get("topic") == topic
     ]
-    cause = diagnosed[-1]["cause"] if diagnosed else None
-    evidence = diagnosed[-1]["reason"].get("evidence") if diagnosed else None
     status = summary["status"] if summary else "UNKNOWN"
+    cause, evidence, source = None, None, None
+    if acted:
+        cause, evidence, source = acted[-1]["cause"], acted[-1]["reason"].get("evidence"), "actions"
+    elif summary is not None and status != "OK":
+        found = _diagnose(summary, health, policy)
+        cause, evidence, source = found.cause, found.evidence, "lag events"
     return {
         "group": group,
         "topic": topic,
         "status": status,
-        "incident": None
-        if summary is None
-        else _pick(
-            summary,
-            "status",
-            "max_time_lag_s",
-            "total_lag_offsets",
-            "lag_rate_per_s",
-            "partitions",
-            "observed_at_ms",
-        ),
-        "worst_partitions": [
-            _pick(
-                p,
-                "partition",
-                "status",
-                "lag_offsets",
-                "time_lag_s",
-                "lag_rate_per_s",
-                "eta_drain_s",
-                "owner",
-            )
-            for p in worst
-        ],
-        "group_health": None
-        if health is None
-        else _pick(
-            health,
-            "status",
-            "state",
-            "generation",
-            "rebalances_per_min",
-            "commits_stalled",
-            "storm",
-        ),
+        "incident": None if summary is None else _pick(summary, *INCIDENT_KEYS),
+        "worst_partitions": [_pick(p, *PARTITION_KEYS) for p in worst],
+        "group_health": None if health is None else _pick(health, *HEALTH_KEYS),
         "cause": cause,
         "evidence": evidence,
+        "cause_source": source,
         "remedies": remedies,
-        "requests": [r for r in joined.get("requests", ()) if r["target"]],
-        "next": next_step(group, status, cause, remedies, mode=mode, ladders=ladders),
+        "requests": list(joined.get("requests", ())),
+        "next": next_step(
+            group, status, cause, remedies, mode=str(policy.mode), ladders=policy.ladders
+        ),
     }
+
+
+def _diagnose(
+    summary: Mapping[str, Any], health: Mapping[str, Any] | None, policy: PolicyConfig
+) -> dg.Diagnosis:
+    s = group_lag_from_dict(dict(summary))
+    t = policy.thresholds_for(s.group, s.topic)
+    hot = hot_partitions(s, t, policy.hot_ratio)
+    cfg = dg.DiagnosisConfig(
+        policy.burst_ratio, policy.hold_ratio, policy.leadership_min_partitions, policy.hot_ratio
+    )
+    return dg.diagnose(s, t.time_lag_s * t.exit_ratio, hot, cfg, health=health)
 
 
 def next_step(
@@ -236,7 +246,9 @@ def next_step(
             "watched, and the pipeline running?)"
         )
     if mode == "observe":
-        return "nothing: the policy is in observe mode and publishes no action"
+        steps = ladders.for_group(group, cause) if cause else ()
+        would = f"; in act mode the {cause} ladder starts with {steps[0].action}" if steps else ""
+        return f"nothing: the policy is in observe mode and publishes no action{would}"
     if cause is None:
         if status == "OK":
             return "nothing: lag is within its thresholds"

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from mcp import Client
 
-from pipeline.ladder import Ladders
 from pipeline.mcp import views
 from pipeline.mcp.server import Lagpilot, _parser, build_server, operator_key
+from pipeline.policy_config import config_from_mapping
 from schemas import ConfigError
 
 KEY = "unit-signing-key-0123456789"
@@ -173,17 +173,36 @@ def test_actions_are_joined_with_outcomes_instances_and_verification_by_group() 
     assert len(views.join_actions(events())["actions"]) == 2
 
 
+ACT, OBSERVE = config_from_mapping({"mode": "act"}), config_from_mapping({"mode": "observe"})
+WORST = [
+    {
+        "partition": p,
+        "lag_offsets": 900 if p == 3 else 5,
+        "time_lag_s": 40.0 if p == 3 else 0.5,
+        "lag_rate_per_s": 3.0 if p == 3 else 0.0,
+        "lag_accel_per_s2": 0.0,
+        "produce_rate_per_s": 10.0,
+        "consume_rate_per_s": 0.0 if p == 3 else 10.0,
+        "status": "STOP" if p == 3 else "OK",
+        "leader": -1,
+    }
+    for p in (3, 0, 1)
+]
 LAG = {
     "groups": [
         {
+            "event": "group_lag",
+            "v": 1,
             "group": "g",
             "topic": "t",
             "status": "ERR",
             "max_time_lag_s": 40.0,
-            "total_lag_offsets": 900,
+            "total_lag_offsets": 910,
             "lag_rate_per_s": 3.0,
-            "partitions": 4,
+            "partitions": 8,
+            "topic_partitions": 8,
             "observed_at_ms": 5,
+            "worst": WORST,
         }
     ],
     "partitions": [
@@ -213,24 +232,25 @@ def test_explain_names_cause_evidence_remedies_and_the_next_rung() -> None:
         "step": 0,
         "at": 9,
     }
-    got = views.explain(
-        "g", "t", LAG, views.join_actions(events(verdict), "g"), mode="act", ladders=Ladders()
-    )
+    got = views.explain("g", "t", LAG, views.join_actions(events(verdict), "g"), ACT)
     assert (got["status"], got["cause"]) == ("ERR", "hotspot")
     assert got["evidence"] == {"partitions": [3], "ratio": 9.5}
     assert [w["partition"] for w in got["worst_partitions"]][:2] == [3, 2]
     assert [r["state"] for r in got["remedies"]] == ["delegated"]
     assert got["next"].startswith("escalate to handoff_partition")
-    pending = views.explain(
-        "g", "t", LAG, views.join_actions(events(), "g"), mode="act", ladders=Ladders()
-    )
+    pending = views.explain("g", "t", LAG, views.join_actions(events(), "g"), ACT)
     assert pending["next"].startswith("verify spread_partition within 30 s")
     assert "handoff_partition" in pending["next"]
-    observe = views.explain(
-        "g", "t", LAG, views.join_actions(events(), "g"), mode="observe", ladders=Ladders()
-    )
+    observe = views.explain("g", "t", LAG, views.join_actions(events(), "g"), OBSERVE)
     assert "observe mode" in observe["next"]
-    unknown = views.explain(
-        "g", "nope", {"groups": [], "partitions": []}, {}, mode="act", ladders=Ladders()
-    )
+    unknown = views.explain("g", "nope", {"groups": [], "partitions": []}, {}, ACT)
     assert unknown["status"] == "UNKNOWN" and unknown["incident"] is None
+
+
+def test_without_actions_explain_diagnoses_from_the_lag_events() -> None:
+    got = views.explain("g", "t", LAG, {"actions": [], "requests": []}, OBSERVE)
+    assert (got["cause"], got["cause_source"]) == ("hotspot", "lag events")
+    assert got["evidence"]["partitions"] == [3]
+    assert got["next"].endswith("in act mode the hotspot ladder starts with spread_partition")
+    fresh = views.explain("g", "t", LAG, {"actions": [], "requests": []}, ACT)
+    assert fresh["next"].startswith("spread_partition (hotspot's first step)")
