@@ -234,6 +234,8 @@ def evaluate(
             "type": kind,
             "target": target,
             "requested_by": req["requested_by"],
+            "group": group,
+            "topic": topics[0] if topics else None,
             "result": result,
             "rail": rail,
             "why": why,

@@ -36,10 +36,13 @@ def join_actions(
     tally = InstanceTally()
     actions: dict[str, dict[str, Any]] = {}
     requests: list[dict[str, Any]] = []
+    answered: set[str] = set()
     for _topic, ev in events:
         kind = ev.get("event")
-        if kind == "request_verdict":
-            if not group or _about(ev.get("action"), group):
+        if kind == "request_verdict":  # the first verdict of a request (a replay may add one)
+            first = str(ev.get("request_id")) not in answered
+            if first and (not group or ev.get("group") == group):
+                answered.add(str(ev.get("request_id")))
                 requests.append(_verdict_view(ev))
             continue
         if kind not in ("action", "outcome", "worker_outcome", "verification"):
@@ -96,13 +99,6 @@ def join_actions(
             }
         )
     return {"actions": list(actions.values()), "requests": requests}
-
-
-def _about(action: Any, group: str) -> bool:
-    if not isinstance(action, Mapping):
-        return False
-    params, reason = action.get("params") or {}, action.get("reason") or {}
-    return group in (params.get("group"), params.get("scope"), reason.get("group"))
 
 
 def _pick(ev: Mapping[str, Any], *keys: str) -> dict[str, Any]:

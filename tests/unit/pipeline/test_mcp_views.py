@@ -254,3 +254,22 @@ def test_without_actions_explain_diagnoses_from_the_lag_events() -> None:
     assert got["next"].endswith("in act mode the hotspot ladder starts with spread_partition")
     fresh = views.explain("g", "t", LAG, {"actions": [], "requests": []}, ACT)
     assert fresh["next"].startswith("spread_partition (hotspot's first step)")
+
+
+def test_a_request_is_listed_once_under_its_group_even_when_refused() -> None:
+    refused = {
+        "event": "request_verdict",
+        "request_id": "c" * 32,
+        "type": "spread_partition",
+        "target": "group:g/topic:t/3",
+        "group": "g",
+        "topic": "t",
+        "result": "refused",
+        "rail": "hysteresis",
+        "why": "no open incident",
+        "action": None,
+    }
+    replayed = {**refused, "rail": "expired", "why": "the request expired"}
+    joined = views.join_actions(events(refused, replayed), group="g")
+    assert [(r["request_id"], r["rail"]) for r in joined["requests"]] == [("c" * 32, "hysteresis")]
+    assert views.join_actions(events(refused), group="h")["requests"] == []
