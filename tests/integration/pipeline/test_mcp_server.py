@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from anyio.from_thread import start_blocking_portal
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -80,29 +81,38 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         pipe.stop()
 
 
-def session(live: Live, body: Callable[[Client], Any]) -> Any:
-    """Run ``body(client)`` in one stdio session with ``lagpilot mcp``."""
+class Session:
+    """One stdio session with ``lagpilot mcp`` for the whole module, driven from the tests'
+    thread through an anyio portal (one server process, not one per test)."""
+
+    def __init__(self, portal: Any, client: Client) -> None:
+        self.portal, self.client = portal, client
+
+    def call(self, name: str, args: dict[str, Any]) -> Any:
+        return self.portal.call(lambda: self.client.call_tool(name, args))
+
+    def tools(self) -> list[Any]:
+        return list(self.portal.call(self.client.list_tools).tools)
+
+
+@pytest.fixture(scope="module")
+def mcp(live: Live) -> Iterator[Session]:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "pipeline.cli", "mcp"],
         env=live.env,
         cwd=str(Path(__file__).resolve().parents[3]),
     )
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(Client(params, read_timeout_seconds=60)) as client,
+    ):
+        yield Session(portal, client)
 
-    async def go() -> Any:
-        async with Client(params, read_timeout_seconds=60) as client:
-            return await body(client)
 
-    return anyio.run(go)
-
-
-def test_lists_the_tools_and_lag_status_is_lagpilot_status(live: Live) -> None:
-    async def body(client: Client) -> Any:
-        tools = (await client.list_tools()).tools
-        got = await client.call_tool("lag_status", {"group": live.group})
-        return tools, got
-
-    tools, got = session(live, body)
+def test_lists_the_tools_and_lag_status_is_lagpilot_status(live: Live, mcp: Session) -> None:
+    tools = mcp.tools()
+    got = mcp.call("lag_status", {"group": live.group})
     by_name = {t.name: t for t in tools}
     assert set(by_name) == {"lag_status", "explain", "actions", "group_health", "request_action"}
     assert by_name["request_action"].input_schema["required"] == [
@@ -127,36 +137,19 @@ def test_lists_the_tools_and_lag_status_is_lagpilot_status(live: Live) -> None:
     )
     assert doc["groups"][0]["status"] == cli["groups"][0]["status"]
     assert doc["table"].splitlines()[0].split() == [
-        "GROUP",
-        "TOPIC",
-        "STATUS",
-        "LAG",
-        "TIME",
-        "LAG",
-        "s",
-        "RATE/s",
-        "PARTS",
-    ]
+        "GROUP", "TOPIC", "STATUS", "LAG", "TIME", "LAG", "s", "RATE/s", "PARTS",
+    ]  # fmt: skip
     assert live.group in doc["table"]
 
 
-def test_a_request_in_observe_mode_is_a_recommendation_not_an_action(live: Live) -> None:
+def test_a_request_in_observe_mode_is_a_recommendation_not_an_action(
+    live: Live, mcp: Session
+) -> None:
     params = {"group": live.group, "topic": live.topic, "partition": 1, "lanes": 4}
-
-    async def body(client: Client) -> Any:
-        asked = await client.call_tool(
-            "request_action",
-            {
-                "type": "spread_partition",
-                "target": f"group:{live.group}/topic:{live.topic}/1",
-                "params": params,
-                "reason": "partition 1 holds the 500-page PDFs",
-            },
-        )
-        seen = await client.call_tool("actions", {"since_s": 120, "group": live.group})
-        return asked, seen
-
-    asked, seen = session(live, body)
+    asked = mcp.call("request_action", {
+        "type": "spread_partition", "target": f"group:{live.group}/topic:{live.topic}/1",
+        "params": params, "reason": "partition 1 holds the 500-page PDFs"})  # fmt: skip
+    seen = mcp.call("actions", {"since_s": 120, "group": live.group})
     assert not asked.is_error, asked.content
     answer = asked.structured_content
     assert (answer["result"], answer["rail"], answer["action_id"]) == ("recommended", "mode", None)
@@ -167,44 +160,27 @@ def test_a_request_in_observe_mode_is_a_recommendation_not_an_action(live: Live)
     assert [r["request_id"] for r in listed["requests"]] == [answer["request_id"]]
 
 
-def test_a_target_outside_the_allow_list_is_refused_with_the_reason(live: Live) -> None:
-    params = {
-        "entity": "client-id",
-        "name": "crawler-7",
-        "producer_byte_rate": 2_000_000,
-        "lease_s": 60,
-        "topics": [live.topic],
-    }
-
-    async def body(client: Client) -> Any:
-        return await client.call_tool(
-            "request_action",
-            {
-                "type": "throttle_producer",
-                "target": "client-id:crawler-7",
-                "params": params,
-                "reason": "crawler-7 floods the topic",
-            },
-        )
-
-    got = session(live, body)
+def test_a_target_outside_the_allow_list_is_refused_with_the_reason(
+    live: Live, mcp: Session
+) -> None:
+    params = {"entity": "client-id", "name": "crawler-7", "producer_byte_rate": 2_000_000,
+              "lease_s": 60, "topics": [live.topic]}  # fmt: skip
+    got = mcp.call("request_action", {
+        "type": "throttle_producer", "target": "client-id:crawler-7", "params": params,
+        "reason": "crawler-7 floods the topic"})  # fmt: skip
     answer = got.structured_content
     assert (answer["result"], answer["rail"]) == ("refused", "allow_list"), answer
     assert "'crawler-7'" in answer["why"] and "throttle_client_ids" in answer["why"]
 
 
-def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(live: Live) -> None:
-    async def body(client: Client) -> Any:
-        bad_type = await client.call_tool(
-            "request_action",
-            {"type": "delete_topic", "target": "topic:x", "params": {}, "reason": "because"},
-        )
-        missing = await client.call_tool("explain", {"group": live.group})
-        negative = await client.call_tool("actions", {"since_s": -5})
-        after = await client.call_tool("lag_status", {"group": live.group})
-        return bad_type, missing, negative, after
-
-    bad_type, missing, negative, after = session(live, body)
+def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(
+    live: Live, mcp: Session
+) -> None:
+    bad = {"type": "delete_topic", "target": "topic:x", "params": {}, "reason": "because"}
+    bad_type = mcp.call("request_action", bad)
+    missing = mcp.call("explain", {"group": live.group})
+    negative = mcp.call("actions", {"since_s": -5})
+    after = mcp.call("lag_status", {"group": live.group})
     for result, word in ((bad_type, "type"), (missing, "topic"), (negative, "since_s")):
         assert result.is_error
         assert word in result.content[0].text, result.content[0].text
