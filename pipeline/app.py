@@ -255,27 +255,30 @@ def build_app(
             key_deserializer="str",
             config=cfg(settings.topic_partitions, **{"retention.ms": str(3_600_000)}),
         )
-        summaries = lag_events.filter(lambda v: v["event"] in ("group_lag", "group_health"))
-        summaries.to_topic(policy_topic, key=lambda _: "policy")
         control_in = app.dataframe(topic=control_topic)
         control_in = control_in.filter(
             lambda v: isinstance(v, dict) and v.get("type") in ("halt", "resume")
         )
         control_in.to_topic(policy_topic, key=lambda _: "policy")
-        # outcomes start the verification of a step; only those of actions (not our own
-        # verification events, nor duplicates) are forwarded
-        outcomes_in = app.dataframe(topic=outcomes_topic).filter(
-            lambda v: (
-                isinstance(v, dict)
-                and v.get("event") == "outcome"
-                and v.get("result") in ("applied", "recorded", "failed", "rejected", "expired")
+        # in observe mode the operator only answers requests: no summary, outcome or rate
+        # takes the extra hop through the policy topic
+        if getattr(policy, "decides", True):
+            summaries = lag_events.filter(lambda v: v["event"] in ("group_lag", "group_health"))
+            summaries.to_topic(policy_topic, key=lambda _: "policy")
+            # outcomes start the verification of a step; only those of actions (not our own
+            # verification events, nor duplicates) are forwarded
+            outcomes_in = app.dataframe(topic=outcomes_topic).filter(
+                lambda v: (
+                    isinstance(v, dict)
+                    and v.get("event") == "outcome"
+                    and v.get("result") in ("applied", "recorded", "failed", "rejected", "expired")
+                )
             )
-        )
-        outcomes_in.to_topic(policy_topic, key=lambda _: "policy")
-        rates_in = app.dataframe(topic=producers_topic).filter(
-            lambda v: isinstance(v, dict) and v.get("event") == "producer_rates"
-        )
-        rates_in.to_topic(policy_topic, key=lambda _: "policy")
+            outcomes_in.to_topic(policy_topic, key=lambda _: "policy")
+            rates_in = app.dataframe(topic=producers_topic).filter(
+                lambda v: isinstance(v, dict) and v.get("event") == "producer_rates"
+            )
+            rates_in.to_topic(policy_topic, key=lambda _: "policy")
         # action requests (lagpilot mcp): evaluated with every rail by the same operator
         requests_topic = app.topic(
             settings.requests_topic,

@@ -19,7 +19,7 @@ from typing import Any
 from pipeline import remedies, requests
 from pipeline.policy import PolicyState, apply_control, decide
 from pipeline.policy_config import PolicyConfig
-from schemas import EventError, group_lag_from_dict, sign, tracing, validate, verify
+from schemas import EventError, Mode, group_lag_from_dict, sign, tracing, validate, verify
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ class PolicyOperator:
         self._cached: PolicyState | None = None
         self._gen = 0
         self._saved_ms = 0
+
+    @property
+    def decides(self) -> bool:
+        """False in observe mode: the operator then only answers action requests."""
+        return self.config.mode is not Mode.OBSERVE
 
     def _load(self, state: Any) -> PolicyState:
         gen = state.get("gen", 0)

@@ -230,3 +230,8 @@ class _Store:
 
     def set(self, key: str, value: Any) -> None:
         self.d[key] = value
+
+
+def test_in_observe_mode_the_operator_only_answers_requests() -> None:
+    assert not PolicyOperator(config("observe"), KEY).decides
+    assert PolicyOperator(config("recommend"), KEY).decides
