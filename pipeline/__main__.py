@@ -93,7 +93,7 @@ def _has_key(env: Any) -> bool:
 def _run(args: Any) -> int:
     skip = {"log_level", "debug", "config", "connect_timeout_s", "env", "kafka"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
-    from pipeline.policy_config import load_policy_config
+    from pipeline.decide.policy_config import load_policy_config
     from pipeline.settings import describe, load_settings
 
     settings = load_settings(env=args.env, overrides=overrides)
@@ -103,7 +103,7 @@ def _run(args: Any) -> int:
     # signing key lets it verify them; without a key, observe runs no policy at all
     observe = policy_config.mode is Mode.OBSERVE
     if settings.run_policy and (not observe or _has_key(args.env)):
-        from pipeline.policy_op import PolicyOperator
+        from pipeline.decide.policy_op import PolicyOperator
 
         policy = PolicyOperator(policy_config, load_signing_key(args.env))
     tracing.setup("lagpilot-pipeline")

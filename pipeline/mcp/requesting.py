@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.control import PublishError, publish_actions
-from pipeline.requests import build_request
+from pipeline.decide.control import PublishError, publish_actions
+from pipeline.decide.requests import build_request
 from schemas import EventError, decode, sign, validate
 from schemas.cli import EX_NOINPUT, CommandError, client_config
 

@@ -24,9 +24,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from pipeline.decide.policy_config import PolicyConfig, load_policy_config
 from pipeline.mcp import reading, views
 from pipeline.mcp.requesting import Requester, Topics
-from pipeline.policy_config import PolicyConfig, load_policy_config
 from schemas import ActionType, ConfigError, EventError, load_signing_key, topics
 from schemas.cli import CommandError, Parser, add_connection, run
 
@@ -145,7 +145,7 @@ class Lagpilot:
     def switch(self, kind: ActionType, scope: str, reason: str, caller: str) -> dict[str, Any]:
         from confluent_kafka import Producer
 
-        from pipeline.control import control_action, publish_actions
+        from pipeline.decide.control import control_action, publish_actions
         from schemas.cli import client_config
 
         assert self.operator_key is not None  # the tool exists only with the key

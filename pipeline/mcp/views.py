@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline import diagnosis as dg
-from pipeline.control import InstanceTally, TailFilter
-from pipeline.ladder import STEPS, Ladders
-from pipeline.policy import hot_partitions
-from pipeline.policy_config import PolicyConfig
+from pipeline.decide import diagnosis as dg
+from pipeline.decide.control import InstanceTally, TailFilter
+from pipeline.decide.ladder import STEPS, Ladders
+from pipeline.decide.policy import hot_partitions
+from pipeline.decide.policy_config import PolicyConfig
 from schemas import group_lag_from_dict
 
 #: the actuator's results that end an action; "recorded"/"delegated" say it was noted
