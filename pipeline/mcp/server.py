@@ -28,7 +28,7 @@ from pipeline.decide.policy_config import PolicyConfig, load_policy_config
 from pipeline.mcp import reading, views
 from pipeline.mcp.requesting import Requester, Topics
 from schemas import ActionType, ConfigError, EventError, load_signing_key, topics
-from schemas.cli import CommandError, Parser, add_connection, run
+from schemas.cli import CommandError, Parser, add_connection, explain_kafka, run
 
 log = logging.getLogger("lagpilot.mcp")
 OPERATOR_KEY_ENV = "LAGPILOT_MCP_OPERATOR_KEY"
@@ -182,16 +182,25 @@ def _client_name(ctx: Any) -> str | None:
     return f"{info.name}/{info.version}" if info is not None else None
 
 
-def _io(fn: Any, *args: Any) -> Any:
-    """Run one broker read; its expected failures become one-line tool errors."""
+def _io(fn: Any, *args: Any, bootstrap: str = "the broker") -> Any:
+    """Run one broker call; its expected failures become one-line tool errors (the same
+    sentences the command line prints: what failed, where, what to do)."""
+    from confluent_kafka import KafkaException
+
     try:
         return fn(*args)
     except (CommandError, ConfigError, EventError) as exc:
         raise ToolError(str(exc)) from exc
+    except KafkaException as exc:
+        raise ToolError(str(explain_kafka(exc, bootstrap=bootstrap))) from exc
 
 
 def build_server(lp: Lagpilot) -> MCPServer:
     """The MCPServer with lagpilot's tools and resources."""
+
+    def io(fn: Any, *args: Any) -> Any:
+        return _io(fn, *args, bootstrap=lp.bootstrap)
+
     mcp = MCPServer(
         "lagpilot",
         instructions=(
@@ -208,15 +217,15 @@ def build_server(lp: Lagpilot) -> MCPServer:
         """The current lag table, as `lagpilot status` prints it: per group and topic the
         status, offset lag, time lag (seconds behind), lag rate, and per partition (with a
         group) the owner; `table` is the same text `lagpilot status` prints."""
-        return dict(_io(lp.lag_status, group, topic))
+        return dict(io(lp.lag_status, group, topic))
 
     @mcp.tool()
     def explain(group: Group, topic: Topic, since_s: float = 900.0) -> dict[str, Any]:
         """Why is this group slow on this topic? The open incident (status, time lag, worst
         partitions), its diagnosed cause and evidence, the remedies taken with their
         outcomes and verification, and what lagpilot would do next."""
-        lag = _io(lp.lag_status, group, topic)
-        joined = _io(lp.joined, since_s, group)
+        lag = io(lp.lag_status, group, topic)
+        joined = io(lp.joined, since_s, group)
         return views.explain(group, topic, lag, joined, lp.policy)
 
     @mcp.tool()
@@ -226,7 +235,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         """Actions of the last `since_s` seconds (of one consumer group, if given), each with
         its reason, the actuator's outcomes, how many worker instances applied it, and its
         verification; and the requests made through request_action, with their verdicts."""
-        joined = _io(lp.joined, since_s, group)
+        joined = io(lp.joined, since_s, group)
         for a in joined["actions"]:
             a["state"] = views.state_of(a)
         return dict(joined)
@@ -236,7 +245,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         """A consumer group's health: state, generation, members (client id, host, assigned
         partitions), rebalances per minute, whether commits are stalled, and the member
         a rebalance storm is blamed on."""
-        doc = _io(lp.lag_status, group, None)
+        doc = io(lp.lag_status, group, None)
         found = doc["group_health"]
         if not found:
             raise ToolError(
@@ -261,7 +270,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         group, topic, partition, lanes)."""
         caller = lp.caller(_client_name(ctx))
         return dict(
-            _io(
+            io(
                 lambda: lp.requester.request(
                     type, target, params, reason, requested_by=caller, wait_s=lp.wait_s
                 )
@@ -278,9 +287,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         ) -> dict[str, Any]:
             """The kill switch: stop every actuator, worker and the policy from changing
             anything (scope: "all" or one consumer group). Recorded with your identity."""
-            return dict(
-                _io(lp.switch, ActionType.HALT, scope, reason, lp.caller(_client_name(ctx)))
-            )
+            return dict(io(lp.switch, ActionType.HALT, scope, reason, lp.caller(_client_name(ctx))))
 
         @mcp.tool()
         def resume(
@@ -290,7 +297,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         ) -> dict[str, Any]:
             """Lift a halt (scope: "all" lifts every one). Recorded with your identity."""
             return dict(
-                _io(lp.switch, ActionType.RESUME, scope, reason, lp.caller(_client_name(ctx)))
+                io(lp.switch, ActionType.RESUME, scope, reason, lp.caller(_client_name(ctx)))
             )
 
     _resources(mcp, lp)

@@ -273,3 +273,21 @@ def test_a_request_is_listed_once_under_its_group_even_when_refused() -> None:
     joined = views.join_actions(events(refused, replayed), group="g")
     assert [(r["request_id"], r["rail"]) for r in joined["requests"]] == [("c" * 32, "hysteresis")]
     assert views.join_actions(events(refused), group="h")["requests"] == []
+
+
+def test_an_unreachable_broker_is_one_sentence_and_the_server_keeps_serving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LAGPILOT_SIGNING_KEY", KEY)
+    args = _parser().parse_args(["--bootstrap", "127.0.0.1:1", "--connect-timeout-s", "1"])
+    srv = build_server(Lagpilot(args))
+
+    async def body(client: Client) -> Any:
+        down = await client.call_tool("lag_status", {})
+        tools = await client.list_tools()
+        return down, tools
+
+    down, tools = in_process(srv, body)
+    assert down.is_error and "127.0.0.1:1" in down.content[0].text
+    assert "cannot reach the broker" in down.content[0].text, down.content[0].text
+    assert len(tools.tools) == 5
