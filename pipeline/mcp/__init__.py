@@ -9,5 +9,6 @@ resumes (``lagpilot.control``); it never reaches into the pipeline's process.
 - ``reading``: the topic readers (``lagpilot status``'s and ``lagpilot control tail``'s);
 - ``views``: pure: actions joined with their outcomes, and the explanation of an incident;
 - ``requesting``: publish a request, wait (bounded) for its verdict and outcome;
-- ``server``: the tools, the resources and the command line.
+- ``resources``: the runbook, the current policy, the event schemas;
+- ``server``: the tools and the command line.
 """

@@ -16,7 +16,6 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,16 +23,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from pipeline.decide.policy_config import PolicyConfig, load_policy_config
+from pipeline.decide.policy_config import load_policy_config
 from pipeline.mcp import reading, views
 from pipeline.mcp.requesting import Requester, Topics
+from pipeline.mcp.resources import add_resources
 from schemas import ActionType, ConfigError, EventError, load_signing_key, topics
 from schemas.cli import CommandError, Parser, add_connection, explain_kafka, run
 
 log = logging.getLogger("lagpilot.mcp")
 OPERATOR_KEY_ENV = "LAGPILOT_MCP_OPERATOR_KEY"
 OPERATOR_KEY_FILE_ENV = "LAGPILOT_MCP_OPERATOR_KEY_FILE"
-RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 REQUESTABLE = Literal[
     "throttle_producer",
     "release_producer",
@@ -67,38 +66,6 @@ def operator_key(env: Mapping[str, str]) -> bytes | None:
             "(openssl rand -hex 32) or unset it to offer no halt/resume"
         )
     return key
-
-
-def policy_view(cfg: PolicyConfig, path: str | None) -> dict[str, Any]:
-    """The rails a request meets, as the decide stage reads them from the same file."""
-    return {
-        "file": path,
-        "mode": str(cfg.mode),
-        "policy_version": cfg.policy_version,
-        "enabled": sorted(cfg.enabled),
-        "actions_per_minute": cfg.actions_per_minute,
-        "cooldown_default_s": cfg.cooldown_default_s,
-        "cooldowns_s": dict(cfg.cooldowns_s),
-        "allow": {
-            "throttle_client_ids": list(cfg.throttle_client_ids),
-            "partition_topics": list(cfg.partition_topics),
-        },
-        "throttle_floor_bytes_per_s": cfg.throttle_floor_bytes_per_s,
-        "throttle_lease_s": cfg.throttle_lease_s,
-        "action_ttl_s": cfg.action_ttl_s,
-        "thresholds": {
-            k: getattr(cfg.default_thresholds, k)
-            for k in (
-                "time_lag_s",
-                "offset_lag",
-                "accel_per_s2",
-                "exit_ratio",
-                "enter_windows",
-                "exit_windows",
-            )
-        },
-        "diagnose": cfg.diagnose,
-    }
 
 
 class Lagpilot:
@@ -300,48 +267,8 @@ def build_server(lp: Lagpilot) -> MCPServer:
                 io(lp.switch, ActionType.RESUME, scope, reason, lp.caller(_client_name(ctx)))
             )
 
-    _resources(mcp, lp)
+    add_resources(mcp, lp.policy, lp.policy_path)
     return mcp
-
-
-def _resources(mcp: Any, lp: Lagpilot) -> None:
-    import orjson
-
-    @mcp.resource(
-        "lagpilot://runbook",
-        name="runbook",
-        mime_type="text/markdown",
-        description="lagpilot's runbook: alerts, what they mean, what to do",
-    )
-    def runbook() -> str:
-        try:
-            return RUNBOOK.read_text(encoding="utf-8")
-        except OSError:
-            return f"the runbook is docs/runbook.md in lagpilot's repository ({RUNBOOK} absent)"
-
-    @mcp.resource(
-        "lagpilot://policy",
-        name="policy",
-        mime_type="application/json",
-        description="the policy the decide stage applies: mode, rails, allow-lists",
-    )
-    def policy() -> str:
-        return orjson.dumps(policy_view(lp.policy, lp.policy_path)).decode()
-
-    for entry in sorted(resources.files("schemas").iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".json"):
-            _schema_resource(mcp, entry.name, entry.read_text(encoding="utf-8"))
-
-
-def _schema_resource(mcp: Any, name: str, text: str) -> None:
-    @mcp.resource(
-        f"lagpilot://schemas/{name}",
-        name=name.removesuffix(".json"),
-        mime_type="application/schema+json",
-        description=f"JSON Schema of lagpilot's {name.split('.')[0]} event",
-    )
-    def schema() -> str:
-        return text
 
 
 EXAMPLE = """examples:
