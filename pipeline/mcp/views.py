@@ -111,6 +111,8 @@ def _verdict_view(ev: Mapping[str, Any]) -> dict[str, Any]:
         "request_id",
         "type",
         "target",
+        "group",
+        "topic",
         "requested_by",
         "result",
         "rail",

@@ -272,6 +272,7 @@ def test_a_request_is_listed_once_under_its_group_even_when_refused() -> None:
     replayed = {**refused, "rail": "expired", "why": "the request expired"}
     joined = views.join_actions(events(refused, replayed), group="g")
     assert [(r["request_id"], r["rail"]) for r in joined["requests"]] == [("c" * 32, "hysteresis")]
+    assert (joined["requests"][0]["group"], joined["requests"][0]["topic"]) == ("g", "t")
     assert views.join_actions(events(refused), group="h")["requests"] == []
 
 
