@@ -154,10 +154,15 @@ def _io(fn: Any, *args: Any, bootstrap: str = "the broker") -> Any:
     sentences the command line prints: what failed, where, what to do)."""
     from confluent_kafka import KafkaException
 
+    from pipeline.decide.control import PublishError
+
     try:
         return fn(*args)
     except (CommandError, ConfigError, EventError) as exc:
         raise ToolError(str(exc)) from exc
+    except PublishError as exc:
+        again = "try again" if exc.retriable else "retrying will not help"
+        raise ToolError(f"{exc} ({again})") from exc
     except KafkaException as exc:
         raise ToolError(str(explain_kafka(exc, bootstrap=bootstrap))) from exc
 
