@@ -91,11 +91,12 @@ def scope_of(params: Mapping[str, Any]) -> tuple[str | None, list[str]]:
 
 
 def open_incidents(state: PolicyState, group: str | None, topics: list[str]) -> list[str]:
-    """The open incidents ("group/topic") on these topics (of this group, if named)."""
+    """The open incidents ("group/topic") on these topics (any topic when none is named,
+    as for scale_consumers) of this group (any group when none is named, as for throttles)."""
     found = []
     for key, inc in sorted(state.incidents.items()):
         g, _, t = key.partition("\x00")
-        if inc.active and t in topics and (group is None or g == group):
+        if inc.active and (not topics or t in topics) and (group is None or g == group):
             found.append(f"{g}/{t}")
     return found
 
@@ -183,7 +184,7 @@ def _rails_after_mode(
             return Refusal(
                 "hysteresis",
                 f"no open incident for {what} on "
-                f"{', '.join(topics) or 'its topic'}: lagpilot intervenes only "
+                f"{', '.join(topics) or 'any topic'}: lagpilot intervenes only "
                 "while lag has stayed above the enter level for enter_windows "
                 "summaries",
             )

@@ -19,7 +19,8 @@ from pipeline.decide.requests import build_request
 from schemas import EventError, decode, sign, validate
 from schemas.cli import EX_NOINPUT, CommandError, client_config
 
-#: what the actuator's outcome makes of an issued request
+#: what the actuator's outcome makes of an issued request ("recorded": a hint for
+#: autoscalers, or the actuator's own policy copy is not in act mode)
 _FINAL = {
     "applied": "applied",
     "failed": "failed",
@@ -27,6 +28,7 @@ _FINAL = {
     "expired": "refused",
     "duplicate": "applied",
     "delegated": "delegated",
+    "recorded": "recorded",
 }
 
 
@@ -59,7 +61,8 @@ class Requester:
     ) -> dict[str, Any]:
         """Publish the request; its verdict, and the outcome of an issued action.
 
-        ``result`` is ``applied``, ``recommended``, ``refused``, ``failed``, or ``pending``
+        ``result`` is ``applied``, ``recommended``, ``refused``, ``failed``, ``delegated``
+        (left to the SDK workers), ``recorded`` (noted, not applied), or ``pending``
         (no answer within ``wait_s``: the request may still be decided; ``actions`` shows
         it later). Raises ``EventError`` for a request that fails its schema (nothing is
         sent) and ``CommandError`` when a topic is missing or the broker refuses it.

@@ -237,7 +237,8 @@ def build_server(lp: Lagpilot) -> MCPServer:
         """Ask lagpilot to take an action. It is never applied directly: a signed request
         goes to the decide stage, which applies every rail (mode, kill switch, allow-lists,
         floors, cooldown, budget, hysteresis). Returns `result`: applied, recommended,
-        refused (with the `rail` and `why`), failed, delegated, or pending if no answer
+        refused (with the `rail` and `why`), failed, delegated (to the SDK workers),
+        recorded (noted, not applied), or pending if no answer
         came in time. `params` are the action's, as in docs/events.md (e.g. spread_partition:
         group, topic, partition, lanes)."""
         caller = lp.caller(_client_name(ctx))

@@ -235,3 +235,18 @@ class _Store:
 def test_in_observe_mode_the_operator_only_answers_requests() -> None:
     assert not PolicyOperator(config("observe"), KEY).decides
     assert PolicyOperator(config("recommend"), KEY).decides
+
+
+def test_a_group_wide_request_needs_an_open_incident_of_that_group_on_any_topic() -> None:
+    scale = {"group": "workers", "replicas": 4, "partitions": 8}
+    out, _ = evaluate(
+        request("scale_consumers", "group:workers", scale), incident(), config("act"), T0
+    )
+    assert verdict_of(out)["result"] == "issued"
+    other = {**scale, "group": "crawlers"}
+    v = verdict_of(
+        evaluate(
+            request("scale_consumers", "group:crawlers", other), incident(), config("act"), T0
+        )[0]
+    )
+    assert v["rail"] == "hysteresis" and "group crawlers on any topic" in v["why"]
