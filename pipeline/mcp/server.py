@@ -83,7 +83,7 @@ class Lagpilot:
         self.identity = args.identity or f"{getpass.getuser()}@{socket.gethostname()}"
         self.key = load_signing_key(args.env)
         self.operator_key = operator_key(args.env)
-        self.topics = Topics(args.requests_topic, topics.OUTCOMES, args.control_topic)
+        self.topics = Topics(args.requests_topic, args.outcomes_topic, args.control_topic)
         self.requester = Requester(self.bootstrap, self.kafka, self.key, self.topics)
 
     def lag_status(self, group: str | None, topic: str | None) -> dict[str, Any]:
@@ -316,6 +316,12 @@ def _parser() -> Parser:
         env="LAGPILOT_REQUESTS_TOPIC",
         default=topics.REQUESTS,
         help="where action requests go (the pipeline's LAGPILOT_REQUESTS_TOPIC)",
+    )
+    p.option(
+        "--outcomes-topic",
+        env="LAGPILOT_OUTCOMES_TOPIC",
+        default=topics.OUTCOMES,
+        help="outcomes, verification and request verdicts (the pipeline's and actuator's)",
     )
     p.option(
         "--since-s",

@@ -65,6 +65,7 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "LAGPILOT_POLICY_FILE": str(policy),
         "LAGPILOT_CONTROL_TOPIC": f"lagpilot.control.mcp-{RUN}",
         "LAGPILOT_REQUESTS_TOPIC": f"lagpilot.requests.mcp-{RUN}",
+        "LAGPILOT_OUTCOMES_TOPIC": f"lagpilot.outcomes.mcp-{RUN}",
     }
     pipe = PipelineProcess(
         kafka_bootstrap, f"{topic}$", tmp / "state", LAGPILOT_RUN_POLICY="true", **env
