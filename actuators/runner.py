@@ -48,7 +48,7 @@ from actuators.errors import ActuatorError
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.settings import Policy, Settings
-from schemas import ActionType, EventError, OutcomeResult, decode, encode, tracing
+from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger("lagpilot.actuator")
@@ -120,7 +120,7 @@ class Runner:
         self,
         settings: Settings,
         *,
-        signing_key: bytes,
+        signing_key: Verifier,
         policy: Policy,
         backend: Backend,
         metrics: Metrics | None = None,

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from schemas import Mode, load_signing_key, tracing
+from schemas import Mode, load_signer, load_verifier, tracing
 from schemas.cli import (
     CLIENT_LOG,
     EX_UNAVAILABLE,
@@ -17,6 +17,7 @@ from schemas.cli import (
     connect,
     run,
 )
+from schemas.keys import DECIDE
 
 log = logging.getLogger("lagpilot.pipeline")
 
@@ -94,7 +95,9 @@ def _run(args: Any) -> int:
     if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
         from pipeline.policy_op import PolicyOperator
 
-        policy = PolicyOperator(policy_config, load_signing_key(args.env))
+        policy = PolicyOperator(
+            policy_config, load_signer(args.env, DECIDE), verifier=load_verifier(args.env)
+        )
     tracing.setup("lagpilot-pipeline")
     from pipeline.app import build_app
     from pipeline.exposition import RenderProcess

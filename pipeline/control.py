@@ -3,7 +3,8 @@
 ``lagpilot control halt [--scope all|GROUP]`` stops every actuator and worker (and the
 policy) from changing anything; ``lagpilot control resume`` lifts it; ``lagpilot control
 tail`` prints control and outcome events as a table. Halts and resumes are signed with the
-shared key (``LAGPILOT_SIGNING_KEY`` or ``LAGPILOT_SIGNING_KEY_FILE``), schema-checked
+operator's role key (``LAGPILOT_PRIVATE_KEY_FILE``; the shared ``LAGPILOT_SIGNING_KEY`` until
+the migration to role keys is done), schema-checked
 before they are sent, and keyed by their target, so a halt and its resume land on the same
 partition and are read in order.
 
@@ -31,9 +32,12 @@ from schemas import (
     ConfigError,
     EventError,
     Mode,
+    Signer,
+    Verifier,
     decode,
     encode,
-    load_signing_key,
+    load_signer,
+    load_verifier,
     sign,
     validate,
     verify,
@@ -50,6 +54,7 @@ from schemas.cli import (
     connect,
     run,
 )
+from schemas.keys import OPERATOR
 from schemas.topics import CONTROL, OUTCOMES
 
 log = logging.getLogger("lagpilot.control")
@@ -105,16 +110,17 @@ def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) ->
 def publish_actions(
     producer: ProducerLike,
     actions: Iterable[Mapping[str, Any]],
-    key: bytes,
+    key: Signer,
     *,
     topic: str = CONTROL,
     timeout_s: float = 10.0,
 ) -> list[dict[str, Any]]:
     """Sign, validate and produce ``actions`` keyed by their target; wait for delivery.
 
-    ``key`` is the HMAC signing key. Returns the signed events as sent. An action that
-    fails its schema raises ``EventError`` before anything is produced (a bug in the
-    caller, never retriable); a delivery failure raises ``PublishError``.
+    ``key`` is the operator's role key (or, until the migration is done, the shared key).
+    Returns the signed events as sent. An action that fails its schema raises ``EventError``
+    before anything is produced (a bug in the caller, never retriable); a delivery failure
+    raises ``PublishError``.
     """
     signed = [sign(a, key) for a in actions]
     for event in signed:
@@ -148,7 +154,7 @@ def publish_actions(
 def _switch(args: argparse.Namespace, kind: ActionType) -> int:
     from confluent_kafka import Producer
 
-    key = load_signing_key(args.env)
+    key = load_signer(args.env, OPERATOR)
     now_ms = int(time.time() * 1000)
     action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
     connect(args.bootstrap, args.kafka, args.connect_timeout_s)
@@ -195,7 +201,9 @@ def _worker_row(event: Mapping[str, Any], applied_by: int) -> tuple[str, str, st
     return target, str(event.get("did", "?")), detail
 
 
-def _row(topic: str, event: Mapping[str, Any], key: bytes | None, applied_by: int = 0) -> list[str]:
+def _row(
+    topic: str, event: Mapping[str, Any], key: Verifier | None, applied_by: int = 0
+) -> list[str]:
     """One table row: when, what, target, result or mode, id, detail."""
     if event.get("event") == "worker_outcome":
         at, what = event.get("at", 0), str(event.get("action_type", "?"))
@@ -304,7 +312,7 @@ def _tail(args: argparse.Namespace) -> int:
     if args.since is not None:
         parse_since(args.since)  # a usage error before any I/O
     try:
-        key: bytes | None = load_signing_key(args.env)
+        key: Verifier | None = load_verifier(args.env)
     except ConfigError:
         key = None  # the table still shows events; the sig column says "?"
     connect(args.bootstrap, args.kafka, args.connect_timeout_s)

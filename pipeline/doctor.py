@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from schemas import ActionType, ConfigError, Mode, load_signing_key, topics
+from schemas import ActionType, ConfigError, Mode, load_signer, load_verifier, topics
 from schemas.cli import (
     EX_CONFIG,
     EX_FAILED,
@@ -38,6 +38,7 @@ from schemas.cli import (
     connect,
     run,
 )
+from schemas.keys import DECIDE
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
@@ -332,7 +333,8 @@ def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
     except ConfigError as exc:
         f.settings_error = str(exc)
     try:
-        load_signing_key(env)
+        load_signer(env, DECIDE)
+        load_verifier(env)
     except ConfigError as exc:
         f.key_error = str(exc)
     try:

@@ -17,7 +17,17 @@ from typing import Any
 from pipeline import remedies
 from pipeline.policy import PolicyState, apply_control, decide
 from pipeline.policy_config import PolicyConfig
-from schemas import EventError, group_lag_from_dict, sign, tracing, validate, verify
+from schemas import (
+    ConfigError,
+    EventError,
+    Signer,
+    Verifier,
+    group_lag_from_dict,
+    sign,
+    tracing,
+    validate,
+    verify,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +40,22 @@ class PolicyOperator:
     def __init__(
         self,
         config: PolicyConfig,
-        signing_key: bytes,
+        signing_key: Signer,
         metrics: Any = None,
         persist_interval_ms: int = 1000,
+        verifier: Verifier | None = None,
     ) -> None:
         self.config = config
         self._key = signing_key
+        # halts and resumes on the control topic are the operator's: checked against the
+        # trusted public keys (the shared key alone before the migration to role keys)
+        if verifier is None:
+            if not isinstance(signing_key, bytes):
+                raise ConfigError(
+                    "a policy signing with a role key needs verifier= (the trusted keys)"
+                )
+            verifier = signing_key
+        self._verifier: Verifier = verifier
         self.metrics = metrics
         self.rejected_control = 0
         self.skipped_rates = 0
@@ -71,7 +91,7 @@ class PolicyOperator:
         if value.get("event") == "action":
             try:
                 validate(value)
-                verify(value, self._key)
+                verify(value, self._verifier)
             except EventError as exc:
                 self.rejected_control += 1
                 log.warning("ignored a %s on the control topic: %s", value.get("type"), exc)

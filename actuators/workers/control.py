@@ -22,6 +22,7 @@ from schemas import (
     ActionType,
     ConfigError,
     EventError,
+    Verifier,
     decode,
     tracing,
     validate,
@@ -53,7 +54,7 @@ NOT_FOR_WORKERS = "not_for_workers"
 OTHER_GROUP = "other_group"
 
 
-def read_command(payload: bytes | None, *, group: str, key: bytes, now_ms: int) -> Command | str:
+def read_command(payload: bytes | None, *, group: str, key: Verifier, now_ms: int) -> Command | str:
     """A ``Command`` for ``group``, or the reason the event is not for us / not acceptable.
 
     Order matters: authenticity before anything is read from the event, so a forged event
@@ -118,7 +119,9 @@ class ControlReader:
     (the hand-off state that must survive restarts lives in committed offsets, see handoff).
     """
 
-    def __init__(self, bootstrap: str, topic: str, group: str, key: bytes, **config: Any) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, key: Verifier, **config: Any
+    ) -> None:
         self.topic = topic
         self._group = group
         self._key = key

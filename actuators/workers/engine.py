@@ -34,7 +34,7 @@ from actuators.workers.progress import (
     PartitionProgress,
     ProgressReporter,
 )
-from schemas import ConfigError, load_signing_key, tracing
+from schemas import ConfigError, Verifier, load_verifier, tracing
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Engine(abc.ABC):
         dedupe: DedupeStore | str | os.PathLike[str] | None = None,
         control_topic: str = CONTROL,
         outcomes_topic: str | None = OUTCOMES,
-        signing_key: bytes | None = None,
+        signing_key: Verifier | None = None,
         commit_interval_s: float = 0.5,
         close_timeout_s: float = 10.0,
         max_attempts: int = 3,
@@ -114,7 +114,7 @@ class Engine(abc.ABC):
         self._retry_backoff_s = retry_backoff_s
         self._on_failure = on_failure
         self._extra = extra
-        self._signing_key = signing_key if signing_key is not None else load_signing_key()
+        self._signing_key = signing_key if signing_key is not None else load_verifier()
         tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
         if dedupe is None:
             dedupe = os.environ.get(DEDUPE_PATH_ENV) or f"lagpilot-dedupe-{group}.sqlite"
