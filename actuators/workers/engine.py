@@ -13,7 +13,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -23,8 +22,8 @@ from actuators.workers.dedupe import (
     Context,
     DedupeStore,
     InDoubtError,
-    SQLiteDedupeStore,
     idempotency_key,
+    open_store,
 )
 from actuators.workers.lanes import Dispatcher, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
@@ -43,6 +42,8 @@ Handler = Callable[[Message, Context], None]
 FailureHook = Callable[[Message, BaseException], None]
 
 DEDUPE_PATH_ENV = "LAGPILOT_DEDUPE_PATH"
+#: a postgresql:// URL: the PostgreSQL dedupe store, shared by every host of the group
+DEDUPE_URL_ENV = "LAGPILOT_DEDUPE_URL"
 #: settings the SDK owns: changing them would break the commit-what-is-done guarantee
 _OWNED = ("enable.auto.commit", "enable.auto.offset.store", "group.id", "on_commit")
 
@@ -117,10 +118,11 @@ class Engine(abc.ABC):
         self._signing_key = signing_key if signing_key is not None else load_verifier()
         tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
         if dedupe is None:
-            dedupe = os.environ.get(DEDUPE_PATH_ENV) or f"lagpilot-dedupe-{group}.sqlite"
+            dedupe = (os.environ.get(DEDUPE_URL_ENV) or os.environ.get(DEDUPE_PATH_ENV)
+                      or f"lagpilot-dedupe-{group}.sqlite")  # fmt: skip
         self._owns_store = isinstance(dedupe, str | os.PathLike)
         self.dedupe: DedupeStore = (
-            SQLiteDedupeStore(Path(dedupe)) if isinstance(dedupe, str | os.PathLike) else dedupe
+            open_store(dedupe) if isinstance(dedupe, str | os.PathLike) else dedupe
         )
         self._dispatcher = Dispatcher(
             self._process,
