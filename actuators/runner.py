@@ -48,8 +48,19 @@ from actuators.errors import ActuatorError
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.settings import Policy, Settings
-from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
+from schemas import (
+    ActionType,
+    EventError,
+    OutcomeResult,
+    Verifier,
+    decode,
+    encode,
+    tracing,
+    validate,
+    verify,
+)
 from schemas.cli import CLIENT_LOG
+from schemas.halts import ACTIONS, HaltScope, halt_scope, halts_topic_for, read_in_force
 
 log = logging.getLogger("lagpilot.actuator")
 
@@ -177,12 +188,36 @@ class Runner:
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _adopt_kept_halts(self) -> None:
+        """A global actions halt kept on the halts topic (schemas/halts.py) that is newer than
+        what the outcomes say holds here too: an actuator started after a halt, whose
+        outcome no actuator wrote (none ran then), obeys it."""
+
+        def accept(event: dict[str, Any]) -> dict[str, Any] | None:
+            try:
+                validate(event)
+                verify(event, self._key)
+            except EventError:
+                return None
+            return event
+
+        base = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka,
+                "group.id": f"lagpilot-actuator-halts-{self.settings.actuator_id}"}  # fmt: skip
+        topic = halts_topic_for(self.settings.control_topic)
+        for halt in read_in_force(base, topic, accept):
+            at = int(halt["issued_at"])
+            newer = at >= self.ledger.kill_switch[0]
+            if newer and halt_scope(halt["params"]) == HaltScope(ACTIONS, None):
+                self.ledger.kill_switch = (at, True)
+                self.metrics.halted.set(1)
+
     def start(self, serve_metrics: bool = True) -> Runner:
         ensure_topics(self._admin, self.settings)
         # First: fence a predecessor with our id and abort its open transaction, so the
         # read_committed rebuild below is not blocked by it.
         self._producer.init_transactions(30)
         self.rebuild_ledger()
+        self._adopt_kept_halts()
         self._consumer.subscribe([self.settings.control_topic])
         if serve_metrics:
             self._server = MetricsServer(

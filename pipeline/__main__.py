@@ -119,6 +119,8 @@ def _run(args: Any) -> int:
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
     try:
         wait_for_broker(settings.bootstrap, dict(settings.kafka), args.connect_timeout_s)
+        if policy is not None:  # a halt kept from before this pipeline's state existed
+            policy.adopt_kept_halts(settings.broker_config(), settings.control_topic)
         run_until_stopped(build_app, settings, metrics, policy)
     except KeyboardInterrupt:
         pass

@@ -1,12 +1,14 @@
 """The control topic's edge: publish signed actions, and the kill-switch CLI.
 
-``lagpilot control halt [--scope all|GROUP]`` stops every actuator and worker (and the
-policy) from changing anything; ``lagpilot control resume`` lifts it; ``lagpilot control
-tail`` prints control and outcome events as a table. Halts and resumes are signed with the
-operator's role key (``LAGPILOT_PRIVATE_KEY_FILE``; the shared ``LAGPILOT_SIGNING_KEY`` until
-the migration to role keys is done), schema-checked
-before they are sent, and keyed by their target, so a halt and its resume land on the same
-partition and are read in order.
+``lagpilot control halt [--scope actions|workload] [--group G]``: ``actions`` (the default)
+stops lagpilot acting (actuators, the policy; workers restore spreads and keep processing),
+``workload --group G`` pauses that group's workers (schemas/halts.py); ``lagpilot control
+resume`` lifts it; ``lagpilot control tail`` prints control and outcome events as a table.
+Halts and resumes are signed with the operator's role key (``LAGPILOT_PRIVATE_KEY_FILE``;
+the shared ``LAGPILOT_SIGNING_KEY`` until the migration to role keys is done),
+schema-checked before they are sent, and keyed by their target, so a halt and its resume
+land on the same partition and are read in order. Each is also kept on the compacted
+``lagpilot.halts`` (keyed by scope), which processes that start later read.
 
 A halt is always published with mode ``act``: a kill switch marked as a recommendation would
 be recorded and ignored by the actuator.
@@ -54,6 +56,7 @@ from schemas.cli import (
     connect,
     run,
 )
+from schemas.halts import halt_params, halt_scope, halts_topic_for
 from schemas.keys import OPERATOR
 from schemas.topics import CONTROL, OUTCOMES
 
@@ -84,8 +87,11 @@ class PublishError(RuntimeError):
         self.retriable = retriable
 
 
-def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) -> dict[str, Any]:
-    """An unsigned halt or resume for ``scope`` ("all" or a consumer group).
+def control_action(
+    kind: ActionType, scope: str, *, now_ms: int, reason: str, group: str | None = None
+) -> dict[str, Any]:
+    """An unsigned halt or resume for ``scope`` (``actions`` or ``workload``, optionally of
+    one ``group``; the older ``all`` and ``<group>`` are read as ``actions``).
 
     Its id is new for every press of the switch (the window is the time it was issued); it
     holds until the opposite event, so ``expires_at`` is a year out.
@@ -93,11 +99,15 @@ def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) ->
     if kind not in (ActionType.HALT, ActionType.RESUME):
         raise ValueError(f"control_action builds halt or resume, not {kind!r}")
     if not scope:
-        raise ConfigError("--scope: must be 'all' or a consumer group name; pass e.g. --scope all")
+        raise ConfigError("--scope: must be actions or workload; pass e.g. --scope actions")
+    try:
+        params = halt_params(scope, group)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return build_action(
         kind,
-        f"scope:{scope}",
-        {"scope": scope},
+        f"scope:{halt_scope(params).state_key}",
+        params,
         {"rule": "operator", "why": reason, "by": os.environ.get("USER", "unknown")},
         mode=Mode.ACT,
         issued_at_ms=now_ms,
@@ -114,6 +124,7 @@ def publish_actions(
     *,
     topic: str = CONTROL,
     timeout_s: float = 10.0,
+    key_of: Any = None,
 ) -> list[dict[str, Any]]:
     """Sign, validate and produce ``actions`` keyed by their target; wait for delivery.
 
@@ -132,7 +143,8 @@ def publish_actions(
             failures.append(err)
 
     for event in signed:
-        producer.produce(topic, encode(event), event["target"].encode(), on_delivery=delivered)
+        k = key_of(event) if key_of is not None else event["target"]
+        producer.produce(topic, encode(event), k.encode(), on_delivery=delivered)
         producer.poll(0)
     left = producer.flush(timeout_s)
     if failures:
@@ -156,7 +168,7 @@ def _switch(args: argparse.Namespace, kind: ActionType) -> int:
 
     key = load_signer(args.env, OPERATOR)
     now_ms = int(time.time() * 1000)
-    action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
+    action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason, group=args.group)
     connect(args.bootstrap, args.kafka, args.connect_timeout_s)
     producer = Producer(
         {
@@ -166,8 +178,27 @@ def _switch(args: argparse.Namespace, kind: ActionType) -> int:
         }
     )
     [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
-    print(f"{kind} scope={args.scope} id={event['id']} published to {args.topic}")
+    scope = halt_scope(event["params"])
+    # the kept state: a worker, actuator or pipeline that starts later reads it
+    args.halts_topic = args.halts_topic or halts_topic_for(args.topic)
+    _ensure_halts_topic(args)
+    publish_actions(producer, [event], key, topic=args.halts_topic, timeout_s=args.timeout,
+                    key_of=lambda _: scope.state_key)  # fmt: skip
+    print(f"{kind} scope={scope} id={event['id']} published to {args.topic} and {args.halts_topic}")
     return 0
+
+
+def _ensure_halts_topic(args: argparse.Namespace) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(client_config(args.bootstrap, args.kafka))
+    new = NewTopic(args.halts_topic, 1, -1, config={"cleanup.policy": "compact"})
+    try:
+        admin.create_topics([new])[args.halts_topic].result(timeout=args.timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
 
 
 def format_row(cells: Sequence[str]) -> str:
@@ -376,7 +407,18 @@ def _parser() -> Parser:
     for name, help_ in (("halt", "stop all changes"), ("resume", "lift a halt")):
         s = sub.add_parser(name, help=help_, epilog=EXAMPLE)
         s.option(
-            "--scope", env="LAGPILOT_CONTROL_SCOPE", default="all", help="'all' or a consumer group"
+            "--scope",
+            env="LAGPILOT_CONTROL_SCOPE",
+            default="actions",
+            help="actions: lagpilot stops acting, workers restore spreads and keep processing; "
+            "workload: the --group's workers pause processing (docs/runbook.md)",
+        )
+        s.option("--group", env="LAGPILOT_CONTROL_GROUP", help="limit it to one consumer group")
+        s.option(
+            "--halts-topic",
+            env="LAGPILOT_HALTS_TOPIC",
+            help="compacted topic keeping the halts in force (default: lagpilot.halts, or "
+            "<--topic>.halts for another control topic)",
         )
         s.option(
             "--reason",

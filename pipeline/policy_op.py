@@ -28,6 +28,7 @@ from schemas import (
     validate,
     verify,
 )
+from schemas.halts import halts_topic_for, read_in_force
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,28 @@ class PolicyOperator:
         # throttles), else at most every persist_interval_ms (hysteresis counters: a
         # restart loses under a second of them). ``gen`` tells a stale cache apart.
         self._cached: PolicyState | None = None
+        self._kept_halts: list[dict[str, Any]] = []  # folded into the state on first load
         self._gen = 0
         self._saved_ms = 0
+
+    def adopt_kept_halts(self, config: dict[str, Any], control_topic: str) -> int:
+        """Read the halts in force from the halts topic (schemas/halts.py): a pipeline whose
+        state never saw a halt (new, or its state lost) obeys it from its first message.
+        Folded like any halt (a stale one, older than what the state holds, changes
+        nothing). Returns how many."""
+
+        def accept(event: dict[str, Any]) -> dict[str, Any] | None:
+            try:
+                validate(event)
+                verify(event, self._verifier)
+            except EventError:
+                self.rejected_control += 1
+                return None
+            return event
+
+        config = {**config, "group.id": "lagpilot-pipeline-halts"}  # assigned, never committed
+        self._kept_halts = read_in_force(config, halts_topic_for(control_topic), accept)
+        return len(self._kept_halts)
 
     def _load(self, state: Any) -> PolicyState:
         gen = state.get("gen", 0)
@@ -74,6 +95,10 @@ class PolicyOperator:
             raw = state.get("state")
             self._cached = PolicyState.from_dict(raw) if raw else PolicyState()
             self._gen = gen
+        if self._kept_halts:
+            for halt in self._kept_halts:
+                self._cached = apply_control(self._cached, halt, int(halt["issued_at"]))
+            self._kept_halts = []
         return self._cached
 
     def _save(self, state: Any, new: PolicyState, now_ms: int) -> None:

@@ -176,6 +176,17 @@ class Worker(Engine):
                 self._dispatcher.set_lanes(tp, self._default_lanes)
                 self._report(cmd, RESTORED, tp, lanes=self._default_lanes)
 
+    def _restore_all(self) -> None:
+        """An actions halt: lanes back to the default, and no remembered spread is re-applied
+        by a later owner. Handed-off partitions come back when their pool, which obeys the
+        same halt, writes its RETURNED marker."""
+        super()._restore_all()
+        for tp, intent in list(self._intents.items()):
+            if intent.type is ActionType.SPREAD_PARTITION:
+                del self._intents[tp]
+        for tp in self._handed:
+            self._last_check.pop(tp, None)  # look for the pool's return now
+
     def _held(self, tp: TopicPart) -> bool:
         return tp in self._handing or tp in self._handed
 

@@ -34,6 +34,7 @@ from actuators.workers.progress import (
     ProgressReporter,
 )
 from schemas import ConfigError, Verifier, load_verifier, tracing
+from schemas.halts import ACTIONS, WORKLOAD
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class Engine(abc.ABC):
         self._consumer: Consumer | None = None
         self._control: ControlReader | None = None
         self._assigned: set[TopicPart] = set()
+        # actions halts in force for this group (state keys): spreads restored and refused
+        self.actions_halts: set[str] = set()
         self._paused: set[TopicPart] = set()
         self._acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
         self._last_commit = 0.0
@@ -284,14 +287,35 @@ class Engine(abc.ABC):
         from schemas import ActionType
 
         if cmd.type is ActionType.HALT:
-            self._dispatcher.halt()
+            if cmd.scope_kind == WORKLOAD:  # pause processing, explicitly
+                self._dispatcher.halt()
+            else:  # lagpilot stops acting: undo its spreads, keep processing
+                self.actions_halts.add(cmd.scope or ACTIONS)
+                self._restore_all()
             self._report(cmd, HALTED)
         elif cmd.type is ActionType.RESUME:
-            self._dispatcher.resume()
+            if cmd.scope_kind == WORKLOAD:
+                self._dispatcher.resume()
+            elif cmd.scope == ACTIONS:  # lifting the global halt lifts every actions halt
+                self.actions_halts.clear()
+            else:
+                self.actions_halts.discard(cmd.scope or ACTIONS)
             self._report(cmd, RESUMED)
+        elif cmd.type is ActionType.SPREAD_PARTITION and self.actions_halts:
+            self._count("refused_spread_halted")
+            log.info("%s refused %s: halted (%s)", self.kind, cmd, sorted(self.actions_halts))
+            return
         else:
             self._apply(cmd)
         self._count(f"obeyed_{cmd.type.value}")
+
+    def _restore_all(self) -> None:
+        """An actions halt: every spread partition back to the default lanes (subclasses also
+        return hand-offs)."""
+        for tp in list(self._assigned):
+            if self._dispatcher.lanes(tp) != self._default_lanes:
+                self._dispatcher.set_lanes(tp, self._default_lanes)
+                self._count("restored_on_halt")
 
     def _shutdown(self) -> None:
         try:

@@ -106,6 +106,14 @@ class PoolWorker(Engine):
             elif tp in self._taking:
                 self._return_asked.add(tp)
 
+    def _restore_all(self) -> None:
+        """An actions halt: give back every partition held or being taken."""
+        super()._restore_all()
+        for tp in list(self._held_ids):
+            if tp not in self._returning:
+                self._begin_return(tp)
+        self._return_asked.update(self._taking)
+
     def _held(self, tp: TopicPart) -> bool:
         return tp in self._returning
 
