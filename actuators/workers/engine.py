@@ -207,6 +207,7 @@ class Engine(abc.ABC):
                 topic=self._progress_topic,
             )
             self._progress.start()
+        log.info("%s of group %s connected: obeying %s", self.kind, self.group, self.control_topic)
 
     def member_id(self) -> str:
         """Who this worker is in its progress reports: its static membership id, else

@@ -102,7 +102,9 @@ def make_handler(name: str):
     return handle
 
 
-def make_worker(args: argparse.Namespace | Any, name: str, pool: str | None = None) -> Any:
+def make_worker(
+    args: argparse.Namespace | Any, name: str, pool: str | None = None, **extra: Any
+) -> Any:
     common: dict[str, Any] = {
         "bootstrap": args.bootstrap,
         "group": args.group,
@@ -122,8 +124,8 @@ def make_worker(args: argparse.Namespace | Any, name: str, pool: str | None = No
         "consumer_config": dict(TEST_SETTINGS) if pool is None else {},
     }
     if pool is not None:
-        return PoolWorker(pool=pool, **common)
-    return Worker(topics=[args.topic], instance_id=name, **common)
+        return PoolWorker(pool=pool, **common, **extra)
+    return Worker(topics=[args.topic], instance_id=name, **common, **extra)
 
 
 def main() -> None:
@@ -132,9 +134,12 @@ def main() -> None:
         p.add_argument(f"--{flag}", required=True)
     p.add_argument("--db", help="the SQLite file of the dedupe store and the ledger")
     p.add_argument("--dsn", help="a PostgreSQL database instead (shared across hosts)")
+    p.add_argument("--pool", help="run as this overflow pool (PoolWorker), not a Worker")
+    p.add_argument("--lease-s", type=float, help="the pool's hand-off lease")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(message)s")
-    worker = make_worker(args, args.name)
+    extra = {"lease_s": args.lease_s} if args.pool and args.lease_s else {}
+    worker = make_worker(args, args.name, pool=args.pool, **extra)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     worker.run()
 
