@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from actuators import testing as T
 from actuators.backends import DryRunBackend
 from actuators.runner import Runner
-from actuators.testing import KEY, Harness
-from pipeline.control import main as control_main
+from bench.support import actuator_harness as T
+from bench.support.actuator_harness import KEY, Harness
+from pipeline.decide.control import main as control_main
 
 
 def cli(harness: Harness, *argv: str) -> None:

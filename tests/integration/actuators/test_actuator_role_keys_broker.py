@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from actuators import testing as T
 from actuators.backends import DryRunBackend
-from actuators.testing import Harness
+from bench.support import actuator_harness as T
+from bench.support.actuator_harness import Harness
 from schemas import validate
 from schemas.keys import DECIDE, WORKER, Keyring, SigningKey
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 
-from actuators import testing as T
 from actuators.checks import check
 from actuators.ledger import Ledger
 from actuators.settings import AllowList, Policy
 from actuators.workers.control import Command, read_command
+from bench.support import actuator_harness as T
 from schemas import Mode, validate
 from schemas.keys import DECIDE, OPERATOR, WORKER, Keyring, SigningKey
 

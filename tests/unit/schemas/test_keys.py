@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actuators import testing as T
+from bench.support import actuator_harness as T
 from pipeline.keys import main as keys_main
 from pipeline.keys import new_pair
 from schemas import ConfigError, EventError, sign, validate, verify
