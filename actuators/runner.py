@@ -45,22 +45,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from actuators.backends import Backend
 from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
 from actuators.errors import ActuatorError
+from actuators.kept_halts import kept_global_halt_ms
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.settings import Policy, Settings
-from schemas import (
-    ActionType,
-    EventError,
-    OutcomeResult,
-    Verifier,
-    decode,
-    encode,
-    tracing,
-    validate,
-    verify,
-)
+from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
-from schemas.halts import ACTIONS, HaltScope, halt_scope, halts_topic_for, read_in_force
 
 log = logging.getLogger("lagpilot.actuator")
 
@@ -189,27 +179,13 @@ class Runner:
     # -- lifecycle -----------------------------------------------------------------------
 
     def _adopt_kept_halts(self) -> None:
-        """A global actions halt kept on the halts topic (schemas/halts.py) that is newer than
-        what the outcomes say holds here too: an actuator started after a halt, whose
-        outcome no actuator wrote (none ran then), obeys it."""
-
-        def accept(event: dict[str, Any]) -> dict[str, Any] | None:
-            try:
-                validate(event)
-                verify(event, self._key)
-            except EventError:
-                return None
-            return event
-
-        base = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka,
-                "group.id": f"lagpilot-actuator-halts-{self.settings.actuator_id}"}  # fmt: skip
-        topic = halts_topic_for(self.settings.control_topic)
-        for halt in read_in_force(base, topic, accept):
-            at = int(halt["issued_at"])
-            newer = at >= self.ledger.kill_switch[0]
-            if newer and halt_scope(halt["params"]) == HaltScope(ACTIONS, None):
-                self.ledger.kill_switch = (at, True)
-                self.metrics.halted.set(1)
+        """A halt issued while no actuator ran (actuators/kept_halts.py) holds here too."""
+        config = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka,
+                  "group.id": f"lagpilot-actuator-halts-{self.settings.actuator_id}"}  # fmt: skip
+        at = kept_global_halt_ms(config, self.settings.control_topic, self._key)
+        if at is not None and at >= self.ledger.kill_switch[0]:
+            self.ledger.kill_switch = (at, True)
+            self.metrics.halted.set(1)
 
     def start(self, serve_metrics: bool = True) -> Runner:
         ensure_topics(self._admin, self.settings)
