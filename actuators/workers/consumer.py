@@ -81,6 +81,7 @@ class Worker(Engine):
         self._handoff_pos: dict[TopicPart, int] = {}  # position fixed when running work ended
         self._last_check: dict[TopicPart, float] = {}
         self._intents: dict[TopicPart, Command] = {}  # the latest spread/restore per partition
+        self._mirrored: dict[TopicPart, int] = {}  # the pool's position last committed here
         self._peek = OffsetPeek(self.base_config())
         self.rebalances = 0
 
@@ -151,6 +152,7 @@ class Worker(Engine):
             self._handing.pop(tp, None)
             self._handed.pop(tp, None)
             self._handoff_pos.pop(tp, None)
+            self._mirrored.pop(tp, None)
 
     # -- control -------------------------------------------------------------------------------
 
@@ -217,10 +219,28 @@ class Worker(Engine):
                 elif offset is not None and theirs.kind == TAKEN and theirs.expired(now_ms):
                     # the pool died (or cannot reach the broker): its lease ran out
                     self._take_back(tp, offset, why="lease_expired")
+                elif (
+                    offset is not None
+                    and theirs.kind == TAKEN
+                    and offset > self._mirrored.get(tp, -1)
+                ):
+                    self._mirror(tp, marker, offset)
             elif marker.expired(now_ms):  # the pool never confirmed: it has nothing
                 own, _ = self._peek.committed(self.group, *tp)
                 if own is not None:
                     self._take_back(tp, own, why="unconfirmed")
+
+    def _mirror(self, tp: TopicPart, marker: Marker, offset: int) -> None:
+        """Commit the pool's processed position in this group, under the same hand-off
+        marker: the group's lag (lagpilot's model, KEDA, Burrow: anything that reads this
+        group's commits) shows the partition draining in the pool instead of a position
+        frozen at the hand-off. Nothing is lost: the pool processed everything below it,
+        and the partition stays the pool's until its ``returned`` marker (or its lease ends)."""
+        assert marker.pool is not None
+        metadata = handoff_marker(marker.pool, marker.action_id, marker.until_ms)
+        if self._commit({tp: offset}, asynchronous=False, metadata=metadata):
+            self._mirrored[tp] = offset
+            self._count("handoff_mirrored")
 
     def _finish_handoff(self, tp: TopicPart, timeout_s: float) -> None:
         """Step 1 of the protocol: commit the processed prefix with the hand-off marker."""
@@ -264,6 +284,7 @@ class Worker(Engine):
             self._paused.discard(tp)
         if self._commit({tp: offset}, asynchronous=False, metadata=""):
             marker = self._handed.pop(tp)
+            self._mirrored.pop(tp, None)
             restore = self._intents.get(tp)
             if restore is not None and restore.type is ActionType.RESTORE_PARTITION:
                 self._report(restore, HANDOFF_RETURNED, tp, offset=offset, pool=marker.pool)
