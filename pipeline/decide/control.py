@@ -179,7 +179,9 @@ def _switch(args: argparse.Namespace, kind: ActionType) -> int:
 
     key = load_signer(args.env, OPERATOR)
     now_ms = int(time.time() * 1000)
-    action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason, group=args.group)
+    action = control_action(
+        kind, args.scope, now_ms=now_ms, reason=args.reason, group=args.scope_group
+    )
     connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=args.topic)
     errors = ClientErrors()  # a fatal idempotence error says why only through error_cb
     producer = Producer(
@@ -431,7 +433,12 @@ def _parser() -> Parser:
             help="actions: lagpilot stops acting, workers restore spreads and keep processing; "
             "workload: the --group's workers pause processing (docs/runbook.md)",
         )
-        s.option("--group", env="LAGPILOT_CONTROL_GROUP", help="limit it to one consumer group")
+        s.option(
+            "--group",
+            env="LAGPILOT_CONTROL_GROUP",
+            dest="scope_group",
+            help="limit it to one consumer group (required for --scope workload)",
+        )
         s.option(
             "--halts-topic",
             env="LAGPILOT_HALTS_TOPIC",
