@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),
     "mcp": ("pipeline.mcp.server", "MCP server for agents: lag, explain, actions, requests"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
+    "keys": ("pipeline.keys", "make an Ed25519 role key pair: keys new --role R --out DIR"),
     "doctor": (
         "pipeline.doctor",
         "check broker, permissions, topics, Admin API, key, policy, clock",

@@ -43,9 +43,7 @@ class Requester:
     """One broker connection's worth of request plumbing (clients built per call: a tool
     call is rare, and a fresh consumer has no stale position)."""
 
-    def __init__(
-        self, bootstrap: str, kafka: Mapping[str, str], key: bytes, topics: Topics
-    ) -> None:
+    def __init__(self, bootstrap: str, kafka: Mapping[str, str], key: Any, topics: Topics) -> None:
         self.bootstrap, self.kafka, self.key, self.topics = bootstrap, dict(kafka), key, topics
 
     def request(

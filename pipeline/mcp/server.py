@@ -27,8 +27,9 @@ from pipeline.decide.policy_config import load_policy_config
 from pipeline.mcp import reading, views
 from pipeline.mcp.requesting import Requester, Topics
 from pipeline.mcp.resources import add_resources
-from schemas import ActionType, ConfigError, EventError, load_signing_key, topics
+from schemas import ActionType, ConfigError, EventError, load_signer, topics
 from schemas.cli import CommandError, Parser, add_connection, explain_kafka, run
+from schemas.keys import OPERATOR
 
 log = logging.getLogger("lagpilot.mcp")
 OPERATOR_KEY_ENV = "LAGPILOT_MCP_OPERATOR_KEY"
@@ -81,7 +82,8 @@ class Lagpilot:
         self.policy_path = args.policy_file or args.env.get("LAGPILOT_POLICY_FILE") or None
         self.policy = load_policy_config(self.policy_path, env=args.env)
         self.identity = args.identity or f"{getpass.getuser()}@{socket.gethostname()}"
-        self.key = load_signing_key(args.env)
+        # requests and halts are signed as the operator's (its role key, or the shared key)
+        self.key = load_signer(args.env, OPERATOR)
         self.operator_key = operator_key(args.env)
         self.topics = Topics(args.requests_topic, args.outcomes_topic, args.control_topic)
         self.requester = Requester(self.bootstrap, self.kafka, self.key, self.topics)
@@ -109,14 +111,17 @@ class Lagpilot:
     def caller(self, client: str | None) -> str:
         return f"{self.identity} via {client}" if client else self.identity
 
-    def switch(self, kind: ActionType, scope: str, reason: str, caller: str) -> dict[str, Any]:
+    def switch(
+        self, kind: ActionType, scope: str, group: str | None, reason: str, caller: str
+    ) -> dict[str, Any]:
         from confluent_kafka import Producer
 
         from pipeline.decide.control import control_action, publish_actions
         from schemas.cli import client_config
 
         assert self.operator_key is not None  # the tool exists only with the key
-        action = control_action(kind, scope, now_ms=int(time.time() * 1000), reason=reason)
+        now_ms = int(time.time() * 1000)
+        action = control_action(kind, scope, now_ms=now_ms, reason=reason, group=group)
         key_id = hashlib.sha256(self.operator_key).hexdigest()[:12]
         action["reason"] = {
             **action["reason"],
@@ -134,6 +139,7 @@ class Lagpilot:
             "id": event["id"],
             "type": str(kind),
             "scope": scope,
+            "group": group,
             "by": caller,
             "operator_key_id": key_id,
             "topic": self.topics.control,
@@ -256,22 +262,25 @@ def build_server(lp: Lagpilot) -> MCPServer:
         def halt(
             reason: Annotated[str, Field(min_length=1, max_length=2000)],
             ctx: Context,
-            scope: Annotated[str, Field(min_length=1)] = "all",
+            scope: Literal["actions", "workload"] = "actions",
+            group: Group | None = None,
         ) -> dict[str, Any]:
-            """The kill switch: stop every actuator, worker and the policy from changing
-            anything (scope: "all" or one consumer group). Recorded with your identity."""
-            return dict(io(lp.switch, ActionType.HALT, scope, reason, lp.caller(_client_name(ctx))))
+            """The kill switch. scope "actions": lagpilot changes nothing (of one consumer
+            group, if given); "workload": the group's SDK workers pause processing (needs
+            group). Recorded with your identity."""
+            caller = lp.caller(_client_name(ctx))
+            return dict(io(lp.switch, ActionType.HALT, scope, group, reason, caller))
 
         @mcp.tool()
         def resume(
             reason: Annotated[str, Field(min_length=1, max_length=2000)],
             ctx: Context,
-            scope: Annotated[str, Field(min_length=1)] = "all",
+            scope: Literal["actions", "workload"] = "actions",
+            group: Group | None = None,
         ) -> dict[str, Any]:
-            """Lift a halt (scope: "all" lifts every one). Recorded with your identity."""
-            return dict(
-                io(lp.switch, ActionType.RESUME, scope, reason, lp.caller(_client_name(ctx)))
-            )
+            """Lift a halt of this scope (and group). Recorded with your identity."""
+            caller = lp.caller(_client_name(ctx))
+            return dict(io(lp.switch, ActionType.RESUME, scope, group, reason, caller))
 
     add_resources(mcp, lp.policy, lp.policy_path)
     return mcp

@@ -213,8 +213,8 @@ def test_http_offers_halt_with_an_operator_key_and_records_the_caller(live: Live
         async def go() -> Any:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 names = {t.name for t in (await client.list_tools()).tools}
-                halted = await client.call_tool("halt", {"scope": scope, "reason": "INC-7"})
-                resumed = await client.call_tool("resume", {"scope": scope, "reason": "INC-7 over"})
+                halted = await client.call_tool("halt", {"group": scope, "reason": "INC-7"})
+                resumed = await client.call_tool("resume", {"group": scope, "reason": "INC-7 over"})
                 return names, halted, resumed
 
         names, halted, resumed = anyio.run(go)
@@ -228,7 +228,7 @@ def test_http_offers_halt_with_an_operator_key_and_records_the_caller(live: Live
         for _, e in recent_events(
             live.bootstrap, {}, [live.env["LAGPILOT_CONTROL_TOPIC"]], since_s=120, timeout_s=10
         )
-        if e.get("params", {}).get("scope") == scope
+        if e.get("params", {}).get("group") == scope
     ]
     assert [e["type"] for e in sent] == ["halt", "resume"]
     assert all(e["reason"]["by"].startswith("e2e-bot via ") for e in sent)
