@@ -31,7 +31,7 @@ import numpy as np
 
 from pipeline.fits import Fit
 from pipeline.history import READ, SOURCE_NAMES, HistoryBound, compact, time_lag_s
-from pipeline.progress import WorkerProgress
+from pipeline.progress import ProgressConfig, WorkerProgress
 from schemas.lag import SEVERITY, GroupLag, LagStatus, PartitionLag, WorstPartition
 
 _STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
@@ -74,6 +74,8 @@ class LagConfig:
     recent_growth_min_per_s: float = 2.0
     rewind_hold_s: float = 5.0  # REWIND is reported this long after an offset went back
     worst_n: int = 5
+    # SDK workers' progress reports (pipeline/progress.py), where present
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
 
     @property
     def window_ms(self) -> int:
@@ -550,7 +552,7 @@ class TopicModel:
         self.last_alert_ms = np.zeros(0, np.int64)
         self.rejected_commits = 0  # commits to partitions the topic does not have
         # SDK workers' progress reports: where present, they judge the status (progress.py)
-        self.progress = WorkerProgress()
+        self.progress = WorkerProgress(cfg.progress)
 
     @property
     def t_ms(self) -> np.ndarray:
@@ -785,12 +787,14 @@ class TopicModel:
         self.w_hw = np.concatenate([w_hw[first:], self.hw[-1][None, :]])
         self.w_c = np.concatenate([w_c[:, first:], self.committed[:, None, :]], axis=1)
 
-    def observe(self, now_ms: int) -> TopicObservation:
-        """Model every group at the latest sample, all groups at once."""
+    def observe(self, now_ms: int, *, slide: bool = True) -> TopicObservation:
+        """Model every group at the latest sample, all groups at once. ``slide=False``
+        judges between samples (``judge_reports``): the rate window is left as it is."""
         cfg, width = self.cfg, self.width
         if not len(self.t_ms):
             return self._observation(now_ms, np.zeros((len(self.groups), 0), bool), {})
-        self._slide_window(now_ms)
+        if slide:
+            self._slide_window(now_ms)
         hw_now = self.hw[-1]
         c = self.committed[:, :width]
         mask = c >= 0
@@ -859,6 +863,32 @@ class TopicModel:
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
             },
         )
+
+    def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
+        """Between samples, as worker reports arrive: the observation as of the newest
+        report of ``keys`` that shows a stalled worker (``WorkerProgress.suspects``), or
+        None when none does (the usual case: nothing is computed).
+
+        The status of a reported partition needs only the report and the last sample's HWM,
+        so it can be judged the moment the report lands instead of at the next sampler
+        tick: a stall is seen one report interval after it shows, whatever the phase of
+        the samples, and a report that just missed a sample costs nothing. Only the
+        reported cells' statuses are to be used (``reported_mask``): commit-judged cells
+        are aligned with their commits at samples only."""
+        if not len(self.t_ms) or not len(self.progress):
+            return None
+        at_ms = self.progress.suspects(keys, self.hw[-1], self.cfg.warn_factor)
+        if not at_ms:
+            return None
+        return self.observe(max(at_ms, self.last_sample_ms), slide=False)
+
+    def reported_mask(self, shape: tuple[int, int]) -> np.ndarray:
+        """(groups x partitions): the cells a worker's report judges."""
+        out = np.zeros(shape, bool)
+        for g, p in self.progress.reporters(self._index):
+            if g < shape[0] and p < shape[1]:
+                out[g, p] = True
+        return out
 
     def _observation(
         self, now_ms: int, mask: np.ndarray, arrays: dict[str, np.ndarray]

@@ -45,16 +45,18 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class ProgressConfig:
-    """Knobs of the progress overlay; see docs/lag-model.md."""
+    """Knobs of the progress overlay (``LAGPILOT_PROGRESS_*``, pipeline/settings.py); see
+    docs/lag-model.md."""
 
-    # silence allowed before it counts: this many reports may be missed (a busy host, a
-    # report that just missed its sample), plus a grace for delivery jitter
+    # WARN floor on "no progress" where a report judges: how long a healthy worker may go
+    # without advancing while data waits (a GC pause, a scheduler hiccup on a busy host).
+    # 0.1 s raised false alarms on a 2-core host at load 7 (three partitions of one worker
+    # at once, a 120+ ms pause of the whole process); 0.15 s did not. Detection pays it once.
+    warn_min_s: float = 0.15
+    # silence allowed before it counts (a worker that stops reporting: hung or dead): this
+    # many reports may be missed, plus a grace for a reporter thread that wakes late
     missed_reports: int = 2
-    grace_s: float = 0.05
-    # WARN floor on "no progress" where a report judges (LagConfig.warn_min_s, 0.15, is for
-    # commits, whose timing carries the coordinator's and the client's jitter; a report
-    # stamps the worker's own progress to the millisecond)
-    warn_min_s: float = 0.1
+    grace_s: float = 0.2
     expire_s: float = 60.0  # a report this old is dropped: commits judge the partition again
     gap_alpha: float = 0.3  # EWMA weight of the newest time-per-message sample
 
@@ -70,6 +72,7 @@ class Report:
     member: str
     host: str
     gap_s: float = math.nan  # usual time per processed message (nan: not learned yet)
+    in_flight: int = 0  # messages the worker holds, delivered and not finished
 
 
 class WorkerProgress:
@@ -83,14 +86,19 @@ class WorkerProgress:
     def __len__(self) -> int:
         return len(self.reports)
 
-    def report_many(self, rows: list[Any]) -> None:
+    def report_many(self, rows: list[Any]) -> list[tuple[str, int]]:
         """Apply ``[group, partition, processed, progress_ms, sent_at_ms, interval_ms,
-        member, host]`` rows; older reports than the one held change nothing; a processed
-        offset of -1 releases the partition (its worker gave it up)."""
+        member, host, in_flight]`` rows (``in_flight`` may be left out: 0); older reports
+        than the one held change nothing; a processed offset of -1 releases the partition
+        (its worker gave it up). Returns the (group, partition) of the reports taken."""
         a = self.cfg.gap_alpha
+        taken: list[tuple[str, int]] = []
         for row in rows:
             try:
-                group, partition, processed, progress_ms, sent_ms, interval_ms, member, host = row
+                group, partition, processed, progress_ms, sent_ms, interval_ms, member, host = row[
+                    :8
+                ]
+                held = max(0, int(row[8])) if len(row) > 8 else 0
                 key = (str(group), int(partition))
                 processed, progress_ms, sent_ms = int(processed), int(progress_ms), int(sent_ms)
                 interval_ms = max(1, int(interval_ms))
@@ -108,8 +116,34 @@ class WorkerProgress:
                 sample = (progress_ms - prev.progress_ms) / 1000.0 / (processed - prev.processed)
                 gap = sample if math.isnan(gap) else (1 - a) * gap + a * sample
             self.reports[key] = Report(
-                processed, progress_ms, sent_ms, interval_ms, str(member), str(host), gap
+                processed, progress_ms, sent_ms, interval_ms, str(member), str(host), gap, held
             )
+            taken.append(key)
+        return taken
+
+    def suspects(self, keys: list[tuple[str, int]], hw_now: np.ndarray, warn_factor: float) -> int:
+        """The newest ``sent_at_ms`` among the reports of ``keys`` that show data waiting
+        (the last sampled HWM beyond the processed position) and no progress for longer
+        than the WARN rule allows a report (``warn_min_s``, or ``warn_factor`` x the
+        worker's usual time per message); 0 if none does.
+
+        Such a report is worth judging the moment it arrives rather than at the next
+        sample (``TopicModel.judge_reports``): detection then waits for no sampler tick.
+        The same thresholds as the rules, so healthy, idle (caught-up) and slow but moving
+        workers are never suspects; a burst after idleness may be (its prefix is old, its
+        data young), and the rules, which also look at the time lag, judge it OK."""
+        newest = 0
+        width = len(hw_now)
+        for key in keys:
+            r = self.reports.get(key)
+            if r is None or key[1] >= width:
+                continue
+            if hw_now[key[1]] <= r.processed and r.in_flight <= 0:
+                continue  # nothing waits, as far as the last sample and the worker know
+            usual = 0.0 if math.isnan(r.gap_s) else warn_factor * r.gap_s
+            if (r.sent_at_ms - r.progress_ms) / 1000.0 > max(self.cfg.warn_min_s, usual):
+                newest = max(newest, r.sent_at_ms)
+        return newest
 
     def forget(self, group: str, partition: int | None = None) -> None:
         """Drop a group-partition's report (offset deleted), or all of a group's."""
@@ -156,6 +190,7 @@ class WorkerProgress:
         progress = np.array([r.progress_ms for r in reports], np.int64)
         interval = np.array([r.interval_ms for r in reports], np.float64) / 1000.0
         gap = np.array([r.gap_s for r in reports], np.float64)
+        held = np.array([r.in_flight for r in reports], np.int64)
 
         # the time lag of each processed position, one row per group (cells are unique)
         rows, row_of = np.unique(gi, return_inverse=True)
@@ -168,8 +203,16 @@ class WorkerProgress:
         tl_report = np.maximum(0.0, tl_now - age_s)
         stuck_report = np.maximum(0, sent - progress) / 1000.0
 
-        out["lag"][gi, pi] = np.maximum(hw_now - processed, 0)
-        out["time_lag"][gi, pi] = tl_report + silence
+        # data waits where the last sample saw it or the worker holds unfinished messages
+        # (work that arrived after the sample): the worker's own word is the fresher one.
+        # Then the oldest waiting message has waited at least since the prefix last
+        # advanced (an SDK worker restarts that clock when work arrives at an idle
+        # partition), so the time lag is at least that: a worker stalled just after a
+        # sample is judged at its next report, not a sample later
+        out["lag"][gi, pi] = np.maximum(np.maximum(hw_now - processed, 0), held)
+        out["time_lag"][gi, pi] = (
+            np.where(held > 0, np.maximum(tl_report, stuck_report), tl_report) + silence
+        )
         out["since_progress_s"][gi, pi] = stuck_report + silence
         out["since_commit_s"][gi, pi] = np.maximum(age_s, 0.0)
         out["interval_s"][gi, pi] = np.where(np.isnan(gap), interval, gap)

@@ -251,7 +251,8 @@ class ScriptedLoad:
     ``consume_rate`` msgs/s (``None``: keeps up with the producer) and commits what it
     processed every ``commit_every_s`` (0.1 s). With ``progress``, it also reports its
     processed positions as an SDK worker does (``actuators.workers.ProgressReporter``,
-    every 250 ms on the sampler's grid). ``stall(p)`` freezes one partition's processing
+    every 125 ms, on the sampler's grid), with the messages it holds (produced, not
+    processed) in flight. ``stall(p)`` freezes one partition's processing
     (its producer goes on) and returns the onset; ``resume(p)`` lets it catch up;
     ``stop_consuming()`` stalls them all.
     """
@@ -287,9 +288,18 @@ class ScriptedLoad:
             from actuators.workers import PartitionProgress, ProgressReporter
 
             def snapshot() -> list[PartitionProgress]:
+                # what an SDK worker holds: the messages produced and not processed (a
+                # consumer fetches them while its handler is stuck)
                 with self._lock:
                     return [
-                        PartitionProgress(topic, p, self.processed[p], self.progress_ms[p])
+                        PartitionProgress(
+                            topic,
+                            p,
+                            self.processed[p],
+                            self.progress_ms[p],
+                            in_flight=max(0, self.produced[p] - self.processed[p]),
+                            running=int(p in self.stalled and self.produced[p] > self.processed[p]),
+                        )
                         for p in range(partitions)
                     ]
 

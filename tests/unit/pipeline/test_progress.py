@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.lag import LagConfig, TopicModel
-from pipeline.progress import WorkerProgress
+from pipeline.progress import ProgressConfig, WorkerProgress
 from schemas import LagStatus, validate
 
 CFG = LagConfig()
@@ -16,8 +16,9 @@ T0 = 1_000_000
 
 class Worker:
     """A producer at ``rate`` msgs/s on one partition, a worker that processes everything
-    at once and commits every ``commit_every_ms``, optionally reporting every 250 ms
-    (``report_phase_ms`` before each sample); sampled every 250 ms, in 10 ms steps."""
+    at once and commits every ``commit_every_ms``, optionally reporting every
+    ``report_every_ms`` (``report_phase_ms`` before each sample); sampled every 250 ms, in
+    5 ms steps."""
 
     def __init__(self, rate: float = 100, commit_every_ms: int = 5000, reports: bool = True):
         self.rate, self.commit_every_ms, self.reports = rate, commit_every_ms, reports
@@ -30,12 +31,15 @@ class Worker:
         self.stalled = False
         self.silent = False
         self.report_phase_ms = 40
+        self.report_every_ms = 125  # the SDK's default
+        self.judge_on_arrival = True
+        self.judged = 0  # reports judged on arrival (a stalled worker's only)
         self.statuses: list[tuple[int, LagStatus]] = []
 
     def run(self, until_ms: int) -> None:
         while self.t < until_ms:
-            self.t += 10
-            self.produced += self.rate * 0.01
+            self.t += 5
+            self.produced += self.rate * 0.005
             if not self.stalled and int(self.produced) > self.processed:
                 self.processed = int(self.produced)
                 self.progress_ms = self.t
@@ -45,10 +49,32 @@ class Worker:
                 # to one interval after the stall
                 self.model.commit("g", 0, self.processed, self.t)
                 self.committed = self.processed
-            if self.reports and not self.silent and (since + self.report_phase_ms) % 250 == 0:
-                self.model.progress.report_many(
-                    [["g", 0, self.processed, self.progress_ms, self.t, 250, "w-1", "host-a"]]
+            if (
+                self.reports
+                and not self.silent
+                and (since + self.report_phase_ms) % self.report_every_ms == 0
+            ):
+                keys = self.model.progress.report_many(
+                    [
+                        [
+                            "g",
+                            0,
+                            self.processed,
+                            self.progress_ms,
+                            self.t,
+                            self.report_every_ms,
+                            "w-1",
+                            "host-a",
+                            int(self.produced) - self.processed,  # held: fetched, not done
+                        ]
+                    ]
                 )
+                # as the operator does: a report that shows a stalled worker is judged
+                # the moment it lands, not at the next sample
+                judged = self.model.judge_reports(keys) if self.judge_on_arrival else None
+                self.judged += judged is not None
+                if judged is not None and len(judged):
+                    self.statuses.append((self.t, STATUS[int(judged[0].status[0])]))
             if since % 250 == 0:
                 self.model.add_sample(self.t, [int(self.produced)])
                 obs = self.model.observe(self.t)
@@ -81,20 +107,67 @@ def test_reports_at_any_phase_of_the_sample_raise_no_false_alarm(phase_ms):
     assert w.not_ok((T0 + 5500, T0 + 20_000)) == []
 
 
+@pytest.mark.parametrize("report_every_ms", [125, 250])
 @pytest.mark.parametrize("onset_ms", [0, 60, 130, 200])
-def test_a_stall_warns_within_half_a_second_at_a_5_s_commit_cadence(onset_ms):
+def test_a_stall_warns_one_report_after_the_floor_at_a_5_s_commit_cadence(
+    onset_ms, report_every_ms
+):
     w = Worker(commit_every_ms=5000)
+    w.report_every_ms = report_every_ms
     w.run(T0 + 12_000 + onset_ms)
     onset = w.t
     w.stalled = True
     w.run(onset + 3000)
     warn = w.first(onset, LagStatus.WARN, LagStatus.STALL, LagStatus.STOP)
-    # 0.12 s without progress (the floor), then the next report (<= 250 ms) and the sample
-    # 20 ms after it; the pipeline adds ~50 ms to that
-    assert warn <= 0.42
-    # the worker keeps reporting: STALL (error level) well before a commit is even due
-    assert w.first(onset, LagStatus.STALL) <= 0.9
+    # 0.17 s without progress (the floor and the slack), then the next report: judged as it
+    # lands, so neither the sampler's phase nor the report's lead adds anything (the
+    # pipeline adds ~30-50 ms to that)
+    assert 0.17 < warn <= 0.17 + report_every_ms / 1000 + 0.01
+    # the worker keeps reporting: STALL (error level) once stop_min_s (0.5 s) passed, at
+    # the next report, well before a commit is even due
+    assert 0.52 < w.first(onset, LagStatus.STALL) <= 0.52 + report_every_ms / 1000 + 0.01
     assert w.first(onset, LagStatus.STOP) == float("inf")
+
+
+def test_judged_only_at_samples_a_stall_waits_for_the_tick():
+    """What judging on arrival takes out: the sampler's phase and the report's lead."""
+    w = Worker(commit_every_ms=5000)
+    w.judge_on_arrival = False
+    w.run(T0 + 12_000 + 130)
+    onset = w.t
+    w.stalled = True
+    w.run(onset + 3000)
+    warn = w.first(onset, LagStatus.WARN)
+    assert warn == pytest.approx(0.37)  # the report at +0.205 s is first seen at +0.37 s
+    on_arrival = Worker(commit_every_ms=5000)
+    on_arrival.run(T0 + 12_000 + 130)
+    on_arrival.stalled = True
+    on_arrival.run(onset + 3000)
+    assert on_arrival.first(onset, LagStatus.WARN) == pytest.approx(0.205)
+
+
+@pytest.mark.parametrize("rate", [200.0, 20.0, 3.0])
+def test_healthy_and_slow_but_moving_workers_are_never_judged_between_samples(rate):
+    """A worker that keeps up, at 200 msgs/s or one message every 330 ms, never makes the
+    model judge between samples (only a stalled worker's report does), nor alarms."""
+    w = Worker(rate=rate, commit_every_ms=1000)
+    w.run(T0 + 30_000)
+    assert w.not_ok((T0 + 5500, T0 + 30_000)) == []
+    assert w.judged <= 2  # the first reports, before the time per message is learned
+
+
+def test_a_burst_after_idleness_is_judged_ok():
+    """An idle worker's prefix is old; a burst makes its reports suspects (data waits, the
+    prefix has not moved for seconds) until it is worked off: judged, and OK (the data is
+    young), since the rules look at the time lag too."""
+    w = Worker(commit_every_ms=1000)
+    w.run(T0 + 4000)
+    w.rate = 0.0
+    w.run(T0 + 14_000)
+    w.produced += 500  # a burst, worked off at once
+    w.rate = 100.0
+    w.run(T0 + 20_000)
+    assert w.not_ok((T0 + 4500, T0 + 20_000)) == []
 
 
 @pytest.mark.parametrize("commit_every_ms", [100, 1000, 5000])
@@ -125,8 +198,10 @@ def test_a_worker_that_stops_reporting_while_data_waits_is_stopped():
     w.stalled = w.silent = True  # a hung or dead process
     w.run(onset + 3000)
     warn = w.first(onset, LagStatus.WARN, LagStatus.STOP)
-    assert 0.75 <= warn <= 1.25  # silence counts only beyond three intervals + grace
-    assert w.first(onset, LagStatus.STOP) <= 1.75
+    # silence counts only beyond three report intervals + grace (0.575 s), and then WARNs
+    # once it passes the floor (0.17 s)
+    assert 0.7 <= warn <= 0.9
+    assert w.first(onset, LagStatus.STOP) <= 1.4
     assert w.first(onset, LagStatus.STALL) == float("inf")
     reporter = w.model.progress.reporters(w.model._index)[(0, 0)]
     assert reporter == ("w-1", "host-a")
@@ -186,7 +261,7 @@ def test_time_per_message_is_learned_from_consecutive_reports():
 
 
 def test_overlay_leaves_cells_without_reports_and_its_inputs_alone():
-    m = TopicModel("t", CFG)
+    m = TopicModel("t", LagConfig(progress=ProgressConfig(warn_min_s=0.12)))
     for g in ("sdk", "plain"):
         m.commit(g, 0, 10, T0)
     m.add_sample(T0, [100])
@@ -202,5 +277,5 @@ def test_overlay_leaves_cells_without_reports_and_its_inputs_alone():
     out = m.progress.overlay(inputs, index=m._index, t_ms=m.t_ms, hw=m.hw, now_ms=T0 + 100)
     assert out["lag"].tolist() == [[0], [90]]
     assert out["since_commit_s"].tolist() == [[pytest.approx(0.1)], [9.0]]
-    assert out["warn_min_s"].tolist() == [[0.1], [0.15]]  # the lower floor: reports only
+    assert out["warn_min_s"].tolist() == [[0.12], [0.15]]  # its own floor: reports only
     assert inputs["lag"].tolist() == [[90], [90]]
