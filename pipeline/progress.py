@@ -198,7 +198,7 @@ class WorkerProgress:
         c2[row_of, pi] = processed
         tl_now = time_lag_s(t_ms, hw, c2, now_ms)[0][row_of, pi]
         age_s = (now_ms - sent) / 1000.0
-        allowed = (1 + self.cfg.missed_reports) * interval + self.cfg.grace_s
+        allowed = self.allowed_silence_s(interval * 1000.0)
         silence = np.maximum(0.0, age_s - allowed)
         tl_report = np.maximum(0.0, tl_now - age_s)
         stuck_report = np.maximum(0, sent - progress) / 1000.0
@@ -225,17 +225,26 @@ class WorkerProgress:
         return out
 
     def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
-        """Add ``worker`` (member, host, processed offset, report age) to the
-        ``partition_lag`` events of partitions a worker reports: a silent worker is named."""
+        """Add ``worker`` (member, host, processed offset, report age, silent) to the
+        ``partition_lag`` events of partitions a worker reports: a silent worker (its
+        latest report older than the missed reports and grace allow: hung or dead) is
+        named, and flagged."""
         for ev in events:
             r = self.reports.get((ev["group"], ev["partition"]))
             if r is not None:
+                age_s = (now_ms - r.sent_at_ms) / 1000.0
                 ev["worker"] = {
                     "member": r.member,
                     "host": r.host,
                     "processed_offset": r.processed,
-                    "report_age_s": round((now_ms - r.sent_at_ms) / 1000.0, 3),
+                    "report_age_s": round(age_s, 3),
+                    "silent": age_s > self.allowed_silence_s(r.interval_ms),
                 }
+
+    def allowed_silence_s(self, interval_ms: Any) -> Any:
+        """How long a worker reporting every ``interval_ms`` may go unheard before its
+        silence counts: ``missed_reports`` missed, one in flight, and the grace."""
+        return (1 + self.cfg.missed_reports) * interval_ms / 1000.0 + self.cfg.grace_s
 
     def reporters(self, index: dict[str, int]) -> dict[tuple[int, int], tuple[str, str]]:
         """(group row, partition) -> (member, host) of the worker that reports it."""

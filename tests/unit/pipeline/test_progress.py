@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 
 from pipeline.lag import LagConfig, TopicModel
 from pipeline.progress import ProgressConfig, WorkerProgress
@@ -212,6 +213,39 @@ def test_a_worker_that_stops_reporting_while_data_waits_is_stopped():
     assert events[0]["status"] == "STOP"
     assert events[0]["worker"]["member"] == "w-1" and events[0]["worker"]["host"] == "host-a"
     assert events[0]["worker"]["report_age_s"] > 2.5
+    assert events[0]["worker"]["silent"] is True
+    validate(events[0])
+    # the metric and `lagpilot status` name it too
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pipeline.metrics import PipelineMetrics
+    from pipeline.status import render
+
+    metrics = PipelineMetrics()
+    metrics.events_published(events)
+    assert "w-1@host-a SILENT" in render({}, {"g|t|0": events[0]})
+
+    def silent() -> dict[tuple[str, str, str], float]:
+        text = generate_latest(metrics.registry).decode()
+        return {
+            (s.labels["group"], s.labels["member"], s.labels["host"]): s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "lagpilot_silent_worker_partitions"
+            for s in f.samples
+        }
+
+    assert silent() == {("g", "w-1", "host-a"): 1.0}
+    metrics.events_published([events[0] | {"status": "OK"}])  # back: reporting, caught up
+    assert silent() == {("g", "w-1", "host-a"): 0.0}
+
+
+def test_a_reporting_worker_is_not_flagged_silent():
+    w = Worker(commit_every_ms=1000)
+    w.run(T0 + 8000)
+    obs = w.model.observe(w.t)
+    events = obs.partition_events(np.array([0]), np.array([0]))
+    w.model.progress.annotate(events, w.t)
+    assert events[0]["worker"]["silent"] is False
     validate(events[0])
 
 
