@@ -877,6 +877,15 @@ class TopicModel:
         are aligned with their commits at samples only."""
         if not len(self.t_ms) or not len(self.progress):
             return None
+        # a partition already at STALL or worse has nothing sooner to tell: its worker's
+        # reports wait for the samples (a long stall is not re-modelled 8 times a second)
+        done = SEVERITY[LagStatus.STALL]
+        last = self.last_status
+        keys = [
+            (g, p)
+            for g, p in keys
+            if (gi := self._index.get(g)) is None or p >= last.shape[1] or last[gi, p] < done
+        ]
         at_ms = self.progress.suspects(keys, self.hw[-1], self.cfg.warn_factor)
         if not at_ms:
             return None
