@@ -552,7 +552,7 @@ class TopicModel:
         self.last_alert_ms = np.zeros(0, np.int64)
         self.rejected_commits = 0  # commits to partitions the topic does not have
         # SDK workers' progress reports: where present, they judge the status (progress.py)
-        self.progress = WorkerProgress(cfg.progress)
+        self.progress = WorkerProgress(cfg.progress, cfg.warn_factor)
 
     @property
     def t_ms(self) -> np.ndarray:

@@ -59,6 +59,10 @@ class ProgressConfig:
     grace_s: float = 0.2
     expire_s: float = 60.0  # a report this old is dropped: commits judge the partition again
     gap_alpha: float = 0.3  # EWMA weight of the newest time-per-message sample
+    # the usual pause of a healthy worker (a report that showed it not advancing while it
+    # held work, below the WARN threshold, and the next report showed it moving again),
+    # kept as a maximum that halves every pause_half_life_s: part of its usual interval
+    pause_half_life_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -73,13 +77,20 @@ class Report:
     host: str
     gap_s: float = math.nan  # usual time per processed message (nan: not learned yet)
     in_flight: int = 0  # messages the worker holds, delivered and not finished
+    pause_s: float = 0.0  # longest healthy pause seen lately (decaying; see ProgressConfig)
+
+    def usual_s(self) -> float:
+        """How long this worker usually goes between advances: its time per message or
+        its usual healthy pause, whichever is longer (0 while neither is known)."""
+        return max(0.0 if math.isnan(self.gap_s) else self.gap_s, self.pause_s)
 
 
 class WorkerProgress:
     """The latest progress report per (group, partition) of one topic."""
 
-    def __init__(self, cfg: ProgressConfig | None = None) -> None:
+    def __init__(self, cfg: ProgressConfig | None = None, warn_factor: float = 1.5) -> None:
         self.cfg = cfg or ProgressConfig()
+        self.warn_factor = warn_factor  # LagConfig.warn_factor: WARN after that x usual
         self.reports: dict[tuple[str, int], Report] = {}
         self.skipped = 0  # malformed rows, counted and ignored
 
@@ -112,14 +123,39 @@ class WorkerProgress:
                 self.reports.pop(key, None)
                 continue
             gap = math.nan if prev is None else prev.gap_s
+            pause = 0.0 if prev is None else self._pause(prev, processed, sent_ms)
             if prev is not None and processed > prev.processed and progress_ms > prev.progress_ms:
                 sample = (progress_ms - prev.progress_ms) / 1000.0 / (processed - prev.processed)
                 gap = sample if math.isnan(gap) else (1 - a) * gap + a * sample
             self.reports[key] = Report(
-                processed, progress_ms, sent_ms, interval_ms, str(member), str(host), gap, held
+                processed,
+                progress_ms,
+                sent_ms,
+                interval_ms,
+                str(member),
+                str(host),
+                gap,
+                held,
+                pause,
             )
             taken.append(key)
         return taken
+
+    def _pause(self, prev: Report, processed: int, sent_ms: int) -> float:
+        """``prev``'s usual pause, decayed to ``sent_ms``, raised to the pause ``prev``
+        showed if that ended in progress (the worker held work, the prefix has moved
+        since) below the WARN threshold: a healthy worker on a busy host (GC, a starved
+        thread) shows such pauses, and the threshold follows them instead of alarming
+        (at load 11-16 on two cores, whole-process pauses of 170+ ms did). A pause that
+        reached WARN is not learned: a stall that ends does not raise the threshold."""
+        half = self.cfg.pause_half_life_s
+        dt_s = max(0, sent_ms - prev.sent_at_ms) / 1000.0
+        pause = prev.pause_s * 0.5 ** (dt_s / half) if half > 0 else 0.0
+        if prev.in_flight > 0 and processed > prev.processed:
+            shown = max(0, prev.sent_at_ms - prev.progress_ms) / 1000.0
+            if shown < max(self.cfg.warn_min_s, self.warn_factor * prev.usual_s()):
+                pause = max(pause, shown)
+        return pause
 
     def suspects(self, keys: list[tuple[str, int]], hw_now: np.ndarray, warn_factor: float) -> int:
         """The newest ``sent_at_ms`` among the reports of ``keys`` that show data waiting
@@ -140,7 +176,7 @@ class WorkerProgress:
                 continue
             if hw_now[key[1]] <= r.processed and r.in_flight <= 0:
                 continue  # nothing waits, as far as the last sample and the worker know
-            usual = 0.0 if math.isnan(r.gap_s) else warn_factor * r.gap_s
+            usual = warn_factor * r.usual_s()
             if (r.sent_at_ms - r.progress_ms) / 1000.0 > max(self.cfg.warn_min_s, usual):
                 newest = max(newest, r.sent_at_ms)
         return newest
@@ -190,6 +226,7 @@ class WorkerProgress:
         progress = np.array([r.progress_ms for r in reports], np.int64)
         interval = np.array([r.interval_ms for r in reports], np.float64) / 1000.0
         gap = np.array([r.gap_s for r in reports], np.float64)
+        pause = np.array([r.pause_s for r in reports], np.float64)
         held = np.array([r.in_flight for r in reports], np.int64)
 
         # the time lag of each processed position, one row per group (cells are unique)
@@ -215,7 +252,9 @@ class WorkerProgress:
         )
         out["since_progress_s"][gi, pi] = stuck_report + silence
         out["since_commit_s"][gi, pi] = np.maximum(age_s, 0.0)
-        out["interval_s"][gi, pi] = np.where(np.isnan(gap), interval, gap)
+        # the usual interval: time per message (the report cadence until learned), or the
+        # worker's usual healthy pause if longer
+        out["interval_s"][gi, pi] = np.maximum(np.where(np.isnan(gap), interval, gap), pause)
         if isinstance(out.get("warn_min_s"), np.ndarray):  # per cell: set where reports judge
             out["warn_min_s"][gi, pi] = self.cfg.warn_min_s
         if out.get("lag_rate") is not None:

@@ -313,3 +313,48 @@ def test_overlay_leaves_cells_without_reports_and_its_inputs_alone():
     assert out["since_commit_s"].tolist() == [[pytest.approx(0.1)], [9.0]]
     assert out["warn_min_s"].tolist() == [[0.12], [0.15]]  # its own floor: reports only
     assert inputs["lag"].tolist() == [[90], [90]]
+
+
+def _pause(w: Worker, ms: int, then_ms: int = 1000) -> None:
+    w.stalled = True
+    w.run(w.t + ms)
+    w.stalled = False
+    w.run(w.t + then_ms)
+
+
+def test_a_worker_on_a_busy_host_learns_its_pauses_instead_of_alarming():
+    """Healthy pauses below the threshold (a starved thread, GC) become the worker's usual
+    interval; a longer one then raises no WARN. The same pause on a worker that never
+    paused before does (the test can fail)."""
+    busy = Worker(rate=200, commit_every_ms=1000)
+    busy.run(T0 + 5000)
+    for _ in range(10):
+        _pause(busy, 200)  # the first may alarm: a pause is learned only below the threshold
+    learned = busy.model.progress.reports[("g", 0)].pause_s
+    assert 0.15 <= learned <= 0.2
+    start = busy.t
+    _pause(busy, 300)
+    assert busy.not_ok((start, busy.t)) == []
+
+    calm = Worker(rate=200, commit_every_ms=1000)
+    calm.run(T0 + 5000)
+    start = calm.t
+    _pause(calm, 300)
+    assert [s for _, s in calm.not_ok((start, calm.t))][:1] == [LagStatus.WARN]
+
+
+def test_a_stall_that_ends_does_not_raise_the_threshold_and_pauses_are_forgotten():
+    w = Worker(rate=200, commit_every_ms=1000)
+    w.run(T0 + 5000)
+    _pause(w, 2000)  # a real stall: WARN, STALL, then moving again
+    assert w.model.progress.reports[("g", 0)].pause_s == 0.0
+    onset = w.t
+    _pause(w, 600)
+    assert w.first(onset, LagStatus.WARN) <= 0.17 + 0.125 + 0.01  # as fast as the first time
+    for _ in range(5):
+        _pause(w, 140)
+    assert w.model.progress.reports[("g", 0)].pause_s >= 0.1
+    r = w.model.progress.reports[("g", 0)]
+    later = r.sent_at_ms + 300_000  # five half-lives without a pause
+    w.model.progress.report_many([["g", 0, r.processed + 10, later, later, 125, "w-1", "h", 1]])
+    assert w.model.progress.reports[("g", 0)].pause_s == pytest.approx(r.pause_s / 32)
