@@ -70,6 +70,9 @@ class Settings:
     progress_missed_reports: int = 2
     progress_grace_s: float = 0.2
     progress_expire_s: float = 60.0
+    # a healthy worker's pauses (below the WARN threshold, ended in progress) lift its
+    # usual interval; the learned pause halves every this many seconds
+    progress_pause_half_life_s: float = 60.0
     # group health (pipeline/group_health.py): a group whose generation moves
     # storm_rebalances times within storm_window_s while no commit advances for
     # group_stall_s is in a rebalance STORM; unchanged groups are re-published every
@@ -121,6 +124,7 @@ class Settings:
                 missed_reports=self.progress_missed_reports,
                 grace_s=self.progress_grace_s,
                 expire_s=self.progress_expire_s,
+                pause_half_life_s=self.progress_pause_half_life_s,
             ),
         )
 
@@ -146,6 +150,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "progress_missed_reports": (0, 100),
     "progress_grace_s": (0, 60),
     "progress_expire_s": (1, 86_400),
+    "progress_pause_half_life_s": (0, 86_400),
     "storm_rebalances": (2, 1_000),
     "storm_window_s": (1, 3_600),
     "group_stall_s": (0.1, 3_600),
