@@ -149,8 +149,10 @@ class WorkerProgress:
         (at load 11-16 on two cores, whole-process pauses of 170+ ms did). A pause that
         reached WARN is not learned: a stall that ends does not raise the threshold."""
         half = self.cfg.pause_half_life_s
+        if half <= 0:
+            return 0.0  # learning off: the floor and the time per message alone
         dt_s = max(0, sent_ms - prev.sent_at_ms) / 1000.0
-        pause = prev.pause_s * 0.5 ** (dt_s / half) if half > 0 else 0.0
+        pause = prev.pause_s * 0.5 ** (dt_s / half)
         if prev.in_flight > 0 and processed > prev.processed:
             shown = max(0, prev.sent_at_ms - prev.progress_ms) / 1000.0
             if shown < max(self.cfg.warn_min_s, self.warn_factor * prev.usual_s()):
