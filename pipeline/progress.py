@@ -1,34 +1,38 @@
-"""Worker progress in the lag model: SDK workers' processed positions, judged at every sample.
+"""Worker progress in the lag model: SDK workers' processed positions, judged as they land.
 
 Commits are the only progress signal a plain consumer gives, so a stall shows only once
 its next commit is overdue: 1.5 x its commit interval (7.5 s for Kafka's 5 s auto-commit).
-SDK workers (``actuators.workers``) also publish, every sampling tick, each partition's
-processed position and when it last advanced (``schemas/progress.v1.json``); the commits
-source forwards the latest report per group-partition to the model with the commits. This
-module keeps those reports per topic and, where a fresh one exists, replaces the inputs of
-the status rules (``lag.classify``) for that group-partition:
+SDK workers (``actuators.workers``) also publish, every 125 ms, each partition's processed
+position, when it last advanced and how many messages they hold
+(``schemas/progress.v1.json``); the commits source forwards the latest report per
+group-partition to the model with the commits, at once. This module keeps those reports
+per topic and, where a fresh one exists, replaces the inputs of the status rules
+(``lag.classify``) for that group-partition:
 
 - ``lag`` (is data waiting?): HWM - the processed position (or the committed offset, if
-  a commit went further since the report);
+  a commit went further since the report), or the messages the worker holds, if more
+  (data it fetched after the last sample);
 - ``since_progress_s``: how long the processed position had not moved when the worker
   reported, plus the report's *silence* (below);
 - ``time_lag_s``: how long the oldest unprocessed message had waited when the worker
-  reported, plus the silence;
+  reported (at least ``since_progress_s`` while the worker holds messages), plus the
+  silence;
 - ``since_commit_s`` (the STALL rule's "still alive"): the report's age, so a worker that
   keeps reporting but does not advance is STALL, and one that stopped reporting is STOP;
 - ``interval_s`` (the usual progress interval the rules scale with): the worker's usual
-  time per processed message, learned from its reports, not its commit cadence;
+  time per processed message, learned from its reports, not its commit cadence, or its
+  usual healthy pause if longer (``WorkerProgress._pause``);
 - the lag-growth inputs are disabled there: between commits the committed lag grows by
   design, and the processed position already says whether the worker keeps up.
 
-Everything is measured as of the report, not as of the sample: a report is up to one
-reporting interval old when the next sample is modelled, and a healthy worker must not
-look stalled for that. Only silence beyond two intervals and a grace counts (a worker that
-stops reporting while data waits: a hung or dead process): two reports may be missed (on a
-loaded host, one missed report in the benchmark raised false alarms), so a late report
-costs detection time, never a false alarm. Workers time their reports just
-before the sampler's ticks (both on the wall-clock grid of the interval), so the sample
-after a report sees it.
+The samples judge every cell; between them, a report that shows a stalled worker
+(``suspects``) is judged the moment it lands (``TopicModel.judge_reports``), so detection
+waits for no sampler tick. Everything is measured as of the report, not as of the moment
+it is judged, so a healthy worker never looks stalled for a report's age. Only silence
+beyond ``missed_reports`` missed reports, one more interval and ``grace_s`` counts (a
+worker that stops reporting while data waits: a hung or dead process), so a late report
+costs detection time, never a false alarm. Workers also time their reports just before the
+sampler's ticks (both on the wall-clock grid), so a sample finds them fresh.
 
 Pure: no clock (``now_ms`` passed in), no Kafka. Reports are not persisted: they are
 replaced every tick, and a restarted model falls back to commits until the next report.
@@ -56,7 +60,7 @@ class ProgressConfig:
     # silence allowed before it counts (a worker that stops reporting: hung or dead): this
     # many reports may be missed, plus a grace for a reporter thread that wakes late
     missed_reports: int = 2
-    grace_s: float = 0.2
+    grace_s: float = 0.4
     expire_s: float = 60.0  # a report this old is dropped: commits judge the partition again
     gap_alpha: float = 0.3  # EWMA weight of the newest time-per-message sample
     # the usual pause of a healthy worker (a report that showed it not advancing while it

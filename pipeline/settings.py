@@ -68,7 +68,7 @@ class Settings:
     # then on; a report older than progress_expire_s is dropped (commits judge again)
     progress_warn_min_s: float = 0.15
     progress_missed_reports: int = 2
-    progress_grace_s: float = 0.2
+    progress_grace_s: float = 0.4
     progress_expire_s: float = 60.0
     # a healthy worker's pauses (below the WARN threshold, ended in progress) lift its
     # usual interval; the learned pause halves every this many seconds
