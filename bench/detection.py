@@ -175,6 +175,7 @@ def run_cell(
                 for k in ("partition", "status", "observed_at_ms", "time_lag_s", "lag_offsets")
             }
             | {"since_first_ms": round(e["observed_at_ms"] - first_ms)}
+            | ({"worker": e["worker"]} if "worker" in e else {})  # what its reports said
             | {  # the stall windows of that partition, relative to the event
                 "windows_ms": [
                     [round(o - e["observed_at_ms"]), round(ok - e["observed_at_ms"])]
