@@ -57,6 +57,9 @@ class ProgressConfig:
     # 0.1 s raised false alarms on a 2-core host at load 7 (three partitions of one worker
     # at once, a 120+ ms pause of the whole process); 0.15 s did not. Detection pays it once.
     warn_min_s: float = 0.15
+    # ...and where every partition of a worker (two at least) paused at once: most often the
+    # process (GC, a starved host), not a stall (see WorkerProgress._floors)
+    whole_worker_min_s: float = 0.4
     # silence allowed before it counts (a worker that stops reporting: hung or dead): this
     # many reports may be missed, plus a grace for a reporter thread that wakes late
     missed_reports: int = 2
@@ -262,12 +265,36 @@ class WorkerProgress:
         # worker's usual healthy pause if longer
         out["interval_s"][gi, pi] = np.maximum(np.where(np.isnan(gap), interval, gap), pause)
         if isinstance(out.get("warn_min_s"), np.ndarray):  # per cell: set where reports judge
-            out["warn_min_s"][gi, pi] = self.cfg.warn_min_s
+            waiting = (hw_now > processed) | (held > 0)
+            out["warn_min_s"][gi, pi] = self._floors(reports, stuck_report, waiting)
         if out.get("lag_rate") is not None:
             out["lag_rate"][gi, pi] = 0.0
         if out.get("recent_lag_rate") is not None:
             out["recent_lag_rate"][gi, pi] = np.nan
         return out
+
+    def _floors(
+        self, reports: list[Report], stuck_s: np.ndarray, waiting: np.ndarray
+    ) -> np.ndarray:
+        """The WARN floor of each reported cell: ``warn_min_s``, or ``whole_worker_min_s``
+        where the whole worker paused: every partition of its member that holds data (two
+        at least) shows no progress for ``warn_min_s`` at once. One partition stuck while
+        its siblings move is a stall (a heavy message, a hung handler) and keeps the low
+        floor; all of them stuck at once is most often the process (GC, a starved host:
+        at load 12-30 on two cores the bench's worker paused 170+ ms, every partition at
+        once), which either resumes or goes on to STALL/STOP. One partition: no evidence
+        either way, the low floor."""
+        floors = np.full(len(reports), self.cfg.warn_min_s)
+        if self.cfg.whole_worker_min_s <= self.cfg.warn_min_s:
+            return floors
+        by_member: dict[str, list[int]] = {}
+        for i, r in enumerate(reports):
+            if waiting[i]:
+                by_member.setdefault(r.member, []).append(i)
+        for cells in by_member.values():
+            if len(cells) >= 2 and float(stuck_s[cells].min()) >= self.cfg.warn_min_s:
+                floors[cells] = self.cfg.whole_worker_min_s
+        return floors
 
     def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
         """Add ``worker`` (member, host, processed offset, report age, silent) to the

@@ -67,6 +67,8 @@ class Settings:
     # progress_missed_reports of its reports plus progress_grace_s counts as stopped from
     # then on; a report older than progress_expire_s is dropped (commits judge again)
     progress_warn_min_s: float = 0.15
+    # ...or this, where every partition of one worker (two at least) paused at once
+    progress_whole_worker_min_s: float = 0.4
     progress_missed_reports: int = 2
     progress_grace_s: float = 0.4
     progress_expire_s: float = 60.0
@@ -121,6 +123,7 @@ class Settings:
             worst_n=self.worst_n,
             progress=ProgressConfig(
                 warn_min_s=self.progress_warn_min_s,
+                whole_worker_min_s=self.progress_whole_worker_min_s,
                 missed_reports=self.progress_missed_reports,
                 grace_s=self.progress_grace_s,
                 expire_s=self.progress_expire_s,
@@ -147,6 +150,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "record_read_interval_s": (1, 86_400),
     "worst_n": (1, 100),
     "progress_warn_min_s": (0.02, 60),
+    "progress_whole_worker_min_s": (0.02, 60),
     "progress_missed_reports": (0, 100),
     "progress_grace_s": (0, 60),
     "progress_expire_s": (1, 86_400),

@@ -358,3 +358,36 @@ def test_a_stall_that_ends_does_not_raise_the_threshold_and_pauses_are_forgotten
     later = r.sent_at_ms + 300_000  # five half-lives without a pause
     w.model.progress.report_many([["g", 0, r.processed + 10, later, later, 125, "w-1", "h", 1]])
     assert w.model.progress.reports[("g", 0)].pause_s == pytest.approx(r.pause_s / 32)
+
+
+@pytest.mark.parametrize(
+    ("stuck_ms", "expected"),
+    [
+        ((250, 5), ["WARN", "OK"]),  # one partition stuck while its sibling moves: a stall
+        ((250, 250), ["OK", "OK"]),  # the whole worker paused: the process, not yet a stall
+        ((450, 450), ["WARN", "WARN"]),  # past the whole-worker floor (0.4 s + slack)
+    ],
+)
+def test_a_pause_of_the_whole_worker_waits_for_its_own_floor(stuck_ms, expected):
+    m = TopicModel("t", CFG)
+    t = T0
+    for i in range(41):  # 10 s at 200 msgs/s on two partitions, a worker that keeps up
+        t = T0 + i * 250
+        m.add_sample(t, [i * 50, i * 50])
+        rows = [["g", p, i * 50, t - 5, t, 125, "w-1", "host-a", 1] for p in (0, 1)]
+        m.progress.report_many(rows)
+        m.observe(t)
+    for p in (0, 1):
+        m.commit("g", p, 40 * 50, t)
+    now = t + 250 + 450
+    m.add_sample(t + 250, [41 * 50, 41 * 50])
+    # each partition processed everything produced until its pause began (200/s), and holds
+    # what came since (beyond the last sample: its reports say so)
+    m.progress.report_many(
+        [
+            ["g", p, (now - stuck_ms[p] - T0) // 5, now - stuck_ms[p], now, 125, "w", "h", 10]
+            for p in (0, 1)
+        ]
+    )
+    obs = m.observe(now)
+    assert [STATUS[int(s)] for s in obs[0].status] == expected
