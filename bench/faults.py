@@ -22,7 +22,7 @@ The broker: this benchmark starts its own (``deploy/local/kafka.sh`` on port 230
 own run folder, stopped at the end), never a broker someone else runs, unless
 ``--bootstrap`` names one.
 
-    .venv/bin/python bench/faults.py [--smoke] [--bootstrap HOST:PORT] [--out PATH] [--doc PATH]
+    .venv/bin/python -m bench.faults [--smoke] [--bootstrap HOST:PORT] [--out PATH] [--doc PATH]
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from bench import fault_control, fault_decoder, fault_garbage, fault_process  # noqa: E402
 from bench.fault_broker import OwnBroker, broker_kill  # noqa: E402
@@ -433,7 +431,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "",
         "- **5, Admin API faults**: `lagpilot actuate`'s Runner with the Redpanda backend built",
         "  by `make_backend` (as the CLI builds it) against the Admin API contract stub",
-        "  (`tests/support/redpanda_admin_stub.py`), on the benchmark's own broker. For each",
+        "  (`bench/support/redpanda_admin_stub.py`), on the benchmark's own broker. For each",
         "  fault one `transfer_leadership` is sent while the stub misbehaves on every request;",
         "  every HTTP request is counted (bounded retries, no hot loop), the outcome must be",
         "  `failed` with the error, and one outcome per action id (a budget is spent once).",
@@ -443,8 +441,8 @@ def render_doc(result: dict[str, Any]) -> str:
         "  and share-group keys, tombstones) mutated 0 to 3 times each (bytes flipped,",
         "  truncated, junk appended, record types and versions rewritten, length fields",
         "  absurd, invalid UTF-8, null or empty key/value, random bytes) through",
-        "  `pipeline.offsets.decode_record`: a raise is a crash, a result of no known class is",
-        "  unclassified.",
+        "  `pipeline.read.offsets.decode_record`: a raise is a crash, a result of no known",
+        "  class is unclassified.",
         "- **1, broker kill**: `bench/fault_broker.py`. A swarm of 16 producers (100 msg/s over",
         "  8 partitions) and its SDK workers (exactly-once side effects in a ledger), `lagpilot",
         "  run` in act mode (`deploy/policy.demo.toml`) and `lagpilot actuate` (Kafka backend)",
@@ -483,7 +481,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "  with the true commits beside it, and a large but allocatable width grew the state",
         "  past the broker's message size. A commit is now accepted only below twice the",
         "  topic's sampled width (4,096 before its first sample), the others counted in",
-        '  `lagpilot_model_inputs_total{event="commit_rejected"}` (`pipeline/lag.py`).',
+        '  `lagpilot_model_inputs_total{event="commit_rejected"}` (`pipeline/model/lag.py`).',
         "",
         "Found by this benchmark and not fixed:",
         "",

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pipeline.group_health import HealthConfig
-from pipeline.lag import LagConfig
-from pipeline.progress import ProgressConfig
+from pipeline.model.config import LagConfig
+from pipeline.model.group_health import HealthConfig
+from pipeline.model.progress import ProgressConfig
 from schemas import ConfigError
 
 ENV_PREFIX = "LAGPILOT_"
@@ -45,7 +45,7 @@ class Settings:
     include: str = ".*"
     exclude: str = ""
     window_s: float = 10.0
-    history_rows: int = 4096  # cap on HWM history rows per topic (pipeline/history.py)
+    history_rows: int = 4096  # cap on HWM history rows per topic (pipeline/model/history.py)
     warn_time_lag_s: float = 5.0
     err_time_lag_s: float = 30.0
     # partition_lag snapshots of every partition this often, of partitions not OK every
@@ -61,7 +61,7 @@ class Settings:
     record_reads_per_s: float = 20.0
     record_read_interval_s: float = 30.0
     worst_n: int = 5
-    # SDK workers' progress reports (pipeline/progress.py, docs/lag-model.md): where a
+    # SDK workers' progress reports (pipeline/model/progress.py, docs/lag-model.md): where a
     # worker reports, WARN after progress_warn_min_s without progress while data waits
     # (or 1.5 x its usual time per message, if longer); a worker silent for
     # progress_missed_reports of its reports plus progress_grace_s counts as stopped from
@@ -75,7 +75,7 @@ class Settings:
     # a healthy worker's pauses (below the WARN threshold, ended in progress) lift its
     # usual interval; the learned pause halves every this many seconds
     progress_pause_half_life_s: float = 60.0
-    # group health (pipeline/group_health.py): a group whose generation moves
+    # group health (pipeline/model/group_health.py): a group whose generation moves
     # storm_rebalances times within storm_window_s while no commit advances for
     # group_stall_s is in a rebalance STORM; unchanged groups are re-published every
     # group_health_interval_ms

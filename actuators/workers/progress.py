@@ -6,7 +6,7 @@ commit is overdue, 7.5 s later. So SDK workers publish, every ``interval_ms`` (1
 the pipeline's sampling cadence; ``LAGPILOT_PROGRESS_INTERVAL_MS``), one small ``progress``
 event (``schemas/progress.v1.json``) to ``lagpilot.progress``: per owned partition, the
 contiguous processed prefix, when it last advanced, and how many messages are queued and
-running. The lag model judges the status from it (``pipeline/progress.py``) and sees a
+running. The lag model judges the status from it (``pipeline/model/progress.py``) and sees a
 stall within half a second.
 
 The model judges a report that shows a stalled worker the moment it lands, so a stall is
