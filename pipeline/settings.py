@@ -69,6 +69,7 @@ class Settings:
     progress_warn_min_s: float = 0.15
     # ...or this, where every partition of one worker (two at least) paused at once
     progress_whole_worker_min_s: float = 0.4
+    progress_whole_worker_stop_s: float = 1.0  # and STALL/STOP there after this long
     progress_missed_reports: int = 2
     progress_grace_s: float = 0.4
     progress_expire_s: float = 60.0
@@ -124,6 +125,7 @@ class Settings:
             progress=ProgressConfig(
                 warn_min_s=self.progress_warn_min_s,
                 whole_worker_min_s=self.progress_whole_worker_min_s,
+                whole_worker_stop_s=self.progress_whole_worker_stop_s,
                 missed_reports=self.progress_missed_reports,
                 grace_s=self.progress_grace_s,
                 expire_s=self.progress_expire_s,
@@ -151,6 +153,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "worst_n": (1, 100),
     "progress_warn_min_s": (0.02, 60),
     "progress_whole_worker_min_s": (0.02, 60),
+    "progress_whole_worker_stop_s": (0.1, 600),
     "progress_missed_reports": (0, 100),
     "progress_grace_s": (0, 60),
     "progress_expire_s": (1, 86_400),

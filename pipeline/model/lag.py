@@ -386,6 +386,7 @@ class TopicModel:
         }
         if len(self.progress):  # workers' own reports, where present, judge the status
             inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
+            inputs["stop_min_s"] = np.full(lag.shape, cfg.stop_min_s)
             inputs = self.progress.overlay(
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )

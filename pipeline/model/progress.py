@@ -60,6 +60,10 @@ class ProgressConfig:
     # ...and where every partition of a worker (two at least) paused at once: most often the
     # process (GC, a starved host), not a stall (see WorkerProgress._floors)
     whole_worker_min_s: float = 0.4
+    # ...and the STALL/STOP floor there (LagConfig.stop_min_s, 0.5 s, elsewhere): at load 34
+    # the bench's worker paused 0.5+ s, all partitions at once; a worker frozen for a
+    # second is error-level
+    whole_worker_stop_s: float = 1.0
     # silence allowed before it counts (a worker that stops reporting: hung or dead): this
     # many reports may be missed, plus a grace for a reporter thread that wakes late
     missed_reports: int = 2
@@ -246,7 +250,9 @@ class WorkerProgress:
         age_s = (now_ms - sent) / 1000.0
         allowed = self.allowed_silence_s(interval * 1000.0)
         silence = np.maximum(0.0, age_s - allowed)
-        tl_report = np.maximum(0.0, tl_now - age_s)
+        # a report newer than the moment judged (a sample held back while the reports went
+        # ahead) is taken as of now: its age is not negative time lag
+        tl_report = np.maximum(0.0, tl_now - np.maximum(age_s, 0.0))
         stuck_report = np.maximum(0, sent - progress) / 1000.0
 
         # data waits where the last sample saw it or the worker holds unfinished messages
@@ -266,35 +272,42 @@ class WorkerProgress:
         out["interval_s"][gi, pi] = np.maximum(np.where(np.isnan(gap), interval, gap), pause)
         if isinstance(out.get("warn_min_s"), np.ndarray):  # per cell: set where reports judge
             waiting = (hw_now > processed) | (held > 0)
-            out["warn_min_s"][gi, pi] = self._floors(reports, stuck_report, waiting)
+            whole = self._whole_worker(reports, stuck_report, waiting)
+            out["warn_min_s"][gi, pi] = np.where(
+                whole, self.cfg.whole_worker_min_s, self.cfg.warn_min_s
+            )
+            if isinstance(out.get("stop_min_s"), np.ndarray):
+                stop = out["stop_min_s"][gi, pi]
+                out["stop_min_s"][gi, pi] = np.where(
+                    whole, np.maximum(stop, self.cfg.whole_worker_stop_s), stop
+                )
         if out.get("lag_rate") is not None:
             out["lag_rate"][gi, pi] = 0.0
         if out.get("recent_lag_rate") is not None:
             out["recent_lag_rate"][gi, pi] = np.nan
         return out
 
-    def _floors(
+    def _whole_worker(
         self, reports: list[Report], stuck_s: np.ndarray, waiting: np.ndarray
     ) -> np.ndarray:
-        """The WARN floor of each reported cell: ``warn_min_s``, or ``whole_worker_min_s``
-        where the whole worker paused: every partition of its member that holds data (two
-        at least) shows no progress for ``warn_min_s`` at once. One partition stuck while
-        its siblings move is a stall (a heavy message, a hung handler) and keeps the low
-        floor; all of them stuck at once is most often the process (GC, a starved host:
-        at load 12-30 on two cores the bench's worker paused 170+ ms, every partition at
-        once), which either resumes or goes on to STALL/STOP. One partition: no evidence
-        either way, the low floor."""
-        floors = np.full(len(reports), self.cfg.warn_min_s)
-        if self.cfg.whole_worker_min_s <= self.cfg.warn_min_s:
-            return floors
+        """Per reported cell: has the whole worker paused? Every partition of its member
+        that holds data (two at least) shows no progress for ``warn_min_s`` at once. There
+        the floors are ``whole_worker_min_s`` (WARN) and ``whole_worker_stop_s`` (STALL,
+        STOP) instead of ``warn_min_s`` and the model's ``stop_min_s``. One partition stuck
+        while its siblings move is a stall (a heavy message, a hung handler) and keeps the
+        low floors; all of them stuck at once is most often the process (GC, a starved
+        host: at load 12-34 on two cores the bench's worker paused 170 ms to 0.5 s, every
+        partition at once), which either resumes or goes on to STALL/STOP. One partition:
+        no evidence either way, the low floors."""
+        whole = np.zeros(len(reports), bool)
         by_member: dict[str, list[int]] = {}
         for i, r in enumerate(reports):
             if waiting[i]:
                 by_member.setdefault(r.member, []).append(i)
         for cells in by_member.values():
             if len(cells) >= 2 and float(stuck_s[cells].min()) >= self.cfg.warn_min_s:
-                floors[cells] = self.cfg.whole_worker_min_s
-        return floors
+                whole[cells] = True
+        return whole
 
     def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
         """Add ``worker`` (member, host, processed offset, report age, silent) to the

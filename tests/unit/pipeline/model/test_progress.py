@@ -367,6 +367,9 @@ def test_a_stall_that_ends_does_not_raise_the_threshold_and_pauses_are_forgotten
         ((250, 5), ["WARN", "OK"]),  # one partition stuck while its sibling moves: a stall
         ((250, 250), ["OK", "OK"]),  # the whole worker paused: the process, not yet a stall
         ((450, 450), ["WARN", "WARN"]),  # past the whole-worker floor (0.4 s + slack)
+        ((700, 5), ["STALL", "OK"]),  # a stall: error level after 0.5 s
+        ((700, 700), ["WARN", "WARN"]),  # a frozen worker: error level only after 1 s
+        ((1100, 1100), ["STALL", "STALL"]),
     ],
 )
 def test_a_pause_of_the_whole_worker_waits_for_its_own_floor(stuck_ms, expected):
@@ -392,3 +395,17 @@ def test_a_pause_of_the_whole_worker_waits_for_its_own_floor(stuck_ms, expected)
     )
     obs = m.observe(now)
     assert [STATUS[int(s)] for s in obs[0].status] == expected
+
+
+def test_a_report_newer_than_the_sample_judged_is_not_taken_for_time_lag():
+    """A sample held back (the commits source behind) while a later report went ahead: the
+    report's negative age is not time the data waited."""
+    w = Worker(rate=200, commit_every_ms=1000)
+    w.run(T0 + 6000)
+    r = w.model.progress.reports[("g", 0)]
+    ahead = r.sent_at_ms + 240
+    w.model.progress.report_many(
+        [["g", 0, r.processed + 48, ahead - 5, ahead, 125, "w-1", "host-a", 1]]
+    )
+    obs = w.model.observe(w.model.last_sample_ms, slide=False)
+    assert STATUS[int(obs[0].status[0])] == "OK"
