@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from schemas import Mode, load_signing_key, tracing
+from schemas import Mode, load_signer, load_verifier, tracing
 from schemas.cli import (
     CLIENT_LOG,
     EX_CONFIG,
@@ -23,6 +23,7 @@ from schemas.cli import (
     unreachable_sentence,
     watch_client_logs,
 )
+from schemas.keys import DECIDE
 
 log = logging.getLogger("lagpilot.pipeline")
 
@@ -125,7 +126,9 @@ def _run(args: Any) -> int:
     if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
         from pipeline.decide.policy_op import PolicyOperator
 
-        policy = PolicyOperator(policy_config, load_signing_key(args.env))
+        policy = PolicyOperator(
+            policy_config, load_signer(args.env, DECIDE), verifier=load_verifier(args.env)
+        )
     tracing.setup("lagpilot-pipeline")
     from pipeline.app import build_app
     from pipeline.exposition import RenderProcess
@@ -147,6 +150,8 @@ def _run(args: Any) -> int:
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
     try:
         wait_for_broker(settings.bootstrap, dict(settings.kafka), args.connect_timeout_s)
+        if policy is not None:  # a halt kept from before this pipeline's state existed
+            policy.adopt_kept_halts(settings.broker_config(), settings.control_topic)
         run_until_stopped(build_app, settings, metrics, policy)
     except KeyboardInterrupt:
         pass

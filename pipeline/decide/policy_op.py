@@ -17,7 +17,18 @@ from typing import Any
 from pipeline.decide import remedies
 from pipeline.decide.policy import PolicyState, apply_control, decide
 from pipeline.decide.policy_config import PolicyConfig
-from schemas import EventError, group_lag_from_dict, sign, tracing, validate, verify
+from schemas import (
+    ConfigError,
+    EventError,
+    Signer,
+    Verifier,
+    group_lag_from_dict,
+    sign,
+    tracing,
+    validate,
+    verify,
+)
+from schemas.halts import halts_topic_for, read_in_force
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +41,22 @@ class PolicyOperator:
     def __init__(
         self,
         config: PolicyConfig,
-        signing_key: bytes,
+        signing_key: Signer,
         metrics: Any = None,
         persist_interval_ms: int = 1000,
+        verifier: Verifier | None = None,
     ) -> None:
         self.config = config
         self._key = signing_key
+        # halts and resumes on the control topic are the operator's: checked against the
+        # trusted public keys (the shared key alone before the migration to role keys)
+        if verifier is None:
+            if not isinstance(signing_key, bytes):
+                raise ConfigError(
+                    "a policy signing with a role key needs verifier= (the trusted keys)"
+                )
+            verifier = signing_key
+        self._verifier: Verifier = verifier
         self.metrics = metrics
         self.rejected_control = 0
         self.skipped_rates = 0
@@ -45,8 +66,28 @@ class PolicyOperator:
         # throttles), else at most every persist_interval_ms (hysteresis counters: a
         # restart loses under a second of them). ``gen`` tells a stale cache apart.
         self._cached: PolicyState | None = None
+        self._kept_halts: list[dict[str, Any]] = []  # folded into the state on first load
         self._gen = 0
         self._saved_ms = 0
+
+    def adopt_kept_halts(self, config: dict[str, Any], control_topic: str) -> int:
+        """Read the halts in force from the halts topic (schemas/halts.py): a pipeline whose
+        state never saw a halt (new, or its state lost) obeys it from its first message.
+        Folded like any halt (a stale one, older than what the state holds, changes
+        nothing). Returns how many."""
+
+        def accept(event: dict[str, Any]) -> dict[str, Any] | None:
+            try:
+                validate(event)
+                verify(event, self._verifier)
+            except EventError:
+                self.rejected_control += 1
+                return None
+            return event
+
+        config = {**config, "group.id": "lagpilot-pipeline-halts"}  # assigned, never committed
+        self._kept_halts = read_in_force(config, halts_topic_for(control_topic), accept)
+        return len(self._kept_halts)
 
     def _load(self, state: Any) -> PolicyState:
         gen = state.get("gen", 0)
@@ -54,6 +95,10 @@ class PolicyOperator:
             raw = state.get("state")
             self._cached = PolicyState.from_dict(raw) if raw else PolicyState()
             self._gen = gen
+        if self._kept_halts:
+            for halt in self._kept_halts:
+                self._cached = apply_control(self._cached, halt, int(halt["issued_at"]))
+            self._kept_halts = []
         return self._cached
 
     def _save(self, state: Any, new: PolicyState, now_ms: int) -> None:
@@ -71,7 +116,7 @@ class PolicyOperator:
         if value.get("event") == "action":
             try:
                 validate(value)
-                verify(value, self._key)
+                verify(value, self._verifier)
             except EventError as exc:
                 self.rejected_control += 1
                 log.warning("ignored a %s on the control topic: %s", value.get("type"), exc)
