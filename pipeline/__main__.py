@@ -75,6 +75,30 @@ def _parser() -> Parser:
     opt("--metrics-port", "metrics_port", "/metrics, /healthz, /readyz; 0 disables", int)
     opt("--policy-file", "policy_file", "policy TOML file (built-in defaults if none)")
     opt(
+        "--progress-warn-min-s",
+        "progress_warn_min_s",
+        "SDK worker reports: WARN after this long without progress while data waits",
+        float,
+    )
+    opt(
+        "--progress-missed-reports",
+        "progress_missed_reports",
+        "SDK worker reports: how many may be missed before silence counts",
+        int,
+    )
+    opt(
+        "--progress-grace-s",
+        "progress_grace_s",
+        "SDK worker reports: grace beyond the missed reports before silence counts",
+        float,
+    )
+    opt(
+        "--progress-expire-s",
+        "progress_expire_s",
+        "SDK worker reports: drop a report this old (commits judge again)",
+        float,
+    )
+    opt(
         "--no-sampler",
         "run_sampler",
         "do not run the watermark sampler here",
