@@ -1,0 +1,102 @@
+"""Intent before the call, reconcile after a crash: no action's side effect twice.
+
+The actuator commits an action's outcome after its backend call. An actuator killed between
+the two leaves the call made and no outcome: its successor reprocesses the control event and,
+blindly, would call the backend again. Every operation sets a state, so the second call
+changes nothing on the cluster, but it is a second side effect all the same (a second
+AlterClientQuotas, a second audit-log line on the broker; bench/faults.py row 4 counted 4).
+
+So the runner writes an ``intent`` (``schemas/intent.v1.json``) under the action's id on the
+outcomes topic before it calls the backend; the outcome, under the same key, supersedes it.
+The ledger keeps intents that have no outcome yet. An actuator about to apply an action whose
+intent is in its ledger first reads the state the action sets (:func:`observe`, the effect)
+and asks :func:`in_effect` (pure) whether it is already there: if so it records ``applied``
+with a ``reconciled`` reason and calls nothing; if not (the predecessor died before its
+call, or the read failed) it applies the action as usual.
+
+Only an action with an intent pays for the read: a normal apply costs one intent write per
+batch, not one read per action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actuators.backends import Backend
+from schemas import ActionType
+
+#: Action types that change the cluster through the backend: they get an intent.
+EFFECTS = frozenset(
+    {
+        ActionType.THROTTLE_PRODUCER,
+        ActionType.RELEASE_PRODUCER,
+        ActionType.ADD_PARTITIONS,
+        ActionType.TRANSFER_LEADERSHIP,
+    }
+)
+
+
+def intent(action: Mapping[str, Any], *, actuator: str, now_ms: int) -> dict[str, Any]:
+    """A schema-valid intent event for ``action`` (``intent.v1.json``)."""
+    out: dict[str, Any] = {
+        "event": "intent",
+        "v": 1,
+        "action_id": action["id"],
+        "action_type": action["type"],
+        "params": dict(action.get("params") or {}),
+        "actuator": actuator,
+        "at": now_ms,
+    }
+    if isinstance(action.get("target"), str):
+        out["target"] = action["target"]
+    return out
+
+
+def observe(backend: Backend, action: Mapping[str, Any]) -> int | None:
+    """The state ``action`` sets, read from the backend (the one effect here): the quota's
+    rate (None: no quota), the topic's partition count, or the partition's leader."""
+    p = action["params"]
+    kind = action["type"]
+    if kind in (ActionType.THROTTLE_PRODUCER, ActionType.RELEASE_PRODUCER):
+        return backend.producer_rate(p["entity"], p["name"])
+    if kind == ActionType.ADD_PARTITIONS:
+        return backend.partition_count(p["topic"])
+    if kind == ActionType.TRANSFER_LEADERSHIP:
+        return backend.leader(p["topic"], int(p["partition"]))
+    raise ValueError(f"{kind!r} has no state to observe")
+
+
+def in_effect(action: Mapping[str, Any], observed: int | None) -> str | None:
+    """The outcome's reason when ``observed`` (what :func:`observe` read) already is what
+    ``action`` sets; None when the action must still be applied."""
+    p = action["params"]
+    kind = action["type"]
+    if kind == ActionType.THROTTLE_PRODUCER:
+        rate = int(p["producer_byte_rate"])
+        if observed == rate:
+            return (
+                f"reconciled: producer_byte_rate={rate} already on {p['entity']}={p['name']} "
+                "(applied before a crash); not set again"
+            )
+    elif kind == ActionType.RELEASE_PRODUCER:
+        if observed is None:
+            return (
+                f"reconciled: no producer_byte_rate on {p['entity']}={p['name']} (released "
+                "before a crash); not removed again"
+            )
+    elif kind == ActionType.ADD_PARTITIONS:
+        total = int(p["total"])
+        if observed is not None and observed >= total:
+            return (
+                f"reconciled: {p['topic']} already has {observed} partitions (>= {total}); "
+                "not grown again"
+            )
+    elif kind == ActionType.TRANSFER_LEADERSHIP:
+        target = int(p["target_broker"])
+        if observed == target:
+            return (
+                f"reconciled: {p['topic']}/{p['partition']} is already led by broker {target}; "
+                "not moved again"
+            )
+    return None
