@@ -7,6 +7,7 @@
 #                                                the last `up` whose process is gone (a broker
 #                                                a fault test killed comes back as itself)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
+#   deploy/local/kafka.sh config [--brokers 1|3] print node 1's server.properties (no Java)
 #
 # `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
 # Maven, Java) goes to stderr, with or without a terminal. The address `up` records in the
@@ -14,7 +15,11 @@
 # the test fixtures).
 # Environment: LAGPILOT_BROKER_PORT (first client port, default 21092; node i uses
 # port+2i for clients and port+2i+1 for its controller), LAGPILOT_BROKER_READY_TIMEOUT_S
-# (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe).
+# (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe),
+# LAGPILOT_BROKER_EXTRA_LISTENERS (one broker only): more PLAINTEXT listeners on 127.0.0.1,
+# "NAME:PORT:ADVERTISED_PORT ..." (comma- or space-separated), each bound to PORT and
+# advertised as 127.0.0.1:ADVERTISED_PORT: clients that bootstrap through a proxy on
+# ADVERTISED_PORT keep going through it (bench/netproxy.py cuts and delays such a path).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -67,6 +72,26 @@ running_pids() {
   done
 }
 
+# Sets EXTRA_LISTENERS, EXTRA_ADVERTISED, EXTRA_MAP (each starting with a comma, or empty)
+# and EXTRA_PORTS from LAGPILOT_BROKER_EXTRA_LISTENERS; dies naming the entry and the fix.
+parse_extra_listeners() { # brokers
+  EXTRA_LISTENERS="" EXTRA_ADVERTISED="" EXTRA_MAP="" EXTRA_PORTS=""
+  local spec=${LAGPILOT_BROKER_EXTRA_LISTENERS:-} entry name port adv
+  [ -n "$spec" ] || return 0
+  [ "$1" = 1 ] || die "LAGPILOT_BROKER_EXTRA_LISTENERS works with one broker only (--brokers 1), not $1: unset it for a cluster"
+  for entry in ${spec//,/ }; do
+    IFS=: read -r name port adv <<<"$entry"
+    if ! [[ $name =~ ^[A-Z][A-Z0-9_]*$ && $port =~ ^[0-9]+$ && $adv =~ ^[0-9]+$ ]] ||
+      [ "$name" = PLAINTEXT ] || [ "$name" = CONTROLLER ]; then
+      die "LAGPILOT_BROKER_EXTRA_LISTENERS: bad entry '$entry': write NAME:PORT:ADVERTISED_PORT (NAME in capitals, not PLAINTEXT or CONTROLLER; ports numbers), e.g. PIPELINE:27094:27192"
+    fi
+    EXTRA_LISTENERS+=",$name://127.0.0.1:$port"
+    EXTRA_ADVERTISED+=",$name://127.0.0.1:$adv"
+    EXTRA_MAP+=",$name:PLAINTEXT"
+    EXTRA_PORTS+=" $port"
+  done
+}
+
 write_config() { # node_id brokers cluster_dir
   local id=$1 n=$2 dir=$3 voters="" i
   for ((i = 1; i <= n; i++)); do
@@ -78,11 +103,11 @@ write_config() { # node_id brokers cluster_dir
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport
-advertised.listeners=PLAINTEXT://127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport$EXTRA_LISTENERS
+advertised.listeners=PLAINTEXT://127.0.0.1:$cport$EXTRA_ADVERTISED
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$EXTRA_MAP
 log.dirs=$dir/data
 num.partitions=1
 default.replication.factor=$rf
@@ -136,6 +161,7 @@ up() {
     esac
   done
   [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
+  parse_extra_listeners "$n"
   if [ -n "$(running_pids)" ]; then
     say "already running at $(cat "$RUN/bootstrap")"; cat "$RUN/bootstrap" >&3; return 0
   fi
@@ -147,6 +173,9 @@ up() {
   for ((i = 0; i < 2 * n; i++)); do
     p=$((PORT0 + i))
     port_busy "$p" && die "port 127.0.0.1:$p is already in use. Stop what holds it, or choose other ports: LAGPILOT_BROKER_PORT=<first port> make broker-up"
+  done
+  for p in $EXTRA_PORTS; do
+    port_busy "$p" && die "port 127.0.0.1:$p (LAGPILOT_BROKER_EXTRA_LISTENERS) is already in use: choose another PORT in it"
   done
   rm -rf "$RUN"; mkdir -p "$RUN"
   local t0=$SECONDS cluster_id
@@ -220,6 +249,24 @@ down() {
   say "stopped pids $(echo $pids)"
 }
 
+config() {
+  local n=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --brokers) n=$2; shift 2 ;;
+      --brokers=*) n=${1#*=}; shift ;;
+      *) die "unknown option $1 (use --brokers 1|3)" ;;
+    esac
+  done
+  [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
+  parse_extra_listeners "$n"
+  local tmp
+  tmp=$(mktemp -d)
+  write_config 1 "$n" "$tmp"
+  cat "$tmp/server.properties"
+  rm -rf "$tmp"
+}
+
 status() {
   if [ -n "$(running_pids)" ]; then cat "$RUN/bootstrap"; else say "no local broker running"; return 1; fi
 }
@@ -230,5 +277,6 @@ case $cmd in
   down) down ;;
   restart) restart ;;
   status) status ;;
-  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status" >&2; exit 2 ;;
+  config) config "$@" ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3]" >&2; exit 2 ;;
 esac
