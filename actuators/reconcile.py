@@ -20,11 +20,14 @@ batch, not one read per action.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from actuators.backends import Backend
-from schemas import ActionType
+from schemas import ActionType, encode
+
+log = logging.getLogger("lagpilot.actuator")
 
 #: Action types that change the cluster through the backend: they get an intent.
 EFFECTS = frozenset(
@@ -51,6 +54,45 @@ def intent(action: Mapping[str, Any], *, actuator: str, now_ms: int) -> dict[str
     if isinstance(action.get("target"), str):
         out["target"] = action["target"]
     return out
+
+
+class IntentLog:
+    """Writes intents on the outcomes topic with its own (idempotent, non-transactional)
+    producer: an intent must be on the topic before the backend call, whether or not the
+    batch's transaction commits later. ``begin`` a batch, ``add`` its actions, ``flush``
+    once before the first call."""
+
+    def __init__(self, producer: Any, topic: str, actuator: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._actuator = actuator
+        self._pending = 0
+        self.written: set[str] = set()  # ids of this batch that have their intent
+
+    def begin(self) -> None:
+        self.written = set()
+
+    def add(self, action: Mapping[str, Any], now_ms: int) -> bool:
+        """Queue the intent of ``action`` if it calls the backend and has none yet."""
+        if action["type"] not in EFFECTS or action["id"] in self.written:
+            return False
+        value = encode(intent(action, actuator=self._actuator, now_ms=now_ms))
+        self._producer.produce(self._topic, key=str(action["id"]).encode(), value=value)
+        self.written.add(action["id"])
+        self._pending += 1
+        return True
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        if not self._pending:
+            return
+        if self._producer.flush(timeout_s) > 0:
+            # Not fatal: without its intent, a crash before the outcome costs one more
+            # (idempotent) call on replay, as it did before intents existed.
+            log.warning("intents not acknowledged in %g s", timeout_s)
+        self._pending = 0
+
+    def close(self) -> None:
+        self._producer.flush(5)
 
 
 def observe(backend: Backend, action: Mapping[str, Any]) -> int | None:

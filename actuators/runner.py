@@ -49,7 +49,7 @@ from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
 from actuators.errors import ActuatorError
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
-from actuators.reconcile import EFFECTS, in_effect, intent, observe
+from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
 from schemas import ActionType, EventError, OutcomeResult, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
@@ -137,7 +137,6 @@ class Runner:
         self._key = signing_key
         self._clock = clock
         self._release_retry_at: dict[str, float] = {}
-        self._intended: set[str] = set()  # ids of this batch whose intent is written
         self._trace_headers: dict[str, list[tuple[str, bytes]]] = {}  # outcome key -> traceparent
         self._ready = False
         self._server: MetricsServer | None = None
@@ -154,7 +153,11 @@ class Runner:
         )
         # Intents are written outside the transaction: they must be on the topic before the
         # backend call, whether or not the batch's transaction commits.
-        self._intents = Producer(base | {"enable.idempotence": True, "acks": "all", "linger.ms": 0})
+        self._intents = IntentLog(
+            Producer(base | {"enable.idempotence": True, "acks": "all", "linger.ms": 0}),
+            settings.outcomes_topic,
+            settings.actuator_id,
+        )
         self._consumer = Consumer(
             base
             | {
@@ -216,7 +219,7 @@ class Runner:
             self._server.stop()
         self._consumer.close()
         self._tail.close()
-        self._intents.flush(5)
+        self._intents.close()
         self.backend.close()
 
     def ready(self) -> bool:
@@ -371,24 +374,14 @@ class Runner:
         (acknowledged by the broker) before the first call. Judged against the ledger as it
         is now; an action that turns out otherwise gets its intent in ``_apply``."""
         now_ms = self._now_ms()
-        actuator = self.settings.actuator_id
-        self._intended = set()
+        self._intents.begin()
         for msg in msgs:
             verdict = check(msg.value(), position=_position(msg), signing_key=self._key,
-                            policy=self.policy, ledger=self.ledger, actuator=actuator,
-                            now_ms=now_ms)  # fmt: skip
-            action = verdict.action
-            if action is not None and action["type"] in EFFECTS:
-                self._intents.produce(
-                    self.settings.outcomes_topic,
-                    key=action["id"].encode(),
-                    value=encode(intent(action, actuator=actuator, now_ms=now_ms)),
-                )
-                self._intended.add(action["id"])
-        if self._intended and self._intents.flush(10) > 0:
-            # Not fatal: without its intent, a crash before the outcome costs one more
-            # (idempotent) call on replay, as it did before intents existed.
-            log.warning("intents of %d action(s) not acknowledged in 10 s", len(self._intended))
+                            policy=self.policy, ledger=self.ledger,
+                            actuator=self.settings.actuator_id, now_ms=now_ms)  # fmt: skip
+            if verdict.action is not None:
+                self._intents.add(verdict.action, now_ms)
+        self._intents.flush()
 
     def _reconciled(self, action: dict[str, Any]) -> str | None:
         """For an action whose intent has no outcome (an actuator died between its backend
@@ -421,13 +414,8 @@ class Runner:
                 action=action,
                 reason=reason,
             )
-        if kind in EFFECTS and action["id"] not in self._intended:
-            self._intents.produce(
-                self.settings.outcomes_topic,
-                key=action["id"].encode(),
-                value=encode(intent(action, actuator=actuator, now_ms=self._now_ms())),
-            )
-            self._intents.flush(10)
+        if self._intents.add(action, self._now_ms()):
+            self._intents.flush()
         reconciled = self._reconciled(action)
         if reconciled is not None:
             now_ms = self._now_ms()
