@@ -79,7 +79,15 @@ class OwnBroker:
         """The killed node again, on its own data (``kafka.sh up`` would format a new one)."""
         done = subprocess.run([str(KAFKA_SH), "restart"], env=self.env, stdout=subprocess.PIPE)
         if done.returncode != 0:
-            raise RuntimeError("kafka.sh restart failed (see above)")
+            raise RuntimeError(f"kafka.sh restart failed (see above); {self.log_tails()}")
+
+    def log_tails(self, n: int = 12) -> str:
+        """The last lines of each node's broker.log (the run folder goes at the end)."""
+        out = []
+        for log in sorted(Path(self.run_dir).glob("node-*/broker.log")):
+            lines = log.read_text(errors="replace").splitlines()[-n:]
+            out.append(f"{log.parent.name}:\n" + "\n".join(lines))
+        return "\n".join(out)
 
     def kill9(self, node: int | None = None) -> list[int]:
         """SIGKILL node ``node`` (1-based), or every node of ours (None)."""

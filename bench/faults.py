@@ -248,7 +248,9 @@ def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
 
 
 def cluster_row(tmp: Path) -> dict[str, Any]:
-    with own_broker(CLUSTER_PORT, brokers=fault_cluster.BROKERS) as cluster:
+    # a node restarted under load takes long to catch up: give it 4 minutes, not 90 s
+    ready = {"LAGPILOT_BROKER_READY_TIMEOUT_S": "240"}
+    with own_broker(CLUSTER_PORT, brokers=fault_cluster.BROKERS, **ready) as cluster:
         got = fault_cluster.leader_then_controller(cluster, tmp)
     k = got["killed"]
     what = (
