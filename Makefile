@@ -67,7 +67,7 @@ test: install
 
 # The README's main command: the avalanche incident and lagpilot fixing it, live.
 demo: install
-	@$(PY) bench/demo.py
+	@$(PY) -m bench.demo
 
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -78,41 +78,41 @@ lint: install
 	$(VENV)/bin/mypy
 
 bench-decode: install
-	$(PY) bench/decode.py
+	$(PY) -m bench.decode
 
 bench-detection: install
-	$(PY) bench/detection.py
+	$(PY) -m bench.detection
 
 bench-ingest: install
-	$(PY) bench/ingest.py
+	$(PY) -m bench.ingest
 
 bench-model: install
-	$(PY) bench/model.py
+	$(PY) -m bench.model
 
 bench-scale: install
-	$(PY) bench/scale.py
+	$(PY) -m bench.scale
 
 bench-actuation: install
-	$(PY) bench/actuation.py
+	$(PY) -m bench.actuation
 
 bench-war-story: install
-	$(PY) bench/war_story.py
+	$(PY) -m bench.war_story
 
 # The incident suite: avalanche (naive / sdk / lagpilot) and flood, each off and on, on the
 # real broker; writes bench/results/incidents.json and a PNG per scenario.
 bench-incidents: install
-	$(PY) bench/incidents.py
+	$(PY) -m bench.incidents
 
 bench-keda: install
-	$(PY) bench/keda.py
+	$(PY) -m bench.keda
 
 bench-timelag: install
-	$(PY) bench/timelag.py
+	$(PY) -m bench.timelag
 
 # Faults survived, one row per fault: bench/results/faults.json and docs/reliability.md.
 # Starts and stops its own broker on port 23092 (never the one `make broker-up` runs).
 bench-faults: install
-	$(PY) bench/faults.py
+	$(PY) -m bench.faults
 
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache

@@ -5,7 +5,7 @@ AlterClientQuotas on the broker) as a subprocess, produces N signed throttle eve
 time (each waits for its outcome, so this measures latency, not queueing), reads the
 committed outcomes (read_committed), and writes p50/p99 to bench/results/actuation.json.
 
-    python bench/actuation.py [--n 200] [--bootstrap 127.0.0.1:21092] [--smoke]
+    python -m bench.actuation [--n 200] [--bootstrap 127.0.0.1:21092] [--smoke]
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ import orjson
 from confluent_kafka import Consumer, Producer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from actuators import testing as T  # noqa: E402
-from bench import broker  # noqa: E402
+from bench.support import actuator_harness as T  # noqa: E402
+from bench.support import broker  # noqa: E402
 from schemas import encode  # noqa: E402
 
 KEY = b"bench-signing-key-0123456789abcdef"

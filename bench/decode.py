@@ -4,14 +4,14 @@ Builds N realistic offset-commit records (OffsetCommitValue v1 and v3, as Kafka 
 Redpanda write them; many groups and topics, each group-partition committing repeatedly),
 then times, in one process and one core, best of 3:
 
-- ``lagpilot``: ``pipeline.offsets.decode_record``;
+- ``lagpilot``: ``pipeline.read.offsets.decode_record``;
 - ``baseline``: kafka-python 3's generic schema engine (``ApiData``) loaded with Apache
   Kafka's own schemas for these records, decoding key and value. The schemas are read where
   they live, in the reference folder (``../shared/reference/kafka-coordinator-records/`` or
   ``$LAGPILOT_REFERENCE_DIR``); without it the benchmark stops and says so.
 
 The records are encoded from lagpilot's stated layout table
-(``pipeline.coordinator_layouts``); both decoders must read them alike.
+(``pipeline.read.coordinator_layouts``); both decoders must read them alike.
 
 Records are decoded one at a time and dropped, as the pipeline does; every run gets fresh
 bytes objects (as consumed messages are) and runs with the cyclic GC paused, as ``timeit``
@@ -20,7 +20,7 @@ does.
 Both decoders must agree on every record. Writes ``bench/results/decode.json``
 (or ``--out``) with ``lagpilot_rps``, ``baseline_rps`` and ``ratio``.
 
-    .venv/bin/python bench/decode.py [--records N] [--smoke] [--out PATH]
+    .venv/bin/python -m bench.decode [--records N] [--smoke] [--out PATH]
 """
 
 from __future__ import annotations
@@ -39,12 +39,11 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from pipeline import offsets  # noqa: E402
+from bench.support import kafka_schemas  # noqa: E402  (the baseline: Kafka's own schemas)
+from bench.support.layout_codec import encode  # noqa: E402  (the stated layouts)
+from pipeline.read import offsets  # noqa: E402
 from schemas import OffsetCommit  # noqa: E402
-from tests.support import kafka_schemas  # noqa: E402  (the baseline: Kafka's own schemas)
-from tests.support.layout_codec import encode  # noqa: E402  (the stated layouts)
 
 Record = tuple[bytes, bytes]
 TARGET_RPS = 500_000

@@ -1,14 +1,14 @@
 """``make demo``: the incident lagpilot exists for, live, on a laptop, in about two minutes.
 
 Starts the local Kafka broker if none answers (and stops it at the end), then runs an agent
-swarm (bench/swarm.py) into ``agent-perception-stream``, lagpilot's pipeline in ``act``
+swarm (bench/support/swarm.py) into ``agent-perception-stream``, lagpilot's pipeline in ``act``
 mode (deploy/policy.demo.toml) and its actuator. Halfway through warm-up an avalanche of
 heavy documents hits partitions 4 and 11; the screen shows every partition's lag, time lag
 and status, the worker lanes, and each action lagpilot takes with its outcome, then a
 summary. Ctrl-C, closing the terminal (SIGHUP) or a SIGTERM stop everything cleanly: the
 swarm, the pipeline, the actuator and the broker if the demo started it.
 
-    .venv/bin/python bench/demo.py [--avalanche-s 30] [--no-screen]
+    .venv/bin/python -m bench.demo [--avalanche-s 30] [--no-screen]
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
-from bench.swarm import SwarmConfig  # noqa: E402
+from bench.support import broker  # noqa: E402
+from bench.support.swarm import SwarmConfig  # noqa: E402
 from bench.war_story import one_run  # noqa: E402
-from pipeline.control import InstanceTally  # noqa: E402
+from pipeline.decide.control import InstanceTally  # noqa: E402
 
 
 class Tail:

@@ -18,7 +18,7 @@ partition outside its stall windows). Writes ``bench/results/detection.json``: t
 (``p50_ms``, ``p99_ms``, ``false_alarms``...). Targets: with worker progress p99 < 500 ms in
 every cell; commits only p99 <= 1.5 x the commit interval + 0.5 s; no false alarms.
 
-    .venv/bin/python bench/detection.py [--trials 20] [--slow-trials 8] [--smoke] [--out PATH]
+    .venv/bin/python -m bench.detection [--trials 20] [--slow-trials 8] [--smoke] [--out PATH]
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
-from tests.integration.pipeline.harness import (  # noqa: E402  (shared scripted parts)
+from bench.support import broker  # noqa: E402
+from bench.support.harness import (  # noqa: E402  (shared scripted parts)
     LagReader,
     PipelineProcess,
     ScriptedLoad,
@@ -48,7 +47,7 @@ from tests.integration.pipeline.harness import (  # noqa: E402  (shared scripted
 
 TARGET_P99_MS = 500  # with worker progress, whatever the commit interval
 ERROR_LEVEL = ("ERR", "STOP", "STALL")
-STOP_FACTOR = 4.0  # pipeline.lag.LagConfig.stop_factor: when commits alone call a stall STOP
+STOP_FACTOR = 4.0  # pipeline.model.lag.LagConfig.stop_factor: when commits alone call a stall STOP
 ERR_WAIT_MAX_S = 8.0  # the first error-level status is awaited only if expected sooner
 
 

@@ -37,11 +37,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from actuators.quotas import QuotaClient
-from actuators.testing import throttle
-from bench.swarm import Swarm, SwarmConfig, ensure_topic
+from bench.support.actuator_harness import throttle
+from bench.support.harness import LagReader, PipelineProcess, free_port
+from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
 from bench.war_story import DEMO_KEY, DEMO_POLICY, read_topic, wait_modelling
 from schemas import encode
-from tests.integration.pipeline.harness import LagReader, PipelineProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"

@@ -22,9 +22,9 @@ from typing import Any
 
 from actuators.backends import DryRunBackend, make_backend
 from actuators.settings import Settings
-from actuators.testing import KEY, Harness, action, by_id, throttle
+from bench.support.actuator_harness import KEY, Harness, action, by_id, throttle
+from bench.support.redpanda_admin_stub import ClusterModel, RedpandaAdminStub
 from schemas import sign
-from tests.support.redpanda_admin_stub import ClusterModel, RedpandaAdminStub
 
 OVERSIZED_BYTES = 256 * 1024
 

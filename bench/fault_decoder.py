@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from typing import Any, get_args
 
 from bench.decode import build_records
-from pipeline import offsets
-from pipeline.offsets import Skipped
+from pipeline.read import offsets
+from pipeline.read.offsets import Skipped
 
 Record = tuple[bytes | None, bytes | None]
 

@@ -1,4 +1,4 @@
-"""docs/reliability.md from bench/results/faults.json (``bench/faults.py`` writes both; its
+"""docs/reliability.md from bench/results/faults.json (``python -m bench.faults`` writes both; its
 ``--render`` rewrites the page alone): no figure on the page comes from anywhere else."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "",
         "- **5, Admin API faults**: `lagpilot actuate`'s Runner with the Redpanda backend built",
         "  by `make_backend` (as the CLI builds it) against the Admin API contract stub",
-        "  (`tests/support/redpanda_admin_stub.py`), on the benchmark's own broker. For each",
+        "  (`bench/support/redpanda_admin_stub.py`), on the benchmark's own broker. For each",
         "  fault one `transfer_leadership` is sent while the stub misbehaves on every request;",
         "  every HTTP request is counted (bounded retries, no hot loop), the outcome must be",
         "  `failed` with the error, and one outcome per action id (a budget is spent once).",
@@ -84,8 +84,8 @@ def render_doc(result: dict[str, Any]) -> str:
         "  and share-group keys, tombstones) mutated 0 to 3 times each (bytes flipped,",
         "  truncated, junk appended, record types and versions rewritten, length fields",
         "  absurd, invalid UTF-8, null or empty key/value, random bytes) through",
-        "  `pipeline.offsets.decode_record`: a raise is a crash, a result of no known class is",
-        "  unclassified.",
+        "  `pipeline.read.offsets.decode_record`: a raise is a crash, a result of no known",
+        "  class is unclassified.",
         "- **1, broker kill**: `bench/fault_broker.py`. A swarm of 16 producers (100 msg/s over",
         "  8 partitions) and its SDK workers (exactly-once side effects in a ledger), `lagpilot",
         "  run` in act mode (`deploy/policy.demo.toml`) and `lagpilot actuate` (Kafka backend)",
@@ -104,10 +104,11 @@ def render_doc(result: dict[str, Any]) -> str:
         "- **3, network cuts**: `bench/fault_network.py`, the same load on a broker of the",
         "  benchmark's own (port 27092) with two more listeners (`LAGPILOT_BROKER_EXTRA_LISTENERS`",
         "  of `kafka.sh`) advertised at the ports of two TCP proxies on 127.0.0.1",
-        "  (`bench/netproxy.py`): the pipeline goes through one, the SDK workers through the",
-        "  other. A cut holds every byte both ways (nothing passes, nothing is reset, new",
-        "  connections wait) for 15 s: first the pipeline's, then, 5 s after it heals, the",
-        "  workers'. Producers, actuator and the benchmark's readers use the broker directly.",
+        "  (`bench/support/netproxy.py`): the pipeline goes through one, the SDK workers",
+        "  through the other. A cut holds every byte both ways (nothing passes, nothing is",
+        "  reset, new connections wait) for 15 s: first the pipeline's, then, 5 s after it",
+        "  heals, the workers'. Producers, actuator and the benchmark's readers use the",
+        "  broker directly.",
         "- **4, process kills**: `bench/fault_process.py`. The pipeline: row 1's load with",
         "  one hot partition (heavy documents from 8 s in; the demo policy spreads it over",
         "  lanes); `lagpilot run` is SIGKILLed (with its sampler) as soon as its first action",
@@ -143,7 +144,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "  with the true commits beside it, and a large but allocatable width grew the state",
         "  past the broker's message size. A commit is now accepted only below twice the",
         "  topic's sampled width (4,096 before its first sample), the others counted in",
-        '  `lagpilot_model_inputs_total{event="commit_rejected"}` (`pipeline/lag.py`).',
+        '  `lagpilot_model_inputs_total{event="commit_rejected"}` (`pipeline/model/lag.py`).',
         "",
         "- 4: an actuator killed between its backend calls and their outcomes made the calls",
         "  again on replay (4 in the last run before the fix; each set the same quota). It now",
@@ -156,7 +157,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "  message's position, and the swarm's producer (not idempotent) wrote a message whose",
         "  ack the kill lost a second time, at another offset. The swarm's producer is now",
         "  idempotent and sends each message's id as its `idempotency-key` header, which the",
-        "  workers' dedupe uses before the position (`bench/swarm.py`).",
+        "  workers' dedupe uses before the position (`bench/support/swarm.py`).",
         "- 3: `lagpilot run` on a broker that had just started, under load, ended with",
         "  `TopicNotFoundError` (a topic Quix had just created, not yet described); it is now",
         "  retried like the other not-ready states (`pipeline/__main__.py`).",
@@ -168,7 +169,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "",
         "Regenerate: `make bench-faults` (about 12 minutes; it starts and stops its own brokers",
         "on ports 23092, 26092 (3 nodes) and 27092 (with proxies on 27192 and 27194), and kills",
-        "only those). One row again: `bench/faults.py --only network_cut` keeps the others.",
+        "only those). One row again: `python -m bench.faults --only network_cut` keeps the others.",
         "",
     ]
     return "\n".join(lines)

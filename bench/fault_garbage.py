@@ -21,11 +21,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.fault_decoder import corpus
-from bench.swarm import ensure_topic
+from bench.support.harness import LagReader, PipelineProcess
+from bench.support.layout_codec import encode
+from bench.support.swarm import ensure_topic
 from bench.war_story import wait_modelling
-from pipeline.offsets import Skipped, decode_record
-from tests.integration.pipeline.harness import LagReader, PipelineProcess
-from tests.support.layout_codec import encode
+from pipeline.read.offsets import Skipped, decode_record
 
 PARTITIONS = 4
 MESSAGES_PER_PARTITION = 100

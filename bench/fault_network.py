@@ -3,9 +3,10 @@ and the broker, 15 s each, while the swarm produces, the workers consume, the pi
 in ``act`` mode and the actuator runs (``fault_broker.under_load``).
 
 The broker is our own (``deploy/local/kafka.sh`` on ``PORT``) with two more listeners,
-``PIPELINE`` and ``WORKERS``, advertised at the ports of two proxies (``bench/netproxy.py``):
-the pipeline bootstraps through one, the workers through the other, and both stay on their
-proxy because that is the address the broker gives them back. The producers, the actuator and
+``PIPELINE`` and ``WORKERS``, advertised at the ports of two proxies
+(``bench/support/netproxy.py``): the pipeline bootstraps through one, the workers through
+the other, and both stay on their proxy because that is the address the broker gives them
+back. The producers, the actuator and
 the benchmark's readers use the broker's own listener, which is never cut. All on 127.0.0.1.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fault_broker import OwnBroker, Scene, under_load
-from bench.netproxy import Proxy
+from bench.support.netproxy import Proxy
 
 PORT = 27092  # the broker: 27092 (clients), 27093 (controller)
 PIPELINE = (27094, 27192)  # its PIPELINE listener, and the proxy in front of it

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from actuators.backends import DryRunBackend
-from actuators.testing import KEY, Harness, throttle
+from bench.support.actuator_harness import KEY, Harness, throttle
 
 MAX_BATCH = 32
 LEASE_S = 5.0

@@ -22,7 +22,7 @@ The broker: this benchmark starts its own (``deploy/local/kafka.sh`` on port 230
 own run folder, stopped at the end), never a broker someone else runs, unless
 ``--bootstrap`` names one.
 
-    .venv/bin/python bench/faults.py [--smoke] [--bootstrap HOST:PORT] [--out PATH] [--doc PATH]
+    .venv/bin/python -m bench.faults [--smoke] [--bootstrap HOST:PORT] [--out PATH] [--doc PATH]
 """
 
 from __future__ import annotations
@@ -40,11 +40,7 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import (  # noqa: E402
+from bench import (
     fault_cluster,
     fault_control,
     fault_decoder,
@@ -52,8 +48,10 @@ from bench import (  # noqa: E402
     fault_network,
     fault_process,
 )
-from bench.fault_broker import OwnBroker, broker_kill  # noqa: E402
-from bench.fault_doc import RECOVER_TARGET_S, _cell, render_doc  # noqa: E402
+from bench.fault_broker import OwnBroker, broker_kill
+from bench.fault_doc import RECOVER_TARGET_S, _cell, render_doc
+
+ROOT = Path(__file__).resolve().parents[1]
 
 OWN_BROKER_PORT = 23092
 CLUSTER_PORT = 26092  # the 3-broker cluster of row 2: 26092..26097

@@ -28,9 +28,9 @@ import numpy as np
 import orjson
 
 from actuators.workers import RateProducer, Worker
-from bench.swarm import Ledger, ensure_topic
+from bench.support.harness import LagReader, PipelineProcess
+from bench.support.swarm import Ledger, ensure_topic
 from bench.war_story import DEMO_KEY, read_topic, start_actuator, wait_modelling
-from tests.integration.pipeline.harness import LagReader, PipelineProcess
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Scenarios (``--scenarios``, comma-separated; all by default):
 
 - ``avalanche`` (the war story) with three baselines: ``naive`` (plain confluent-kafka
-  consumers that process in their poll loop, bench/naive.py), ``sdk`` (the worker SDK, the
+  consumers that process in their poll loop, bench/support/naive.py), ``sdk`` (the worker SDK, the
   control loop off) and ``lagpilot`` (control on). ``ratio`` = naive p99 / lagpilot p99,
   ``sdk_ratio`` = sdk p99 / lagpilot p99.
 - ``flood`` (bench/incident_flood.py): one of several producers floods a topic beyond what its
@@ -17,7 +17,7 @@ Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
 ``verified`` is null when no action's outcome says verified or undone (this build of the
 decide stage does not verify yet): the suite reports what the policy does, not what it should.
 
-    .venv/bin/python bench/incidents.py [--scenarios avalanche,flood] [--smoke]
+    .venv/bin/python -m bench.incidents [--scenarios avalanche,flood] [--smoke]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
         [--flood-s 30] [--flood-factor 10] [--producers 3]
 """
@@ -25,7 +25,6 @@ decide stage does not verify yet): the suite reports what the policy does, not w
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -35,11 +34,9 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
-from bench.swarm import SwarmConfig  # noqa: E402
+from bench.support import broker  # noqa: E402
+from bench.support.swarm import SwarmConfig  # noqa: E402
 from bench.war_story import one_run  # noqa: E402
 
 VERIFY_RESULTS = ("verified", "no_effect", "undone", "restored", "released")

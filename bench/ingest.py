@@ -19,7 +19,7 @@ Then, in one run:
 Writes ``bench/results/ingest.json`` with ``pipeline_rps``, ``raw_rps`` and ``ratio``
 (raw / pipeline: the framework's cost). Target: ``pipeline_rps`` >= 25,000 commits/s.
 
-    .venv/bin/python bench/ingest.py [--records N] [--smoke] [--out PATH]
+    .venv/bin/python -m bench.ingest [--records N] [--smoke] [--out PATH]
 """
 
 from __future__ import annotations
@@ -44,10 +44,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
+from bench.support import broker  # noqa: E402
 
 TARGET_RPS = 25_000
 

@@ -14,7 +14,7 @@ Reported: ``activation_p50_ms`` / ``activation_p99_ms`` (onset -> pushed true re
 ticks every 30 s from the scaler's start, each onset waits for the next tick (a lower
 bound: it counts no time to see the lag). Target: ``activation_p99_ms`` < 1000.
 
-    .venv/bin/python bench/keda.py [--trials 24] [--smoke] [--out PATH]
+    .venv/bin/python -m bench.keda [--trials 24] [--smoke] [--out PATH]
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
-from tests.integration.pipeline.harness import (  # noqa: E402  (shared scripted parts)
+from bench.support import broker  # noqa: E402
+from bench.support.harness import (  # noqa: E402  (shared scripted parts)
     LagReader,
     PipelineProcess,
     ScriptedLoad,
     create_topic,
 )
-from tests.integration.pipeline.scaler_harness import (  # noqa: E402
+from bench.support.scaler_harness import (  # noqa: E402
     Client,
     PushWatcher,
     ScalerProcess,

@@ -6,13 +6,13 @@ loop the model had before: one ``TopicModel`` per group, each observed on its ow
 numpy work, called once per group). Inputs: ``--groups`` groups on a ``--partitions``
 partition topic, each committing every 5 s, sampled every 250 ms, with the window full
 (10 s) and the HWM history a pipeline holds after ``--history-h`` hours (24: ~1,100 rows,
-as compacted by ``pipeline.history``), as in steady state.
+as compacted by ``pipeline.model.history``), as in steady state.
 
 Prints microseconds per group-partition per tick for both and their ratio, and what the
 figure means at the scale benchmark's shape (20 topics x 50 partitions x 50 groups, 4
 ticks a second). Writes ``bench/results/model.json``.
 
-    .venv/bin/python bench/model.py [--groups 50] [--partitions 50] [--smoke]
+    .venv/bin/python -m bench.model [--groups 50] [--partitions 50] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from pipeline.lag import LagConfig, TopicModel  # noqa: E402
+from pipeline.model.config import LagConfig  # noqa: E402
+from pipeline.model.lag import TopicModel  # noqa: E402
 
 TICK_MS = 250
 

@@ -31,7 +31,7 @@ metrics ports), starting at one's rate.
 Writes ``bench/results/scale.json``. ``--smoke``: 2 topics x 4 partitions x 3 groups, one
 10 s step (the test suite runs it).
 
-    .venv/bin/python bench/scale.py [--smoke] [--out PATH] [--rates 10000,20000]
+    .venv/bin/python -m bench.scale [--smoke] [--out PATH] [--rates 10000,20000]
 """
 
 from __future__ import annotations
@@ -59,11 +59,8 @@ import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))  # scale_support, also when imported by a test
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from scale_support import (  # noqa: E402
+from bench.scale_support import (  # noqa: E402
     CLK_TCK,
     OFFSETS_PARTITIONS,
     Scrape,
@@ -74,8 +71,7 @@ from scale_support import (  # noqa: E402
     rss_bytes,
     scrape,
 )
-
-from bench import broker  # noqa: E402
+from bench.support import broker  # noqa: E402
 
 MAX_DELAY_P99_S = 1.0
 MAX_BEHIND_S = 1.0

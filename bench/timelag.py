@@ -23,7 +23,7 @@ Offline (pure, fast): the model fed a produce rate that varies through the day (
 Target: |error| <= max(1 s, 1% of the lag) everywhere; MAE < 0.3 s where the lag < 10 s.
 Writes ``bench/results/timelag.json``.
 
-    .venv/bin/python bench/timelag.py [--smoke] [--out PATH] [--bootstrap HOST:PORT]
+    .venv/bin/python -m bench.timelag [--smoke] [--out PATH] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from pipeline.history import SOURCE_NAMES, HistoryBound  # noqa: E402
-from pipeline.lag import LagConfig, TopicModel  # noqa: E402
+from pipeline.model.config import LagConfig  # noqa: E402
+from pipeline.model.history import SOURCE_NAMES, HistoryBound  # noqa: E402
+from pipeline.model.lag import TopicModel  # noqa: E402
 
 SAMPLE_MS = 250
 BOUND = HistoryBound()  # the stated bound: max(1 s, 1% of the lag)

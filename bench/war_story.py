@@ -13,7 +13,7 @@ lost and duplicate side effects. Writes ``bench/results/war_story.json`` (``off_
 ``bench/results/war_story.png`` (time lag per partition over time, off vs on).
 Targets: ratio >= 10, lost = 0, duplicates = 0, detection < 1 s.
 
-    .venv/bin/python bench/war_story.py [--partitions 16] [--hot 4,11] [--producers 50]
+    .venv/bin/python -m bench.war_story [--partitions 16] [--hot 4,11] [--producers 50]
         [--rate 250] [--heavy-rate 10] [--heavy-work-ms 150] [--avalanche-s 30] [--smoke]
 """
 
@@ -34,12 +34,10 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from bench import broker  # noqa: E402
-from bench.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
-from tests.integration.pipeline.harness import LagReader, PipelineProcess, free_port  # noqa: E402
+from bench.support import broker  # noqa: E402
+from bench.support.harness import LagReader, PipelineProcess, free_port  # noqa: E402
+from bench.support.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
 
 DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
 DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"

@@ -85,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: Any) -> int:
     skip = {"log_level", "debug", "config", "connect_timeout_s", "env", "kafka"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
-    from pipeline.policy_config import load_policy_config
+    from pipeline.decide.policy_config import load_policy_config
     from pipeline.settings import describe, load_settings
 
     settings = load_settings(env=args.env, overrides=overrides)
     policy_config = load_policy_config(settings.policy_file or None, env=args.env)
     policy = None
     if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
-        from pipeline.policy_op import PolicyOperator
+        from pipeline.decide.policy_op import PolicyOperator
 
         policy = PolicyOperator(policy_config, load_signing_key(args.env))
     tracing.setup("lagpilot-pipeline")

@@ -25,14 +25,14 @@ from quixstreams import Application
 from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
 
-from pipeline.commits import RUN_KEY, STATS_HEADER, CommitsSource
-from pipeline.lag import TopicObservation
 from pipeline.metrics import PipelineMetrics
-from pipeline.model_op import LagOperator, lag_key
+from pipeline.model.events import TopicObservation
+from pipeline.model.model_op import LagOperator, lag_key
+from pipeline.model.truth import ReadLimits, RecordTimeReader
+from pipeline.read.commits import RUN_KEY, STATS_HEADER, CommitsSource
+from pipeline.read.watermarks import STATS_HEADER as SAMPLER_HEADER
+from pipeline.read.watermarks import HighWatermarkSource, make_selector
 from pipeline.settings import Settings
-from pipeline.truth import ReadLimits, RecordTimeReader
-from pipeline.watermarks import STATS_HEADER as SAMPLER_HEADER
-from pipeline.watermarks import HighWatermarkSource, make_selector
 from schemas import topics, tracing
 
 

@@ -18,9 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipeline.__main__",
         "run the pipeline: __consumer_offsets + watermarks -> lag -> policy",
     ),
-    "sample": ("pipeline.watermarks", "run only the high-watermark sampler"),
+    "sample": ("pipeline.read.watermarks", "run only the high-watermark sampler"),
     "status": ("pipeline.status", "print the current lag table from lagpilot.lag"),
-    "control": ("pipeline.control", "kill switch and control topic: halt | resume | tail"),
+    "control": ("pipeline.decide.control", "kill switch and control topic: halt | resume | tail"),
     "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
     "doctor": (

@@ -324,7 +324,7 @@ def gather(
 
 
 def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
-    from pipeline.policy_config import load_policy_config
+    from pipeline.decide.policy_config import load_policy_config
     from pipeline.settings import load_settings
 
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.lag import TopicObservation
+from pipeline.model.events import TopicObservation
 from schemas import LagStatus
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from pipeline.exposition import FAMILIES, LabelCache, RenderError, RenderProcess, render_lag
-from pipeline.lag import TopicObservation
+from pipeline.model.events import TopicObservation
 from schemas import ActionType, Mode
 
 __all__ = ["FAMILIES", "BrokerProbe", "HealthServer", "LagCollector", "PipelineMetrics"]

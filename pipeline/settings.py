@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pipeline.group_health import HealthConfig
-from pipeline.lag import LagConfig
+from pipeline.model.config import LagConfig
+from pipeline.model.group_health import HealthConfig
 from schemas import ConfigError
 
 ENV_PREFIX = "LAGPILOT_"
@@ -44,7 +44,7 @@ class Settings:
     include: str = ".*"
     exclude: str = ""
     window_s: float = 10.0
-    history_rows: int = 4096  # cap on HWM history rows per topic (pipeline/history.py)
+    history_rows: int = 4096  # cap on HWM history rows per topic (pipeline/model/history.py)
     warn_time_lag_s: float = 5.0
     err_time_lag_s: float = 30.0
     # partition_lag snapshots of every partition this often, of partitions not OK every
@@ -60,7 +60,7 @@ class Settings:
     record_reads_per_s: float = 20.0
     record_read_interval_s: float = 30.0
     worst_n: int = 5
-    # group health (pipeline/group_health.py): a group whose generation moves
+    # group health (pipeline/model/group_health.py): a group whose generation moves
     # storm_rebalances times within storm_window_s while no commit advances for
     # group_stall_s is in a rebalance STORM; unchanged groups are re-published every
     # group_health_interval_ms

@@ -8,7 +8,7 @@ from typing import Any
 
 
 class LagStatus(StrEnum):
-    """Burrow's vocabulary, in rising severity (see pipeline/lag.py for the rules)."""
+    """Burrow's vocabulary, in rising severity (see pipeline/model/lag.py for the rules)."""
 
     OK = "OK"
     WARN = "WARN"

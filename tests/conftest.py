@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import broker as local_broker
+from bench.support import broker as local_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"

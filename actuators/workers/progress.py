@@ -6,7 +6,7 @@ commit is overdue, 7.5 s later. So SDK workers publish, every ``interval_ms`` (2
 pipeline's sampling cadence), one small ``progress`` event (``schemas/progress.v1.json``) to
 ``lagpilot.progress``: per owned partition, the contiguous processed prefix, when it last
 advanced, and how many messages are queued and running. The lag model judges the status
-from it (``pipeline/progress.py``) and sees a stall within half a second.
+from it (``pipeline/model/progress.py``) and sees a stall within half a second.
 
 Reports go out ``lead_ms`` before each wall-clock multiple of the interval, where the
 pipeline's sampler ticks: a sample then finds every report a few milliseconds old rather

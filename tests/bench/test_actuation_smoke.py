@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_actuation_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "actuation.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "actuation.py"), "--smoke",
+        [sys.executable, "-m", "bench.actuation", "--smoke",
          "--bootstrap", kafka_bootstrap, "--out", str(out)],
-        capture_output=True, text=True, timeout=180,
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = orjson.loads(out.read_bytes())

@@ -20,7 +20,8 @@ def test_decode_bench_smoke(tmp_path: Path) -> None:
     require("kafka-coordinator-records")
     out = tmp_path / "decode.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "decode.py"), "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.decode", "--smoke", "--out", str(out)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_faults_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out, doc = tmp_path / "faults.json", tmp_path / "reliability.md"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "faults.py"), "--smoke",
+        [sys.executable, "-m", "bench.faults", "--smoke",
          "--bootstrap", kafka_bootstrap, "--out", str(out), "--doc", str(doc)],
-        capture_output=True, text=True, timeout=180,
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = orjson.loads(out.read_bytes())

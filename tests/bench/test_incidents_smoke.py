@@ -19,7 +19,7 @@ KEYS = ("remedy", "detection_ms", "first_action_ms", "verified", "off_p99_ms", "
 def test_incident_suite_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "incidents.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "incidents.py"), "--smoke", "--out", str(out),
+        [sys.executable, "-m", "bench.incidents", "--smoke", "--out", str(out),
          "--bootstrap", kafka_bootstrap, "--scenarios", "flood"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -22,7 +22,7 @@ def test_poll_delays_wait_for_the_next_tick() -> None:
 def test_keda_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "keda.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "keda.py"), "--smoke", "--out", str(out),
+        [sys.executable, "-m", "bench.keda", "--smoke", "--out", str(out),
          "--bootstrap", kafka_bootstrap],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

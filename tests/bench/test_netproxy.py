@@ -1,6 +1,7 @@
-"""bench/netproxy.py, the cutting proxy of bench/faults.py row 3: bytes pass, a cut holds them
-(nothing passes, nothing is reset, new connections wait), a heal delivers what was held, and
-a delay delays. An echo server on 127.0.0.1 stands for the broker; a second or so in all."""
+"""bench/support/netproxy.py, the cutting proxy of bench/faults.py row 3: bytes pass, a cut
+holds them (nothing passes, nothing is reset, new connections wait), a heal delivers what was
+held, and a delay delays. An echo server on 127.0.0.1 stands for the broker; a second or so
+in all."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.netproxy import Proxy
+from bench.support.netproxy import Proxy
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ def _run(script: str, out: Path, bootstrap: str) -> dict:
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / script),
+            "-m",
+            f"bench.{script}",
             "--smoke",
             "--out",
             str(out),
@@ -32,14 +33,14 @@ def _run(script: str, out: Path, bootstrap: str) -> dict:
 
 
 def test_ingest_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
-    r = _run("ingest.py", tmp_path / "ingest.json", kafka_bootstrap)
+    r = _run("ingest", tmp_path / "ingest.json", kafka_bootstrap)
     assert r["records"] == 5_000
     assert r["pipeline_rps"] > 0 and r["raw_rps"] > 0
     assert r["ratio"] > 0
 
 
 def test_detection_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
-    r = _run("detection.py", tmp_path / "detection.json", kafka_bootstrap)
+    r = _run("detection", tmp_path / "detection.json", kafka_bootstrap)
     assert r["trials"] == 2
     assert 0 < r["p50_ms"] <= r["p99_ms"] < 15_000
     assert isinstance(r["false_alarms"], int) and len(r["false_alarm_examples"]) <= 3

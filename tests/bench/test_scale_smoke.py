@@ -27,7 +27,8 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / "scale.py"),
+            "-m",
+            "bench.scale",
             "--smoke",
             "--out",
             str(out),

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_timelag_bench_smoke(tmp_path: Path, kafka_bootstrap: str) -> None:
     out = tmp_path / "timelag.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "timelag.py"), "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.timelag", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """Conformance: lagpilot's stated record layouts against Apache Kafka's own schemas.
 
-``pipeline.coordinator_layouts`` states, in lagpilot's words, every ``__consumer_offsets``
+``pipeline.read.coordinator_layouts`` states, in lagpilot's words, every ``__consumer_offsets``
 key and value layout the decoder claims to read; the decoder's unit tests hold the decoder
 to that table. These tests hold the table to upstream: Kafka's message schemas for these
 records, read where they live (``tests/support/reference.py``), never copied in.
@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import kafka_schemas, layout_codec, offset_vectors
+from support import offset_vectors
 from support.reference import require
 
-from pipeline.consumer_group_records import ConsumerGroupTombstone
-from pipeline.coordinator_layouts import (
+from bench.support import kafka_schemas, layout_codec
+from pipeline.read.consumer_group_records import ConsumerGroupTombstone
+from pipeline.read.coordinator_layouts import (
     CONSUMER_GROUP_TYPES,
     GROUP_METADATA_VALUE,
     LAYOUTS,
@@ -38,7 +39,7 @@ from pipeline.coordinator_layouts import (
     VALUE_OF,
     Layout,
 )
-from pipeline.offsets import OffsetDeleted, Skipped, decode_record
+from pipeline.read.offsets import OffsetDeleted, Skipped, decode_record
 from schemas import GroupRemoved
 
 #: Share-coordinator records in the same folder: they go to ``__share_group_state``.
@@ -214,7 +215,7 @@ def test_kafka_4x_keys_decode_or_are_skipped_as_stated(upstream: Path) -> None:
             assert got == OffsetDeleted(values["group"], values["topic"], 9)
         elif rtype == 2:
             assert got == GroupRemoved(values["group"])
-        elif rtype in CONSUMER_GROUP_TYPES:  # read by pipeline.consumer_group_records
+        elif rtype in CONSUMER_GROUP_TYPES:  # read by pipeline.read.consumer_group_records
             assert isinstance(got, ConsumerGroupTombstone), got
             assert got.group == values["GroupId"]
         else:

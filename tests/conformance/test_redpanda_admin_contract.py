@@ -1,6 +1,6 @@
 """Conformance: lagpilot's statement of the Redpanda Admin API against Redpanda's own.
 
-``tests/support/redpanda_admin_contract.py`` states, in lagpilot's words, the routes the
+``bench/support/redpanda_admin_contract.py`` states, in lagpilot's words, the routes the
 client uses and the stub serves, and the fields of their answers. These tests check every
 statement against Redpanda's Admin API description files, read where they live
 (``tests/support/reference.py``: ``../shared/reference/redpanda-admin-api/``):
@@ -22,9 +22,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from support.redpanda_admin_contract import MODELS, ROUTES, Field, Param, Route
 from support.redpanda_admin_upstream import SUBDIR, UpstreamApi, json_type, load
 from support.reference import require
+
+from bench.support.redpanda_admin_contract import MODELS, ROUTES, Field, Param, Route
 
 SCALARS = {"integer", "string", "boolean"}
 

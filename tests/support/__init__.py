@@ -1,1 +1,4 @@
-"""Test helpers shipped with the code (stubs of systems that cannot run in CI)."""
+"""Test-only helpers: the reference folder lookup, the lag oracle, offset vectors, Prometheus.
+
+What the benchmarks and the demo share with the tests (the pipeline process, the Admin API
+stub, the record encoders) is in ``bench/support/``, meant to be imported by both."""

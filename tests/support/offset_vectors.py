@@ -1,8 +1,8 @@
 """Round trips through the ``__consumer_offsets`` decoder, for any encoder of the records.
 
 The decoder's unit tests run these with the encoder driven by lagpilot's layout table
-(``tests.support.layout_codec``); the conformance tests run the very same checks with
-kafka-python's generic engine fed Kafka's own schemas (``tests.support.kafka_schemas``).
+(``bench.support.layout_codec``); the conformance tests run the very same checks with
+kafka-python's generic engine fed Kafka's own schemas (``bench.support.kafka_schemas``).
 Both encoders take the table's snake_case field names and ``members`` as dicts.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
-from pipeline.offsets import decode_record
+from pipeline.read.offsets import decode_record
 from schemas import GroupMember, GroupMetadata, OffsetCommit, TopicAssignment, to_dict, validate
 
 Encode = Callable[..., bytes]

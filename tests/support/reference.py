@@ -18,15 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ENV = "LAGPILOT_REFERENCE_DIR"
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT = REPO.parent / "shared" / "reference"
+from bench.support.reference import DEFAULT, ENV, REPO, reference_dir
 
-
-def reference_dir() -> Path:
-    """The reference folder: ``$LAGPILOT_REFERENCE_DIR``, else ``../shared/reference``."""
-    configured = os.environ.get(ENV)
-    return Path(configured).expanduser().resolve() if configured else DEFAULT
+__all__ = ["DEFAULT", "ENV", "REPO", "reference_dir", "require"]
 
 
 def require(subdir: str) -> Path:

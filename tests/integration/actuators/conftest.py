@@ -1,4 +1,4 @@
-"""The actuator tests' fixture: a ``Harness`` (actuators.testing) on fresh topics."""
+"""The actuator tests' fixture: a ``Harness`` (bench.support.actuator_harness) on fresh topics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actuators.testing import Harness
+from bench.support.actuator_harness import Harness
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from actuators import testing as T
 from actuators.backends import KafkaBackend
-from actuators.testing import KEY, Harness, by_id
+from bench.support import actuator_harness as T
+from bench.support.actuator_harness import KEY, Harness, by_id
 
 
 def leader_and_replicas(admin: AdminClient, topic: str) -> tuple[int, list[int]]:

@@ -13,9 +13,9 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from actuators import testing as T
 from actuators.backends import KafkaBackend
-from actuators.testing import KEY, Harness, by_id
+from bench.support import actuator_harness as T
+from bench.support.actuator_harness import KEY, Harness, by_id
 
 QUOTA = 200_000  # bytes/s
 VALUE = b"x" * 10_000

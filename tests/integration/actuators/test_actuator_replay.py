@@ -17,9 +17,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from actuators import testing as T
 from actuators.backends import DryRunBackend
-from actuators.testing import KEY, Harness
+from bench.support import actuator_harness as T
+from bench.support.actuator_harness import KEY, Harness
 
 N = 1000
 MAX_BATCH = 32

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from actuators import testing as T
 from actuators.backends import DryRunBackend
-from actuators.testing import KEY, Harness, by_id
+from bench.support import actuator_harness as T
+from bench.support.actuator_harness import KEY, Harness, by_id
 from schemas import validate
 
 

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.pipeline.harness import PipelineProcess, commit, create_topic, free_port
+from bench.support.harness import PipelineProcess, commit, create_topic, free_port
 from tests.unit.deploy.facts import (
     ROOT,
     dashboard_metrics,

@@ -37,15 +37,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from pipeline.control import control_action, publish_actions
-from schemas import ActionType
-from tests.integration.deploy.test_health import ActuatorProcess, http_get, wait_until
-from tests.integration.pipeline.harness import (
+from bench.support.harness import (
     PipelineProcess,
     create_topic,
     free_port,
     producer,
 )
+from pipeline.decide.control import control_action, publish_actions
+from schemas import ActionType
+from tests.integration.deploy.test_health import ActuatorProcess, http_get, wait_until
 from tests.support.prometheus import PrometheusError, PrometheusProcess
 from tests.unit.deploy.facts import ROOT
 

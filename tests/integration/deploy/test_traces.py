@@ -24,15 +24,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from actuators.testing import KEY, Harness
 from actuators.workers import MemoryDedupeStore, Worker
+from bench.support.actuator_harness import KEY, Harness
+from bench.support.harness import create_topic, producer
 from pipeline.app import build_app
+from pipeline.decide.policy_config import load_policy_config
+from pipeline.decide.policy_op import PolicyOperator
 from pipeline.metrics import PipelineMetrics
-from pipeline.policy_config import load_policy_config
-from pipeline.policy_op import PolicyOperator
 from pipeline.settings import load_settings
 from schemas import tracing
-from tests.integration.pipeline.harness import create_topic, producer
 
 HOT, PARTITIONS, LANES = 1, 2, 4
 POLICY = f"""

@@ -185,7 +185,7 @@ def test_doctor_on_the_real_broker(kafka_bootstrap: str) -> None:
 
 
 def test_admin_api_unreachable_or_refusing_at_actuator_start(kafka_bootstrap: str) -> None:
-    from support.redpanda_admin_stub import running_stubs
+    from bench.support.redpanda_admin_stub import running_stubs
 
     common = {"KAFKA_BOOTSTRAP": kafka_bootstrap, "LAGPILOT_SIGNING_KEY": KEY,
               "LAGPILOT_ACTUATOR_BACKEND": "redpanda"}  # fmt: skip

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.control import main as control
+from pipeline.decide.control import main as control
 from pipeline.status import main as status
 
 KEY = "integration-signing-key-0123456789"

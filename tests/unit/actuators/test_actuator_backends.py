@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.redpanda_admin_stub import ClusterModel, running_stubs
 
 from actuators.backends import DryRunBackend, RedpandaBackend, make_backend
 from actuators.errors import ActuatorError
@@ -18,7 +17,8 @@ from actuators.quotas import broker_error
 from actuators.redpanda_admin import RedpandaAdmin
 from actuators.runner import dispatch, with_retries
 from actuators.settings import Settings
-from actuators.testing import action
+from bench.support.actuator_harness import action
+from bench.support.redpanda_admin_stub import ClusterModel, running_stubs
 
 KEY = b"unit-test-signing-key-0123456789"
 

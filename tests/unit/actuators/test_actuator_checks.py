@@ -7,10 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
-from actuators import testing as T
 from actuators.checks import MAX_EVENT_BYTES, Verdict, check, lease_expiry_ms
 from actuators.ledger import Ledger
 from actuators.settings import AllowList, Policy
+from bench.support import actuator_harness as T
 from schemas import Mode, sign, validate
 
 KEY = b"unit-test-signing-key-0123456789"

@@ -15,7 +15,7 @@ import pytest
 from actuators.backends import DryRunBackend
 from actuators.ledger import Ledger
 from actuators.reconcile import in_effect, intent, observe
-from actuators.testing import KEY, action, release, throttle
+from bench.support.actuator_harness import KEY, action, release, throttle
 from schemas import validate
 
 NOW = 1_795_000_000_000

@@ -17,18 +17,18 @@ from typing import Any
 
 import httpx
 import pytest
-from support.redpanda_admin_stub import (
-    ClusterModel,
-    RecordedRequest,
-    RedpandaAdminStub,
-    running_stubs,
-)
 
 from actuators.redpanda_admin import (
     RedpandaAdmin,
     RedpandaAdminError,
     backoff_delay_s,
     parse_error_body,
+)
+from bench.support.redpanda_admin_stub import (
+    ClusterModel,
+    RecordedRequest,
+    RedpandaAdminStub,
+    running_stubs,
 )
 
 CREDS = ("lagpilot", "s3cret")

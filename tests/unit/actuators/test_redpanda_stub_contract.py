@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from support.redpanda_admin_contract import ROUTES, Contract, Param, Route
-from support.redpanda_admin_stub import (
+
+from bench.support.redpanda_admin_contract import ROUTES, Contract, Param, Route
+from bench.support.redpanda_admin_stub import (
     _ROUTES,
     ClusterModel,
     RedpandaAdminStub,

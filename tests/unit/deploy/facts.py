@@ -12,9 +12,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from actuators.settings import ENV_KEYS as ACTUATOR_ENV_KEYS
+from pipeline.decide.policy_config import _ENV as POLICY_OVERRIDES
+from pipeline.decide.policy_config import FILE_ENV as POLICY_FILE_ENV
 from pipeline.keda.server import ENV_KEYS as SCALER_ENV_KEYS
-from pipeline.policy_config import _ENV as POLICY_OVERRIDES
-from pipeline.policy_config import FILE_ENV as POLICY_FILE_ENV
 from pipeline.settings import ENV_PREFIX, KAFKA_ENV_PREFIX, Settings
 from schemas.codec import SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
 

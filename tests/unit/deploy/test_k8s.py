@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from actuators.settings import parse_policy
-from pipeline.policy_config import config_from_mapping
+from pipeline.decide.policy_config import config_from_mapping
 from schemas import Mode
 from tests.unit.deploy.facts import LAGPILOT_IMAGE, ROOT, VERSION, env_problem
 

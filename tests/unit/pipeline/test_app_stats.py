@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 
 from pipeline.app import SourceStats
-from pipeline.commits import RUN_KEY, STATS_HEADER
 from pipeline.metrics import PipelineMetrics
-from pipeline.watermarks import STATS_HEADER as SAMPLER_HEADER
+from pipeline.read.commits import RUN_KEY, STATS_HEADER
+from pipeline.read.watermarks import STATS_HEADER as SAMPLER_HEADER
 
 
 def header(run: str, commits: int) -> list[tuple[str, bytes]]:

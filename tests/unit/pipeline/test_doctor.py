@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pipeline.decide.policy_config import PolicyConfig
 from pipeline.doctor import (
     FAIL,
     LAGPILOT_TOPICS,
@@ -17,7 +18,6 @@ from pipeline.doctor import (
     exit_code,
     render,
 )
-from pipeline.policy_config import PolicyConfig
 from schemas import Mode
 from schemas.cli import EX_CONFIG, EX_FAILED, EX_NOPERM, EX_UNAVAILABLE, CommandError
 

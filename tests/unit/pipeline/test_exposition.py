@@ -9,8 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.exposition import FAMILIES, RenderError, RenderProcess, render_lag
-from pipeline.lag import LagConfig, TopicModel, TopicObservation
 from pipeline.metrics import HealthServer, LagCollector, PipelineMetrics
+from pipeline.model.config import LagConfig
+from pipeline.model.events import TopicObservation
+from pipeline.model.lag import TopicModel
 
 
 def observation(topic: str = "orders", groups: int = 3, partitions: int = 4) -> TopicObservation:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.lag import LagConfig, TopicModel
 from pipeline.metrics import FAMILIES, LagCollector
+from pipeline.model.config import LagConfig
+from pipeline.model.lag import TopicModel
 
 
 def observed() -> TopicModel:

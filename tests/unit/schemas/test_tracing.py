@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pipeline.policy_op import _trace_decision
+from pipeline.decide.policy_op import _trace_decision
 from schemas import tracing
 
 
@@ -56,7 +56,7 @@ def test_off_by_default_nothing_of_opentelemetry_is_imported() -> None:
     code = (
         "import sys, os\n"
         "for k in [k for k in os.environ if k.startswith('OTEL_')]: del os.environ[k]\n"
-        "import pipeline.app, pipeline.policy_op, actuators.runner, actuators.workers\n"
+        "import pipeline.app, pipeline.decide.policy_op, actuators.runner, actuators.workers\n"
         "from schemas import tracing\n"
         "assert tracing.setup('lagpilot-test') is False and not tracing.on()\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"

@@ -1,0 +1,453 @@
+"""The control topic's edge: publish signed actions, and the kill-switch CLI.
+
+``lagpilot control halt [--scope all|GROUP]`` stops every actuator and worker (and the
+policy) from changing anything; ``lagpilot control resume`` lifts it; ``lagpilot control
+tail`` prints control and outcome events as a table. Halts and resumes are signed with the
+shared key (``LAGPILOT_SIGNING_KEY`` or ``LAGPILOT_SIGNING_KEY_FILE``), schema-checked
+before they are sent, and keyed by their target, so a halt and its resume land on the same
+partition and are read in order.
+
+A halt is always published with mode ``act``: a kill switch marked as a recommendation would
+be recorded and ignored by the actuator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import orjson
+
+from pipeline.decide.policy import CONTROL_TTL_MS, build_action
+from schemas import (
+    ActionType,
+    ConfigError,
+    EventError,
+    Mode,
+    decode,
+    encode,
+    load_signing_key,
+    sign,
+    validate,
+    verify,
+)
+from schemas.cli import (
+    EX_FAILED,
+    EX_NOINPUT,
+    EX_TEMPFAIL,
+    EX_USAGE,
+    CommandError,
+    Parser,
+    add_connection,
+    client_config,
+    connect,
+    run,
+)
+from schemas.topics import CONTROL, OUTCOMES
+
+log = logging.getLogger("lagpilot.control")
+#: tail's columns and their widths (the last one, detail, takes the rest of the line)
+COLUMNS = (("time(UTC)", 12), ("topic", 17), ("type", 19), ("target", 30), ("mode/result", 11),
+           ("sig", 3), ("id", 12), ("detail", 0))  # fmt: skip
+OPERATOR_POLICY_VERSION = "operator"
+
+
+class ProducerLike(Protocol):
+    """What ``publish_actions`` needs of a producer (confluent_kafka.Producer fits)."""
+
+    def produce(self, topic: str, value: bytes, key: bytes, on_delivery: Any) -> None: ...
+    def poll(self, timeout: float) -> int: ...
+    def flush(self, timeout: float) -> int: ...
+
+
+class PublishError(RuntimeError):
+    """Actions could not be delivered to the control topic.
+
+    ``retriable`` is the broker's verdict on the first failure (e.g. a leader election is
+    retriable, an authorization failure is not).
+    """
+
+    def __init__(self, message: str, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) -> dict[str, Any]:
+    """An unsigned halt or resume for ``scope`` ("all" or a consumer group).
+
+    Its id is new for every press of the switch (the window is the time it was issued); it
+    holds until the opposite event, so ``expires_at`` is a year out.
+    """
+    if kind not in (ActionType.HALT, ActionType.RESUME):
+        raise ValueError(f"control_action builds halt or resume, not {kind!r}")
+    if not scope:
+        raise ConfigError("--scope: must be 'all' or a consumer group name; pass e.g. --scope all")
+    return build_action(
+        kind,
+        f"scope:{scope}",
+        {"scope": scope},
+        {"rule": "operator", "why": reason, "by": os.environ.get("USER", "unknown")},
+        mode=Mode.ACT,
+        issued_at_ms=now_ms,
+        expires_at_ms=now_ms + CONTROL_TTL_MS,
+        policy_version=OPERATOR_POLICY_VERSION,
+        window=(now_ms,),
+    )
+
+
+def publish_actions(
+    producer: ProducerLike,
+    actions: Iterable[Mapping[str, Any]],
+    key: bytes,
+    *,
+    topic: str = CONTROL,
+    timeout_s: float = 10.0,
+) -> list[dict[str, Any]]:
+    """Sign, validate and produce ``actions`` keyed by their target; wait for delivery.
+
+    ``key`` is the HMAC signing key. Returns the signed events as sent. An action that
+    fails its schema raises ``EventError`` before anything is produced (a bug in the
+    caller, never retriable); a delivery failure raises ``PublishError``.
+    """
+    signed = [sign(a, key) for a in actions]
+    for event in signed:
+        validate(event)
+    failures: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(err)
+
+    for event in signed:
+        producer.produce(topic, encode(event), event["target"].encode(), on_delivery=delivered)
+        producer.poll(0)
+    left = producer.flush(timeout_s)
+    if failures:
+        err = failures[0]
+        retriable = bool(getattr(err, "retriable", lambda: False)())
+        raise PublishError(
+            f"{len(failures)} of {len(signed)} actions not delivered to {topic}: {err}; "
+            "check the broker and the topic's ACLs",
+            retriable,
+        )
+    if left:
+        raise PublishError(
+            f"{left} actions still queued after {timeout_s:g} s; is the broker reachable?",
+            True,
+        )
+    return signed
+
+
+def _switch(args: argparse.Namespace, kind: ActionType) -> int:
+    from confluent_kafka import Producer
+
+    key = load_signing_key(args.env)
+    now_ms = int(time.time() * 1000)
+    action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
+    producer = Producer(
+        {
+            **client_config(args.bootstrap, args.kafka),
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+    )
+    [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
+    print(f"{kind} scope={args.scope} id={event['id']} published to {args.topic}")
+    return 0
+
+
+def format_row(cells: Sequence[str]) -> str:
+    return "  ".join(c.ljust(w)[: w or None] for c, (_, w) in zip(cells, COLUMNS, strict=True))
+
+
+class InstanceTally:
+    """How many worker instances reported acting on each action id (``worker_outcome``):
+    the "applied by N instances" of a delegated action. Pure: events in, counts out."""
+
+    def __init__(self) -> None:
+        self._instances: dict[str, set[str]] = {}
+
+    def add(self, event: Mapping[str, Any]) -> int:
+        """Count one worker_outcome; the number of distinct instances of its action so far."""
+        seen = self._instances.setdefault(str(event.get("action_id", "")), set())
+        seen.add(str(event.get("instance", "?")))
+        return len(seen)
+
+    def applied_by(self, action_id: str) -> int:
+        return len(self._instances.get(action_id, ()))
+
+
+def _worker_row(event: Mapping[str, Any], applied_by: int) -> tuple[str, str, str]:
+    """target, result and detail of a worker_outcome row."""
+    topic, partition = event.get("topic"), event.get("partition")
+    target = f"topic:{topic}/{partition}" if topic is not None else f"scope:{event.get('group')}"
+    extra = [f"{k} {event[k]}" for k in ("lanes", "pool", "offset") if k in event]
+    detail = f"applied by {applied_by} instance{'s' if applied_by != 1 else ''}"
+    detail += f" (this: {event.get('instance', '?')}{', ' if extra else ''}{', '.join(extra)})"
+    return target, str(event.get("did", "?")), detail
+
+
+def _row(topic: str, event: Mapping[str, Any], key: bytes | None, applied_by: int = 0) -> list[str]:
+    """One table row: when, what, target, result or mode, id, detail."""
+    if event.get("event") == "worker_outcome":
+        at, what = event.get("at", 0), str(event.get("action_type", "?"))
+        target, state, detail = _worker_row(event, applied_by)
+        when = datetime.fromtimestamp(int(at) / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+        ident = str(event.get("action_id", ""))
+        return [when, topic, what, target, state, "", ident[:12], detail]
+    if event.get("event") == "outcome":
+        at, what = event.get("at", 0), event.get("action_type", "?")
+        state = str(event.get("result", "?"))
+        detail = event.get("reason") or (event.get("error") or {}).get("message", "")
+        ident, sig = str(event.get("action_id", "")), ""
+    else:
+        at, what = event.get("issued_at", 0), str(event.get("type", "?"))
+        state = str(event.get("mode", "?"))
+        detail = event.get("params", "")
+        ident, sig = str(event.get("id", "")), "?"
+        if key is not None:
+            try:
+                verify(event, key)
+                sig = "ok"
+            except EventError:
+                sig = "BAD"
+    when = datetime.fromtimestamp(int(at) / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+    return [when, topic, what, str(event.get("target", "")), state, sig, ident[:12], str(detail)]
+
+
+def parse_since(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h`` or ``1d`` as seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    scale = units.get(text[-1:], 0)
+    number = text[:-1] if scale else text
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"--since {text!r}: use seconds or a duration like 90s, 10m, 2h") from None
+    if value < 0:
+        raise ValueError(f"--since {text!r}: must not be negative")
+    return value
+
+
+def event_group(event: Mapping[str, Any]) -> str | None:
+    """The consumer group an action is about (params.group, a halt's scope, reason.group)."""
+    params = event.get("params")
+    reason = event.get("reason")
+    params = params if isinstance(params, Mapping) else {}
+    reason = reason if isinstance(reason, Mapping) else {}
+    for value in (params.get("group"), params.get("scope"), reason.get("group")):
+        if isinstance(value, str):
+            return value
+    return None
+
+
+class TailFilter:
+    """Which events ``tail`` shows: by type and by group. An outcome has no group of its
+    own: it takes its action's (actions come before their outcomes on the topics)."""
+
+    def __init__(self, groups: Sequence[str] = (), types: Sequence[str] = ()) -> None:
+        self.groups, self.types = set(groups), set(types)
+        self._action_groups: dict[str, str | None] = {}
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        if event.get("event") == "worker_outcome":
+            kind, group = event.get("action_type"), event.get("group")
+        elif event.get("event") == "outcome":
+            kind = event.get("action_type")
+            group = self._action_groups.get(str(event.get("action_id")), event.get("group"))
+        else:
+            kind, group = event.get("type"), event_group(event)
+            self._action_groups[str(event.get("id"))] = group
+        if self.types and kind not in self.types:
+            return False
+        return not self.groups or group in self.groups
+
+
+def _start_positions(consumer: Any, args: argparse.Namespace, names: Sequence[str]) -> list[Any]:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+    md = consumer.list_topics(timeout=args.connect_timeout_s)
+    wanted: list[Any] = []
+    for name in names:
+        meta = md.topics.get(name)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise CommandError(
+                f"topic {name} not found at {args.bootstrap}; the pipeline creates it "
+                "(lagpilot run), or pass the right --topic / --outcomes-topic",
+                EX_NOINPUT,
+            )
+        wanted += [TopicPartition(name, p, OFFSET_END) for p in sorted(meta.partitions)]
+    if args.from_beginning:
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in wanted]
+    if args.since is not None:
+        start_ms = int((time.time() - parse_since(args.since)) * 1000)
+        by_time = [TopicPartition(tp.topic, tp.partition, start_ms) for tp in wanted]
+        found = consumer.offsets_for_times(by_time, timeout=args.connect_timeout_s)
+        # no message after the time: the end (offset -1 means "none", not "from the start")
+        return [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_END)
+                for tp in found]  # fmt: skip
+    return wanted
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from confluent_kafka import Consumer, KafkaError
+
+    if args.since is not None:
+        parse_since(args.since)  # a usage error before any I/O
+    try:
+        key: bytes | None = load_signing_key(args.env)
+    except ConfigError:
+        key = None  # the table still shows events; the sig column says "?"
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
+    consumer = Consumer(
+        {
+            **client_config(args.bootstrap, args.kafka),
+            "group.id": f"lagpilot-control-tail-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    keep = TailFilter(args.group or (), args.type or ())
+    tally = InstanceTally()
+    try:
+        consumer.assign(_start_positions(consumer, args, sorted({args.topic, args.outcomes_topic})))
+        if not args.json:
+            print(format_row([name for name, _ in COLUMNS]), flush=True)
+        shown, idle_since = 0, time.monotonic()
+        while args.max is None or shown < args.max:
+            if args.idle_exit is not None and time.monotonic() - idle_since > args.idle_exit:
+                break
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("reading %s: %s", msg.topic(), msg.error())
+                continue
+            idle_since = time.monotonic()
+            try:
+                event = decode(msg.value() or b"")
+            except EventError as exc:
+                log.warning("skipped a malformed event at %s/%s@%s: %s",
+                            msg.topic(), msg.partition(), msg.offset(), exc)  # fmt: skip
+                continue
+            if not keep(event):
+                continue
+            applied_by = tally.add(event) if event.get("event") == "worker_outcome" else 0
+            if args.json:
+                extra = {"applied_by": applied_by} if applied_by else {}
+                print(orjson.dumps({"topic": msg.topic(), **event, **extra}).decode(), flush=True)
+            else:
+                print(format_row(_row(str(msg.topic()), event, key, applied_by)), flush=True)
+            shown += 1
+    finally:
+        consumer.close()
+    return 0
+
+
+EXAMPLE = """examples:
+  lagpilot control halt --reason "INC-123: stop all actions"
+  lagpilot control tail --since 10m --group doc-parsers --type throttle_producer
+  lagpilot control tail --since 1h --json --idle-exit 2 | jq -c 'select(.result == "failed")'
+"""
+
+
+def _parser() -> Parser:
+    p = Parser(prog="lagpilot control", description=__doc__.split("\n\n")[1], epilog=EXAMPLE)
+    add_connection(p)
+    p.option("--topic", env="LAGPILOT_CONTROL_TOPIC", default=CONTROL, help="control topic")
+    sub = p.subcommands(dest="command", required=True, metavar="{halt,resume,tail}")
+    for name, help_ in (("halt", "stop all changes"), ("resume", "lift a halt")):
+        s = sub.add_parser(name, help=help_, epilog=EXAMPLE)
+        s.option(
+            "--scope", env="LAGPILOT_CONTROL_SCOPE", default="all", help="'all' or a consumer group"
+        )
+        s.option(
+            "--reason",
+            env="LAGPILOT_CONTROL_REASON",
+            default="operator kill switch",
+            help="why, for the record",
+        )
+        s.option(
+            "--timeout",
+            env="LAGPILOT_CONTROL_TIMEOUT_S",
+            default=10.0,
+            type=float,
+            help="delivery timeout, seconds",
+        )
+        p.adopt(s)
+    t = sub.add_parser("tail", help="print control and outcome events", epilog=EXAMPLE)
+    t.option(
+        "--outcomes-topic", env="LAGPILOT_OUTCOMES_TOPIC", default=OUTCOMES, help="outcomes topic"
+    )
+    t.option(
+        "--from-beginning",
+        env="LAGPILOT_TAIL_FROM_BEGINNING",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="start at the oldest event",
+    )
+    t.option(
+        "--since",
+        env="LAGPILOT_TAIL_SINCE",
+        help="start this far back: seconds or 90s, 10m, 2h, 1d (default: new events)",
+    )
+    t.option(
+        "--group",
+        env="LAGPILOT_TAIL_GROUP",
+        action="append",
+        help="only events about this consumer group (repeatable)",
+    )
+    t.option(
+        "--type",
+        env="LAGPILOT_TAIL_TYPE",
+        action="append",
+        help="only this action type, e.g. halt, throttle_producer (repeatable)",
+    )
+    t.option(
+        "--json",
+        env="LAGPILOT_TAIL_JSON",
+        default=False,
+        type=bool,
+        action="store_true",
+        help="one JSON event per line (with its topic), for scripts",
+    )
+    t.option("--max", env="LAGPILOT_TAIL_MAX", type=int, help="stop after this many events")
+    t.option(
+        "--idle-exit", env="LAGPILOT_TAIL_IDLE_EXIT_S", type=float, help="stop after N idle seconds"
+    )
+    p.adopt(t)
+    return p
+
+
+def _control(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "tail":
+            return _tail(args)
+        kind = ActionType.HALT if args.command == "halt" else ActionType.RESUME
+        return _switch(args, kind)
+    except PublishError as exc:
+        raise CommandError(str(exc), EX_TEMPFAIL if exc.retriable else EX_FAILED) from exc
+    except ValueError as exc:  # --since
+        if isinstance(exc, ConfigError | EventError):
+            raise
+        raise CommandError(str(exc), EX_USAGE) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(
+        "lagpilot control", _parser(), _control, list(sys.argv[1:] if argv is None else argv)
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

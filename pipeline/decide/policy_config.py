@@ -1,0 +1,576 @@
+"""The policy's configuration: one TOML file plus a few environment overrides.
+
+Validated once, at load, with no I/O afterwards: every error names the key (as
+``policy.<section>.<key>``, and the environment variable when one set it) and says what to
+write instead. Unknown keys are errors, because a typo such as ``actions_per_minte`` must
+not silently remove a safety rail.
+
+The actuator reads ``mode`` and the ``[allow]`` section of the same file with its own parser,
+so ``[allow]`` keeps exactly two keys: ``partition_topics`` and ``throttle_client_ids``
+(lists of fnmatch globs).
+
+Environment overrides (applied over the file, validated the same way):
+
+=========================================== =====================================
+``LAGPILOT_POLICY_FILE``                    path of the TOML file (else built-in defaults)
+``LAGPILOT_POLICY_MODE``                    ``mode``: observe | recommend | act
+``LAGPILOT_POLICY_VERSION``                 ``policy_version``
+``LAGPILOT_POLICY_ACTIONS_PER_MINUTE``      ``budget.actions_per_minute``
+``LAGPILOT_POLICY_ACTIONS_ENABLED``         ``actions.enabled`` (comma-separated types)
+``LAGPILOT_POLICY_THROTTLE_FLOOR_BYTES_PER_S`` ``throttle.floor_bytes_per_s``
+``LAGPILOT_POLICY_LEASE_S``                 ``throttle.lease_s``
+=========================================== =====================================
+
+Any other ``LAGPILOT_POLICY_*`` variable is an error (a misspelt override would be ignored).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pipeline.decide.ladder import Ladders, parse_ladders
+from schemas import ActionType, ConfigError, Mode
+
+FILE_ENV = "LAGPILOT_POLICY_FILE"
+ENV_PREFIX = "LAGPILOT_POLICY_"
+
+#: Action types the policy may decide; halt/resume come only from people (the kill switch).
+POLICY_ACTIONS: tuple[ActionType, ...] = (
+    ActionType.THROTTLE_PRODUCER,
+    ActionType.RELEASE_PRODUCER,
+    ActionType.TRANSFER_LEADERSHIP,
+    ActionType.ADD_PARTITIONS,
+    ActionType.SPREAD_PARTITION,
+    ActionType.RESTORE_PARTITION,
+    ActionType.SCALE_CONSUMERS,
+)
+
+#: Cluster-side moves cool down longer: Redpanda's balancer mutes a group 5 min after a move,
+#: and a topic's partition count should settle before it is judged again.
+DEFAULT_COOLDOWNS_S: dict[str, float] = {
+    ActionType.TRANSFER_LEADERSHIP: 300.0,
+    ActionType.ADD_PARTITIONS: 600.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """When a (group, topic) is in trouble, and when it is out of it again.
+
+    Enter: time lag >= ``time_lag_s`` or offset lag >= ``offset_lag`` or (acceleration >=
+    ``accel_per_s2`` while the lag is above the exit level). Exit: time lag and offset lag
+    both below ``exit_ratio`` times their enter level. ``enter_windows`` consecutive
+    summaries above enter open an incident; ``exit_windows`` below exit close it.
+    """
+
+    time_lag_s: float = 30.0
+    offset_lag: int = 100_000
+    accel_per_s2: float = 1_000.0
+    exit_ratio: float = 0.5
+    enter_windows: int = 3
+    exit_windows: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """Threshold values for groups and/or topics matching globs (``None`` = any)."""
+
+    key: str
+    group_glob: str | None
+    topic_glob: str | None
+    values: Mapping[str, Any]
+
+    @property
+    def specificity(self) -> int:
+        return (self.group_glob is not None) * 2 + (self.topic_glob is not None)
+
+    def matches(self, group: str, topic: str) -> bool:
+        return (self.group_glob is None or fnmatch.fnmatchcase(group, self.group_glob)) and (
+            self.topic_glob is None or fnmatch.fnmatchcase(topic, self.topic_glob)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Producer:
+    """Producers (a client id, or a prefix when the key ends in ``*``) and the topics they write."""
+
+    entity: str  # "client-id" | "client-id-prefix" (Kafka client-quota entity types)
+    name: str
+    topics: tuple[str, ...]  # fnmatch globs
+
+    @property
+    def target(self) -> str:
+        return f"{self.entity}:{self.name}"
+
+    def writes(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, glob) for glob in self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    mode: Mode = Mode.RECOMMEND
+    policy_version: str = "0"
+    default_thresholds: Thresholds = field(default_factory=Thresholds)
+    overrides: tuple[Override, ...] = ()
+    cooldown_default_s: float = 30.0
+    cooldowns_s: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_COOLDOWNS_S))
+    actions_per_minute: int = 6
+    throttle_start_bytes_per_s: int = 10_485_760
+    throttle_floor_bytes_per_s: int = 1_048_576
+    throttle_step_ratio: float = 0.5
+    throttle_lease_s: float = 60.0
+    partition_topics: tuple[str, ...] = ()
+    throttle_client_ids: tuple[str, ...] = ()
+    producers: tuple[Producer, ...] = ()
+    broker_ids: tuple[int, ...] = ()
+    enabled: frozenset[str] = frozenset(POLICY_ACTIONS)
+    action_ttl_s: float = 30.0
+    hot_ratio: float = 4.0
+    spread_lanes: int = 4
+    spread_pool: str | None = None
+    leadership_min_partitions: int = 2
+    lag_per_replica: int = 10_000
+    partitions_growth_ratio: float = 2.0
+    partitions_max_total: int = 64
+    forget_after_s: float = 900.0
+    # diagnose, then act by the cause's ladder (off: every enabled rule acts on its own in
+    # any incident, the behaviour before diagnosis; tests of single rules use that)
+    diagnose: bool = True
+    burst_ratio: float = 2.0
+    hold_ratio: float = 0.7
+    rates_stale_s: float = 5.0
+    verify_improve_ratio: float = 0.8
+    ladders: Ladders = field(default_factory=Ladders)
+
+    def thresholds_for(self, group: str, topic: str) -> Thresholds:
+        """Defaults, then matching overrides from least to most specific (file order within)."""
+        matching = [o for o in self.overrides if o.matches(group, topic)]
+        t = self.default_thresholds
+        for o in sorted(matching, key=lambda o: o.specificity):  # sort is stable: file order
+            t = replace(t, **o.values)
+        return t
+
+    def cooldown_s(self, action_type: str) -> float:
+        return self.cooldowns_s.get(action_type, self.cooldown_default_s)
+
+    def may_throttle(self, name: str, entity: str = "client-id") -> bool:
+        """The actuator's rule: a prefix must be covered by a glob ending in ``*``.
+
+        A prefix quota throttles every client whose id starts with it, so "agent-" is
+        allowed by "agent-*" but not by "agent-" or "agent-?".
+        """
+        return any(
+            fnmatch.fnmatchcase(name, g) and (entity == "client-id" or g.endswith("*"))
+            for g in self.throttle_client_ids
+        )
+
+    def may_add_partitions(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)
+
+
+# -- validation helpers: each names its key and the fix -------------------------------------
+
+
+class _Reader:
+    """Reads one TOML table, remembering which keys it used so leftovers are reported."""
+
+    def __init__(self, table: Any, path: str, origins: Mapping[str, str]) -> None:
+        self.path = path
+        self.origins = origins
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"{self._name(None)}: must be a table (got {table!r}); write [{path}]"
+            )
+        self.table = table
+        self.used: set[str] = set()
+
+    def _name(self, key: str | None) -> str:
+        dotted = f"{self.path}.{key}" if key and self.path else (key or self.path)
+        origin = self.origins.get(dotted)
+        return f"policy.{dotted}" + (f" (from {origin})" if origin else "")
+
+    def fail(self, key: str, problem: str, fix: str) -> ConfigError:
+        return ConfigError(f"{self._name(key)}: {problem}; {fix}")
+
+    def get(self, key: str, default: Any) -> Any:
+        self.used.add(key)
+        return self.table.get(key, default)
+
+    def number(
+        self,
+        key: str,
+        default: float,
+        *,
+        minimum: float = 0.0,
+        strict: bool = True,
+        maximum: float | None = None,
+        unit: str = "number",
+    ) -> float:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, f"must be a number (got {value!r})", f"set a {unit}")
+        low_ok = value > minimum if strict else value >= minimum
+        if not low_ok or (maximum is not None and value > maximum):
+            bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+            if maximum is not None:
+                bound += f" and <= {maximum:g}"
+            raise self.fail(key, f"must be {bound} (got {value!r})", f"set a {unit} {bound}")
+        return float(value)
+
+    def integer(
+        self, key: str, default: int, *, minimum: int = 1, unit: str = "whole number"
+    ) -> int:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(
+                key,
+                f"must be an integer >= {minimum} (got {value!r})",
+                f"set a {unit} >= {minimum}",
+            )
+        return value
+
+    def string(self, key: str, default: str | None) -> str | None:
+        value = self.get(key, default)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise self.fail(key, f"must be a non-empty string (got {value!r})", "quote a value")
+        return value
+
+    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.get(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(
+                key,
+                f"must be a list of non-empty strings (got {value!r})",
+                'write e.g. ["orders", "docs.*"]',
+            )
+        return tuple(value)
+
+    def done(self, known: tuple[str, ...] = ()) -> None:
+        unknown = sorted(set(self.table) - self.used - set(known))
+        if unknown:
+            names = ", ".join(sorted(self.used | set(known))) or "none"
+            raise self.fail(
+                unknown[0], "unknown key", f"remove it or fix its spelling (known: {names})"
+            )
+
+
+def _thresholds(r: _Reader, base: Thresholds, *, partial: bool) -> dict[str, Any]:
+    """Threshold values of one table; ``partial`` (an override) keeps only keys it sets."""
+    readers: dict[str, Callable[[], Any]] = {
+        "time_lag_s": lambda: r.number(
+            "time_lag_s", base.time_lag_s, unit="positive number of seconds"
+        ),
+        "offset_lag": lambda: r.integer("offset_lag", base.offset_lag, unit="number of offsets"),
+        "accel_per_s2": lambda: r.number(
+            "accel_per_s2", base.accel_per_s2, unit="positive number of offsets/s²"
+        ),
+        "exit_ratio": lambda: r.number(
+            "exit_ratio", base.exit_ratio, maximum=1.0, unit="fraction of the enter level"
+        ),
+        "enter_windows": lambda: r.integer(
+            "enter_windows", base.enter_windows, unit="number of consecutive summaries"
+        ),
+        "exit_windows": lambda: r.integer(
+            "exit_windows", base.exit_windows, unit="number of consecutive summaries"
+        ),
+    }
+    values = {k: read() for k, read in readers.items() if not partial or k in r.table}
+    r.used.update(readers)
+    r.done()
+    return values
+
+
+def _override(key: str, table: Any, base: Thresholds, origins: Mapping[str, str]) -> Override:
+    """``"group:GLOB"``, ``"topic:GLOB"`` or ``"group:GLOB,topic:GLOB"``."""
+    group = topic = None
+    rest = key
+    if ",topic:" in rest:  # topic names cannot contain commas, group ids can
+        rest, topic = rest.rsplit(",topic:", 1)
+    if rest.startswith("group:") and rest[6:]:
+        group = rest[6:]
+    elif rest.startswith("topic:") and rest[6:] and topic is None:
+        topic = rest[6:]
+    else:
+        group = topic = None
+    if (group is None and topic is None) or topic == "":
+        raise ConfigError(
+            f'policy.thresholds."{key}": not a threshold section; name it "default", '
+            '"group:<glob>", "topic:<glob>" or "group:<glob>,topic:<glob>"'
+        )
+    r = _Reader(table, f'thresholds."{key}"', origins)
+    return Override(key, group, topic, _thresholds(r, base, partial=True))
+
+
+def _producers(table: Any, origins: Mapping[str, str]) -> tuple[Producer, ...]:
+    r = _Reader(table, "producers", origins)
+    out = []
+    for key in table:
+        topics = r.strings(key, ())
+        stem = key[:-1] if key.endswith("*") else key
+        if not stem or "*" in stem or "?" in stem or "[" in stem:
+            raise r.fail(
+                key,
+                "a producer is a client id or a prefix ending in one '*'",
+                'write e.g. "ingest-7" = ["docs"] or "ingest-*" = ["docs"]',
+            )
+        if not topics:
+            raise r.fail(key, "lists no topics", 'name the topics it writes, e.g. ["docs"]')
+        out.append(Producer("client-id-prefix" if key.endswith("*") else "client-id", stem, topics))
+    r.done()
+    return tuple(out)
+
+
+_ENV: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
+    "LAGPILOT_POLICY_MODE": (("mode",), str),
+    "LAGPILOT_POLICY_VERSION": (("policy_version",), str),
+    "LAGPILOT_POLICY_ACTIONS_PER_MINUTE": (("budget", "actions_per_minute"), int),
+    "LAGPILOT_POLICY_ACTIONS_ENABLED": (
+        ("actions", "enabled"),
+        lambda s: [p.strip() for p in s.split(",") if p.strip()],
+    ),
+    "LAGPILOT_POLICY_THROTTLE_FLOOR_BYTES_PER_S": (("throttle", "floor_bytes_per_s"), int),
+    "LAGPILOT_POLICY_LEASE_S": (("throttle", "lease_s"), float),
+}
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """Merge the overrides into ``data``; returns {dotted key: variable} for error messages."""
+    origins: dict[str, str] = {}
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name == FILE_ENV:
+            continue
+        if name not in _ENV:
+            raise ConfigError(
+                f"{name}: unknown policy override; use one of "
+                f"{', '.join(sorted([FILE_ENV, *_ENV]))} or unset it"
+            )
+        path, parse = _ENV[name]
+        try:
+            value = parse(env[name])
+        except ValueError:
+            kind = {"int": "whole number", "float": "number"}.get(parse.__name__, "value")
+            raise ConfigError(
+                f"{name} (policy.{'.'.join(path)}): cannot read {env[name]!r} as a {kind}; "
+                f"set it to a {kind} or unset it"
+            ) from None
+        table = data
+        for part in path[:-1]:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"policy.{part}: must be a table; write [{part}]")
+        table[path[-1]] = value
+        origins[".".join(path)] = name
+    return origins
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> PolicyConfig:
+    """Validate a parsed TOML document (plus environment overrides) into a PolicyConfig."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    origins = _apply_env(data, env or {})
+    top = _Reader(data, "", origins)
+    d = PolicyConfig()
+
+    mode = top.get("mode", d.mode.value)
+    if mode not in {m.value for m in Mode}:
+        raise top.fail(
+            "mode",
+            f"must be observe, recommend or act (got {mode!r})",
+            'set mode = "recommend" to publish recommendations only',
+        )
+    version = top.string("policy_version", d.policy_version) or d.policy_version
+
+    th = _Reader(top.get("thresholds", {}), "thresholds", origins)
+    default = Thresholds(
+        **_thresholds(
+            _Reader(th.get("default", {}), "thresholds.default", origins),
+            d.default_thresholds,
+            partial=False,
+        )
+    )
+    overrides = tuple(
+        _override(k, v, default, origins) for k, v in th.table.items() if k != "default"
+    )
+    th.used.update(th.table)
+
+    cd = _Reader(top.get("cooldowns", {}), "cooldowns", origins)
+    cooldown_default = cd.number(
+        "default_s", d.cooldown_default_s, strict=False, unit="number of seconds"
+    )
+    per_type = {
+        str(t): cd.number(
+            t, DEFAULT_COOLDOWNS_S.get(t, cooldown_default), strict=False, unit="number of seconds"
+        )
+        for t in POLICY_ACTIONS
+        if t in cd.table or t in DEFAULT_COOLDOWNS_S
+    }
+    cd.done(known=tuple(map(str, POLICY_ACTIONS)))
+
+    bu = _Reader(top.get("budget", {}), "budget", origins)
+    per_minute = bu.integer("actions_per_minute", d.actions_per_minute, unit="number of actions")
+    bu.done()
+
+    tr = _Reader(top.get("throttle", {}), "throttle", origins)
+    floor = tr.integer("floor_bytes_per_s", d.throttle_floor_bytes_per_s, unit="byte rate")
+    start = tr.integer("start_bytes_per_s", d.throttle_start_bytes_per_s, unit="byte rate")
+    step = tr.number(
+        "step_ratio", d.throttle_step_ratio, maximum=1.0, unit="fraction kept at each step"
+    )
+    lease = tr.number("lease_s", d.throttle_lease_s, unit="number of seconds")
+    tr.done()
+    if start < floor:
+        raise tr.fail(
+            "start_bytes_per_s",
+            f"is below floor_bytes_per_s ({start} < {floor})",
+            "raise it to at least the floor",
+        )
+    throttle_cooldown = per_type.get(ActionType.THROTTLE_PRODUCER, cooldown_default)
+    if throttle_cooldown >= lease:
+        raise tr.fail(
+            "lease_s",
+            f"must exceed the throttle cooldown ({lease:g} <= "
+            f"{throttle_cooldown:g} s), or the lease lapses before it can be renewed",
+            "raise lease_s or lower cooldowns.throttle_producer",
+        )
+
+    al = _Reader(top.get("allow", {}), "allow", origins)
+    partition_topics = al.strings("partition_topics", ())
+    client_ids = al.strings("throttle_client_ids", ())
+    al.done()
+
+    producers = _producers(top.get("producers", {}), origins)
+
+    br = _Reader(top.get("brokers", {}), "brokers", origins)
+    ids = br.get("ids", [])
+    if not isinstance(ids, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+    ):
+        raise br.fail(
+            "ids",
+            f"must be a list of broker ids >= 0 (got {ids!r})",
+            "write e.g. ids = [1, 2, 3], or remove it to use the leaders seen",
+        )
+    br.done()
+
+    ac = _Reader(top.get("actions", {}), "actions", origins)
+    enabled = ac.strings("enabled", tuple(d.enabled))
+    bad = [e for e in enabled if e not in {str(t) for t in POLICY_ACTIONS}]
+    if bad:
+        raise ac.fail(
+            "enabled",
+            f"unknown action type {bad[0]!r}",
+            f"use any of {', '.join(map(str, POLICY_ACTIONS))}",
+        )
+    ttl = ac.number("ttl_s", d.action_ttl_s, unit="number of seconds")
+    ac.done()
+
+    hs = _Reader(top.get("hotspot", {}), "hotspot", origins)
+    hot_ratio = hs.number("ratio", d.hot_ratio, minimum=1.0, unit="ratio to the next worst")
+    lanes = hs.integer("lanes", d.spread_lanes, minimum=2, unit="number of lanes")
+    pool = hs.string("pool", d.spread_pool)
+    hs.done()
+
+    le = _Reader(top.get("leadership", {}), "leadership", origins)
+    min_parts = le.integer(
+        "min_partitions",
+        d.leadership_min_partitions,
+        minimum=2,
+        unit="number of lagging partitions one broker leads",
+    )
+    le.done()
+
+    sc = _Reader(top.get("scale", {}), "scale", origins)
+    per_replica = sc.integer("lag_per_replica", d.lag_per_replica, unit="number of offsets")
+    sc.done()
+
+    pa = _Reader(top.get("partitions", {}), "partitions", origins)
+    growth = pa.number("growth_ratio", d.partitions_growth_ratio, minimum=1.0, unit="growth ratio")
+    max_total = pa.integer("max_total", d.partitions_max_total, unit="partition count")
+    pa.done()
+
+    st = _Reader(top.get("state", {}), "state", origins)
+    forget = st.number("forget_after_s", d.forget_after_s, unit="number of seconds")
+    st.done()
+
+    dg = _Reader(top.get("diagnosis", {}), "diagnosis", origins)
+    diagnose = dg.get("enabled", d.diagnose)
+    if not isinstance(diagnose, bool):
+        raise dg.fail("enabled", f"must be true or false (got {diagnose!r})",
+                      "write enabled = true to act by cause")  # fmt: skip
+    burst = dg.number("burst_ratio", d.burst_ratio, minimum=1.0, unit="ratio to the usual rate")
+    hold = dg.number("hold_ratio", d.hold_ratio, maximum=1.0, unit="fraction of the usual rate")
+    stale = dg.number("rates_stale_s", d.rates_stale_s, unit="number of seconds")
+    dg.done()
+
+    ve = _Reader(top.get("verify", {}), "verify", origins)
+    improve = ve.number("improve_ratio", d.verify_improve_ratio, maximum=1.0,
+                        unit="fraction of the time lag at apply")  # fmt: skip
+    ve.done()
+
+    top.used.add("ladders")
+    try:
+        ladders = parse_ladders(data.get("ladders", {}))
+    except ValueError as exc:
+        raise ConfigError(f"policy.{exc}; see docs/policy.md for the steps") from None
+    top.done()
+
+    return PolicyConfig(
+        mode=Mode(mode),
+        policy_version=version,
+        default_thresholds=default,
+        overrides=overrides,
+        cooldown_default_s=cooldown_default,
+        cooldowns_s=per_type,
+        actions_per_minute=per_minute,
+        throttle_start_bytes_per_s=start,
+        throttle_floor_bytes_per_s=floor,
+        throttle_step_ratio=step,
+        throttle_lease_s=lease,
+        partition_topics=partition_topics,
+        throttle_client_ids=client_ids,
+        producers=producers,
+        broker_ids=tuple(sorted(set(ids))),
+        enabled=frozenset(enabled),
+        action_ttl_s=ttl,
+        hot_ratio=hot_ratio,
+        spread_lanes=lanes,
+        spread_pool=pool,
+        leadership_min_partitions=min_parts,
+        lag_per_replica=per_replica,
+        partitions_growth_ratio=growth,
+        partitions_max_total=max_total,
+        forget_after_s=forget,
+        diagnose=diagnose,
+        burst_ratio=burst,
+        hold_ratio=hold,
+        rates_stale_s=stale,
+        verify_improve_ratio=improve,
+        ladders=ladders,
+    )
+
+
+def load_policy_config(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None
+) -> PolicyConfig:
+    """Read ``path`` (or ``$LAGPILOT_POLICY_FILE``; built-in defaults when neither is set)."""
+    env = os.environ if env is None else env
+    path = path or env.get(FILE_ENV) or None
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(
+                f"{FILE_ENV}={path}: cannot be read ({exc.strerror}); point it at "
+                "the policy TOML file, e.g. deploy/policy.example.toml"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax there") from None
+    return config_from_mapping(data, env)

@@ -1,0 +1,376 @@
+"""Diagnose, act by the cause's ladder, verify (pure: ``now`` is the summary's event time).
+
+``run(c)`` replaces the independent rules of ``pipeline.decide.policy`` when ``diagnose`` is on:
+
+1. upkeep, whatever the cause: leased throttles are renewed, stepped down or released,
+   spreads restored once the incident clears, scale hints dropped;
+2. while no incident is open, the group's usual rates (``Baseline``) are learnt;
+3. when an incident opens it is diagnosed (``pipeline.decide.diagnosis``); the cause may later be
+   replaced only by a more severe one (a storm found after a hotspot), which restarts the
+   ladder;
+4. the ladder's current step acts (``issued``); its actions carry the cause and evidence;
+5. an ``applied`` (or ``recorded``, or ``delegated`` to the SDK workers) outcome of one of
+   the step's actions starts the watch (``fold_outcome``): the target's time lag at that
+   moment is the reference;
+6. ``verified`` as soon as the target's time lag is ``verify.improve_ratio`` of the
+   reference or below the exit level; ``no_effect`` at the deadline (never before the
+   action type's cooldown, so an undo never flaps with its action). No outcome by the
+   deadline counts as ``no_effect`` too. A ``verification`` event records the verdict and
+   its numbers; after ``no_effect`` the action is undone (release, restore) where it can
+   be, and the next step acts. A ``failed``/``rejected``/``expired`` outcome moves to the
+   next step at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.decide import diagnosis as dg
+from pipeline.decide.ladder import Step
+from pipeline.decide.policy import (
+    PolicyState,
+    Producer,
+    _Ctx,
+    _release,
+    _restore,
+    _spread,
+    hot_partitions,
+    rule_leadership,
+    rule_partitions,
+    rule_scale,
+    rule_spread,
+    rule_throttle,
+)
+from schemas import ActionType, Mode
+
+
+def verification_event(lad: dict[str, Any], verdict: str, lag_now_s: float, now: int,
+                       why: str) -> dict[str, Any]:  # fmt: skip
+    """The ``verification`` event (``schemas/verification.v1.json``) on lagpilot.outcomes."""
+    ref = lad.get("lag_at_apply_s")
+    return {
+        "event": "verification", "v": 1, "action_id": lad["ids"][0], "action_ids": lad["ids"],
+        "action_type": lad["type"], "target": lad["target"], "group": lad["group"],
+        "topic": lad["topic"], "cause": lad["cause"], "step": lad["step"],
+        "result": verdict, "why": why,
+        "time_lag_at_apply_s": None if ref is None else round(ref, 3),
+        "time_lag_now_s": round(lag_now_s, 3),
+        "applied_at": lad.get("applied_ms"), "deadline_at": lad["deadline_ms"], "at": now,
+    }  # fmt: skip
+
+
+# -- the inputs besides group_lag: outcomes, group health, producer rates -------------------
+
+
+def fold_outcome(state: PolicyState, outcome: dict[str, Any]) -> PolicyState:
+    """An actuator's (or workers') outcome of one of our actions: start the watch, or give
+    up on the step. Outcomes of other actions change nothing (returns ``state`` itself)."""
+    action_id, result = outcome.get("action_id"), outcome.get("result")
+    at = outcome.get("at")
+    for key, lad in state.ladders.items():
+        if lad.get("phase") != "issued" or action_id not in lad.get("ids", ()):
+            continue
+        s = state.copy()
+        lad = s.ladders[key] = dict(lad)
+        if result in ("applied", "recorded", "delegated"):  # delegated: for the SDK workers
+            applied = at if isinstance(at, int) else s.clock_ms
+            lad.update(
+                phase="watching",
+                applied_ms=applied,
+                deadline_ms=applied + lad["deadline_len_ms"],
+                lag_at_apply_s=lad["last_lag_s"],
+            )
+            lad["applied_by"] = int(outcome.get("applied_by", 1) or 1)
+        elif result in ("failed", "rejected", "expired"):
+            lad.update(phase="failed", why=f"outcome {result}")
+        else:
+            return state
+        return s
+    return state
+
+
+def fold_health(state: PolicyState, event: dict[str, Any]) -> PolicyState:
+    """Keep the group's latest health: what the diagnosis reads (status, members, storm)."""
+    group = event.get("group")
+    if not isinstance(group, str) or not group:
+        return state
+    s = state.copy()
+    s.health[group] = {
+        "status": event.get("status"),
+        "members": len(event.get("members") or ()),
+        "rebalances_per_min": event.get("rebalances_per_min", 0.0),
+        "commits_stalled": bool(event.get("commits_stalled")),
+        "storm": event.get("storm"), "at": event.get("observed_at_ms", 0),
+    }  # fmt: skip
+    return s
+
+
+def fold_producer_rate(
+    state: PolicyState, event: dict[str, Any], burst_ratio: float
+) -> PolicyState:
+    """One ``producer_rates`` event: the client's current rate, and its usual rate (an
+    exponential mean that a burst does not move, so a flood stays a flood)."""
+    cid, topic, rate, at = (event.get(k) for k in ("client_id", "topic", "bytes_per_s", "at_ms"))
+    if not (isinstance(cid, str) and isinstance(topic, str) and isinstance(at, int)):
+        return state
+    if not isinstance(rate, int | float) or rate < 0 or rate != rate:
+        return state
+    s = state.copy()
+    key = f"{cid}|{topic}"
+    old = s.producer_rates.get(key)
+    usual = float(rate) if old is None else old[1]
+    if old is not None and rate <= burst_ratio * max(usual, 1.0):
+        usual = (1 - dg.BASELINE_ALPHA) * usual + dg.BASELINE_ALPHA * float(rate)
+    s.producer_rates[key] = [float(rate), usual, at]
+    return s
+
+
+def topic_producers(c: _Ctx) -> dict[str, list[float]]:
+    """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only."""
+    stale_ms = c.config.rates_stale_s * 1000
+    out: dict[str, list[float]] = {}
+    for key, (rate, usual, at) in c.state.producer_rates.items():
+        cid, _, topic = key.rpartition("|")
+        if topic == c.summary.topic and c.now - at <= stale_ms:
+            out[cid] = [rate, usual]
+    return out
+
+
+# -- the ladder -----------------------------------------------------------------------------
+
+
+def target_time_lag(c: _Ctx, lad: dict[str, Any]) -> float:
+    """The time lag the step is judged by: its partition's, else the group's on the topic."""
+    part = lad.get("partition")
+    if part is None:
+        return c.summary.max_time_lag_s
+    for w in c.summary.worst:
+        if w.partition == part:
+            return w.time_lag_s
+    return min((w.time_lag_s for w in c.summary.worst), default=0.0)  # not among the worst
+
+
+def _upkeep(c: _Ctx, lad: dict[str, Any] | None) -> None:
+    undo = set(lad.get("undo", ())) if lad else set()
+    if undo:
+        _release_undone(c, lad, undo)  # type: ignore[arg-type]
+    held = [
+        Producer(t.split(":", 1)[0], t.split(":", 1)[1], (c.summary.topic,))
+        for t, th in c.state.throttles.items()
+        if t not in undo and c.key in th.holders
+    ]
+    # a throttle nobody holds any more waits out its cooldown, then any summary releases it
+    # (never adopts it: another group's incident has its own cause and remedy)
+    cooldown_ms = c.config.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
+    for t, th in list(c.state.throttles.items()):
+        if not th.holders and c.now - th.issued_ms >= cooldown_ms:
+            _release(c, t, th, "incident cleared")
+    if held:
+        rule_throttle(c, held, open_new=False)
+    if not c.incident.active:
+        rule_spread(c)  # restores
+        rule_scale(c)  # drops the hint
+
+
+def run(c: _Ctx) -> None:
+    s, key = c.state, c.key
+    lad = s.ladders.get(key)
+    if not c.incident.active:
+        if lad is None or lad.get("closed"):
+            s.baselines[key] = dg.update_baseline(s.baselines.get(key), c.summary)
+        if lad is not None:
+            lad = s.ladders[key] = dict(lad)
+            c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
+            if lad.get("phase") == "watching":  # cleared while watched: it helped
+                lag_now = target_time_lag(c, lad)
+                c.actions.append(verification_event(lad, "verified", lag_now, c.now,
+                                                    "the incident cleared"))  # fmt: skip
+                lad["phase"] = "verified"
+            lad["closed"] = True  # kept while it holds a throttle or spread (undone later)
+        _upkeep(c, lad)
+        if lad is not None and not _holds(c):
+            s.ladders.pop(key, None)
+        return
+    t = c.thresholds
+    exit_s = t.time_lag_s * t.exit_ratio
+    hot = hot_partitions(c.summary, t, c.config.hot_ratio)
+    cfg = dg.DiagnosisConfig(c.config.burst_ratio, c.config.hold_ratio,
+                             c.config.leadership_min_partitions, c.config.hot_ratio)  # fmt: skip
+    d = dg.diagnose(c.summary, exit_s, hot, cfg, health=s.health.get(c.summary.group),
+                    baseline=s.baselines.get(key), producers=topic_producers(c))  # fmt: skip
+    if (
+        lad is None
+        or lad.get("closed")
+        or (
+            dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]]
+            and lad["since_ms"] == c.incident.since_ms
+        )
+    ):
+        lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
+                                "phase": "ready", "since_ms": c.incident.since_ms,
+                                "group": c.summary.group, "topic": c.summary.topic}  # fmt: skip
+    else:
+        lad = s.ladders[key] = dict(lad)
+    c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
+    _upkeep(c, lad)
+    steps = c.config.ladders.for_group(c.summary.group, lad["cause"])
+    _judge(c, lad, steps, exit_s)
+    if lad["phase"] == "ready" and lad["step"] < len(steps):
+        _act(c, lad, steps[lad["step"]], hot)
+
+
+def _holds(c: _Ctx) -> bool:
+    return any(c.key in th.holders for th in c.state.throttles.values()) or any(
+        sp["incident"] == c.key for sp in c.state.spreads.values()
+    )
+
+
+def _judge(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float) -> None:
+    phase = lad["phase"]
+    if phase not in ("issued", "watching", "failed"):
+        return
+    lag_now = target_time_lag(c, lad)
+    if phase == "issued":
+        lad["last_lag_s"] = lag_now  # the reference once an outcome says applied
+    if phase == "watching":
+        ref = lad["lag_at_apply_s"]
+        if lag_now <= c.config.verify_improve_ratio * ref or lag_now < exit_s:
+            c.actions.append(verification_event(lad, "verified", lag_now, c.now,
+                f"time lag {lag_now:.3f} s <= {c.config.verify_improve_ratio:g} x "
+                f"{ref:.3f} s at apply, or below the exit level {exit_s:g} s"))  # fmt: skip
+            lad["phase"] = "verified"
+            return
+    if phase != "failed" and c.now < lad["deadline_ms"]:
+        return
+    why = lad.get("why") or (
+        "no outcome by the deadline" if phase == "issued" else
+        f"time lag {lag_now:.3f} s not below {c.config.verify_improve_ratio:g} x "
+        f"{lad.get('lag_at_apply_s', lag_now):.3f} s by the deadline")  # fmt: skip
+    c.actions.append(verification_event(lad, "no_effect", lag_now, c.now, why))
+    _undo(c, lad, steps)
+    lad["step"] += 1
+    lad["phase"] = "ready" if lad["step"] < len(steps) else "exhausted"
+    for k in ("ids", "lag_at_apply_s", "applied_ms", "why", "partition", "last_lag_s"):
+        lad.pop(k, None)
+
+
+def _undo(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...]) -> None:
+    """Release a throttle that did not help; restore a spread unless the next step escalates
+    the same partition (a hand-off replaces the spread)."""
+    if lad["type"] == ActionType.THROTTLE_PRODUCER:
+        lad["undo"] = sorted({*lad.get("undo", ()), *lad.get("targets", ())})
+        _release_undone(c, lad, set(lad["undo"]))
+    elif lad["type"] == ActionType.SPREAD_PARTITION:
+        nxt = steps[lad["step"] + 1].action if lad["step"] + 1 < len(steps) else ""
+        if nxt not in ("handoff_partition", "handoff_member"):
+            for target in lad.get("targets", ()):
+                if target in c.state.spreads:
+                    _restore(c, target, "no effect by the deadline")
+
+
+def _release_undone(c: _Ctx, lad: dict[str, Any], undo: set[str]) -> None:
+    """Release throttles that had no effect, once their cooldown since the last throttle
+    action has passed (a renewal and a release never flap); until then they are not renewed."""
+    cooldown_ms = c.config.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
+    for target in sorted(undo):
+        th = c.state.throttles.get(target)
+        if th is None:
+            undo.discard(target)
+        elif c.now - th.issued_ms >= cooldown_ms:
+            th.holders = [h for h in th.holders if h != c.key]
+            if not th.holders:
+                _release(c, target, th, "no effect by the deadline")
+            undo.discard(target)
+    lad["undo"] = sorted(undo)
+
+
+def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
+    before = len(c.actions)
+    mode = str(Mode.RECOMMEND) if step.recommend else None
+    if step.action == "alert":
+        lad["phase"] = "alert"
+        return
+    if step.action == "spread_partition" and hot:
+        _spread(c, hot[0], pool=None)  # lanes here; the pool is the hand-off step's
+    elif step.action in ("handoff_partition", "handoff_member"):
+        if c.config.spread_pool is None:  # no pool to hand off to: skip the step
+            lad["step"] += 1
+            lad["skipped"] = [*lad.get("skipped", ()), f"{step.action}: no hotspot.pool"]
+            return
+        _handoff(c, lad, step, hot)
+    elif step.action == "scale_consumers":
+        rule_scale(c)
+    elif step.action == "add_partitions":
+        rule_partitions(c)
+    elif step.action == "throttle_producer":
+        _throttle_attributed(c)
+    elif step.action == "transfer_leadership":
+        rule_leadership(c)
+    new = [a for a in c.actions[before:] if a.get("event") == "action"]
+    if mode is not None:
+        for a in new:
+            a["mode"] = mode
+    if not new:
+        return  # nothing possible now (cooling, budget, not allowed): try again next tick
+    deadline_ms = int(step.deadline_s * 1000)
+    cooldown_ms = int(c.config.cooldown_s(new[0]["type"]) * 1000)
+    part = new[0]["params"].get("partition")
+    lad.update(
+        phase="issued",
+        ids=[a["id"] for a in new],
+        type=new[0]["type"],
+        target=new[0]["target"],
+        targets=[a["target"] for a in new],
+        issued_ms=c.now,
+        deadline_len_ms=max(deadline_ms, cooldown_ms),
+        deadline_ms=c.now + 2 * max(deadline_ms, cooldown_ms),
+    )  # waits for an outcome
+    if part is not None and new[0]["type"] != ActionType.SCALE_CONSUMERS:
+        lad["partition"] = part
+    lad["last_lag_s"] = target_time_lag(c, lad)
+    if mode is not None or c.config.mode is Mode.RECOMMEND:
+        lad["phase"] = "recommended"  # nothing is applied: nothing to verify
+
+
+def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
+    """Hand partitions to the dedicated pool: the hottest (hotspot) or the storm member's."""
+    g, topic = c.summary.group, c.summary.topic
+    pool = c.config.spread_pool
+    if step.action == "handoff_member":
+        parts = list(lad["evidence"].get("partitions") or ())
+    else:
+        parts = [hot[0].partition] if hot else [lad["evidence"].get("partitions", [None])[0]]
+    for part in [p for p in parts if isinstance(p, int)]:
+        target = f"group:{g}/topic:{topic}/{part}"
+        sp = c.state.spreads.get(target)
+        if sp is not None and sp.get("pool") == pool:
+            continue
+        params = {"group": g, "topic": topic, "partition": part,
+                  "lanes": c.config.spread_lanes, "pool": pool}  # fmt: skip
+        reason = c.reason(step.action, partition=part, pool=pool)
+        if step.action == "handoff_member":
+            ev = lad["evidence"]
+            reason["recommendation"] = (
+                f"member {ev.get('member')} (client id {ev.get('client_id')}, host "
+                f"{ev.get('client_host')}) keeps leaving: give it more memory or time"
+            )
+        # an escalation of a spread on the same partition: a new decision window, and the
+        # spread's cooldown does not hold it back (it replaces, it does not oppose)
+        if c.emit(ActionType.SPREAD_PARTITION, target, params, reason,
+                  (c.incident.since_ms, "handoff", pool), cooled=sp is None):  # fmt: skip
+            c.state.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms,
+                                       "issued_ms": c.now, **params}  # fmt: skip
+
+
+def _throttle_attributed(c: _Ctx) -> None:
+    """Throttle the client ids whose rise made the burst, each to its usual rate (floored);
+    with no producer rates for the topic, the policy file's map."""
+    rates = topic_producers(c)
+    culprits = dg.culprits_of(rates) if rates else []
+    if not culprits:
+        rule_throttle(c)
+        return
+    floor, start = c.config.throttle_floor_bytes_per_s, c.config.throttle_start_bytes_per_s
+    producers = [Producer("client-id", cid, (c.summary.topic,)) for cid in culprits]
+    start_rates = {p.target: max(floor, min(start, int(rates[p.name][1]))) for p in producers}
+    rule_throttle(c, producers, start_rates=start_rates)

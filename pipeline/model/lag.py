@@ -1,0 +1,506 @@
+"""The lag model: from watermark samples and commits to lag, rates, time lag and status.
+
+Pure and numpy-based: no Kafka, no Quix, no clock (``now_ms`` is the sample's event time),
+so the same inputs always give the same outputs and every rule is unit-tested.
+
+One ``TopicModel`` per topic holds
+- the topic's high-watermark history: rows of (sample time, every partition's HWM),
+  compacted by ``pipeline.model.history`` so that time lag is interpolated within a stated error
+  (1 s or 1 % of the lag) for 24 h back (kafka-lag-exporter's offset->time table, without
+  its 30 s poll and without its error on idle and spiky partitions);
+- every consumer group on the topic as one row of (groups x partitions) arrays: committed
+  offset, last commit time, last progress time and the usual interval between progress,
+  and the window of (time, HWM, committed) rows the rates are fitted on. A tick fits every
+  group at once (``Fit``: masked least squares as matrix products), so its cost is a few
+  numpy calls per topic, not a dozen per group.
+
+Every sample updates every group on the topic, so lag is observed every tick, not only when
+consumers commit (Burrow's blind spot), and a consumer that stopped committing is seen from
+its growing time lag without waiting for another commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.model.arrays import decode as _dec
+from pipeline.model.arrays import encode as _enc
+from pipeline.model.arrays import widen as _widen
+from pipeline.model.config import LagConfig
+from pipeline.model.events import TopicObservation
+from pipeline.model.fits import Fit
+from pipeline.model.history import READ, compact, time_lag_s
+from pipeline.model.progress import WorkerProgress
+from pipeline.model.status import classify
+
+MAX_PARTITIONS_UNSAMPLED = 4096
+
+_POSITION = {  # per group x partition, what commits change; fill for a new row/column
+    "committed": -1,  # -1: no commit seen on this partition
+    "commit_ms": 0,
+    "progress_ms": 0,  # when the committed offset last advanced
+    "interval_s": np.nan,  # EWMA of the time between advances (nan: unknown)
+    "rewind_ms": 0,
+    # the timestamp of the record at offset read_offset, read from the broker by an edge
+    # (``record_read``): an exact time lag while the group stays at that offset
+    "read_offset": -1,
+    "read_ms": 0,
+}
+_DTYPES = {"interval_s": np.float64}
+_COMPACT_EVERY = 32  # samples between compactions of the HWM history (8 s at 250 ms)
+_SPARE_ROWS = 2 * _COMPACT_EVERY  # room to append in the history's buffers
+_HISTORY_FULL_MS = 30_000  # the whole HWM history is persisted this often (see history_state)
+
+
+class TopicModel:
+    """The model of one topic: its HWM history and every group that commits on it.
+
+    Groups are rows of (groups x partitions) arrays, so a tick models all of them at once.
+    """
+
+    def __init__(self, topic: str, cfg: LagConfig) -> None:
+        self.topic = topic
+        self.cfg = cfg
+        # the HWM history, in buffers with room to append (``t_ms``/``hw`` are views of the
+        # rows in use): a day of history is ~1,100 rows, and copying the table on every
+        # sample (np.vstack) cost more than the fits of 2,500 group-partitions
+        self._t_buf = np.zeros(0, np.int64)
+        self._hw_buf = np.zeros((0, 0), np.int64)
+        self._rows_t = self._rows_hw = 0
+        self.leaders = np.zeros(0, np.int64)
+        self.groups: list[str] = []
+        self._index: dict[str, int] = {}
+        self._width = 0  # partitions known from samples or commits
+        for name, fill in _POSITION.items():
+            setattr(self, name, np.full((0, 0), fill, _DTYPES.get(name, np.int64)))
+        self.committed: np.ndarray
+        self.commit_ms: np.ndarray
+        self.progress_ms: np.ndarray
+        self.interval_s: np.ndarray
+        self.rewind_ms: np.ndarray
+        self.read_offset: np.ndarray
+        self.read_ms: np.ndarray
+        self._since_compact = 0  # rows appended since the history was last compacted
+        self._history_saved_ms = 0  # when the whole history was last persisted...
+        self._history_split_ms = 0  # ...up to this row
+        # the rate window: rows at each tick (time, HWM per partition, committed per group)
+        self.w_t = np.zeros(0, np.int64)
+        self.w_hw = np.zeros((0, 0), np.int64)
+        self.w_c = np.zeros((0, 0, 0), np.int64)
+        # what the operator last published per group-partition (the model does not use it)
+        self.last_status = np.zeros((0, 0), np.int8)
+        self.last_snapshot_ms = np.zeros(0, np.int64)
+        self.last_alert_ms = np.zeros(0, np.int64)
+        self.rejected_commits = 0  # commits to partitions the topic does not have
+        # SDK workers' progress reports: where present, they judge the status (progress.py)
+        self.progress = WorkerProgress()
+
+    @property
+    def t_ms(self) -> np.ndarray:
+        return self._t_buf[: self._rows_t]
+
+    @t_ms.setter
+    def t_ms(self, a: np.ndarray) -> None:
+        self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
+        self._t_buf[: len(a)] = a
+        self._rows_t = len(a)
+
+    @property
+    def hw(self) -> np.ndarray:
+        return self._hw_buf[: self._rows_hw]
+
+    @hw.setter
+    def hw(self, a: np.ndarray) -> None:
+        self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
+        self._hw_buf[: len(a)] = a
+        self._rows_hw = len(a)
+
+    def _append_row(self, t_ms: int, row: np.ndarray) -> None:
+        n = self._rows_t
+        if n == len(self._t_buf):
+            self.t_ms, self.hw = self.t_ms, self.hw  # a bigger buffer (a copy)
+        self._t_buf[n] = t_ms
+        self._hw_buf[n] = row
+        self._rows_t = self._rows_hw = n + 1
+
+    @property
+    def width(self) -> int:
+        """Partitions the sampler reported for this topic."""
+        return int(self.hw.shape[1])
+
+    @property
+    def last_sample_ms(self) -> int:
+        return int(self.t_ms[-1]) if len(self.t_ms) else 0
+
+    def __contains__(self, group: str) -> bool:
+        return group in self._index
+
+    # -- shape ----------------------------------------------------------------------------
+
+    def _widen(self, width: int) -> None:
+        if width <= self._width:
+            return
+        for name, fill in _POSITION.items():
+            setattr(self, name, _widen(getattr(self, name), width, fill))
+        self.w_c = _widen(self.w_c, width, -1)
+        self.last_status = _widen(self.last_status, width, 0)
+        self._width = width
+
+    def _group(self, name: str) -> int:
+        g = self._index.get(name)
+        if g is not None:
+            return g
+        g = self._index[name] = len(self.groups)
+        self.groups.append(name)
+        w = self._width
+
+        def row(a: np.ndarray, fill: float | int) -> np.ndarray:
+            return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
+
+        for key, fill in _POSITION.items():
+            setattr(self, key, row(getattr(self, key), fill))
+        self.w_c = np.concatenate([self.w_c, np.full((1, len(self.w_t), w), -1, np.int64)])
+        self.last_status = row(self.last_status, 0)
+        self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
+        self.last_alert_ms = np.append(self.last_alert_ms, 0)
+        return g
+
+    def _drop_group(self, g: int) -> None:
+        for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms", "last_alert_ms"):
+            setattr(self, key, np.delete(getattr(self, key), g, axis=0))
+        del self.groups[g]
+        self._index = {name: i for i, name in enumerate(self.groups)}
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def partition_limit(self) -> int:
+        """Commits are accepted for partitions below this (see MAX_PARTITIONS_UNSAMPLED)."""
+        if len(self.t_ms) and self.width:
+            return max(2 * self.width, 64)
+        return MAX_PARTITIONS_UNSAMPLED
+
+    def commit(self, group: str, partition: int, offset: int, ts_ms: int) -> None:
+        """Apply one commit. Replays (older than the last commit seen) change nothing; a
+        partition the topic does not have is counted in ``rejected_commits``."""
+        if not 0 <= partition < self.partition_limit():
+            self.rejected_commits += 1
+            return
+        self._widen(partition + 1)
+        g, p = self._group(group), partition
+        if ts_ms < self.commit_ms[g, p]:
+            return
+        prev = int(self.committed[g, p])
+        if prev >= 0 and offset < prev:
+            self.rewind_ms[g, p] = ts_ms
+            self.progress_ms[g, p] = ts_ms
+        elif offset > prev:
+            last_progress = int(self.progress_ms[g, p])
+            if prev >= 0 and last_progress > 0:
+                dt_s = (ts_ms - last_progress) / 1000.0
+                old = float(self.interval_s[g, p])
+                alpha = self.cfg.interval_alpha
+                self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
+            self.progress_ms[g, p] = ts_ms
+            if len(self.w_t) and self.w_t[-1] >= ts_ms:
+                # a commit that arrives after samples taken later than it (a replay after a
+                # restart, a slow coordinator): correct the window rows it should have been in
+                late = self.w_t >= ts_ms
+                self.w_c[g, late, p] = np.maximum(self.w_c[g, late, p], offset)
+        self.commit_ms[g, p] = ts_ms
+        self.committed[g, p] = offset
+
+    def commit_many(self, rows: list[Any]) -> set[str]:
+        """Apply a batch of ``[group, partition, offset, ts_ms]`` rows as arrays: exactly
+        what ``commit`` does one at a time, for a batch with one row per group-partition
+        (the commits source coalesces to that); other batches go one at a time. Returns
+        the groups touched."""
+        limit = self.partition_limit()
+        if any(not 0 <= r[1] < limit for r in rows):
+            kept = [r for r in rows if 0 <= r[1] < limit]
+            self.rejected_commits += len(rows) - len(kept)
+            rows = kept
+        if not rows:
+            return set()
+        names = [r[0] for r in rows]
+        g = np.fromiter((self._group(n) for n in names), np.int64, len(rows))
+        p = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+        self._widen(int(p.max()) + 1)
+        if len(np.unique(g * self._width + p)) < len(rows):
+            for name, partition, offset, ts_ms in rows:
+                self.commit(name, partition, offset, ts_ms)
+            return set(names)
+        off = np.fromiter((r[2] for r in rows), np.int64, len(rows))
+        ts = np.fromiter((r[3] for r in rows), np.int64, len(rows))
+        fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
+        g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
+        prev = self.committed[g, p]
+        rewind = (prev >= 0) & (off < prev)
+        advance = off > prev
+        last_progress = self.progress_ms[g, p]
+        learn = advance & (prev >= 0) & (last_progress > 0)
+        if learn.any():
+            gl, pl = g[learn], p[learn]
+            dt_s = (ts[learn] - last_progress[learn]) / 1000.0
+            old = self.interval_s[gl, pl]
+            a = self.cfg.interval_alpha
+            self.interval_s[gl, pl] = np.where(np.isnan(old), dt_s, (1 - a) * old + a * dt_s)
+        self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
+        moved = rewind | advance
+        self.progress_ms[g[moved], p[moved]] = ts[moved]
+        if len(self.w_t):
+            for i in np.nonzero(advance & (ts <= self.w_t[-1]))[0].tolist():
+                late = self.w_t >= ts[i]  # see commit(): correct the window rows after it
+                self.w_c[g[i], late, p[i]] = np.maximum(self.w_c[g[i], late, p[i]], off[i])
+        self.commit_ms[g, p] = ts
+        self.committed[g, p] = off
+        return set(names)
+
+    def forget(self, group: str, partition: int) -> None:
+        """The offset was deleted (tombstone): stop modelling this partition, and the group
+        once it has no partition left."""
+        g = self._index.get(group)
+        if g is None:
+            return
+        if partition < self._width:
+            self.committed[g, partition] = -1
+            self.interval_s[g, partition] = np.nan
+            self.rewind_ms[g, partition] = 0
+            self.read_offset[g, partition] = -1
+        self.progress.forget(group, partition)
+        if not (self.committed[g] >= 0).any():
+            self._drop_group(g)
+
+    def add_sample(
+        self, sampled_at_ms: int, high_watermarks: list[int] | tuple[int, ...], leaders: Any = ()
+    ) -> bool:
+        """Append one sample; False (and nothing changes) for a replayed or older sample."""
+        if sampled_at_ms <= self.last_sample_ms:
+            return False
+        row = np.asarray(high_watermarks, dtype=np.int64)
+        width = max(len(row), self.width)
+        if width > self.width:
+            self.hw = _widen(self.hw, width, 0)
+            self.w_hw = _widen(self.w_hw, width, 0)
+        row = _widen(row, width, -1)
+        if len(self.t_ms):
+            # a partition whose ListOffsets failed (-1) keeps its last known HWM
+            row = np.where(row < 0, self.hw[-1], row)
+            row = np.maximum(row, self.hw[-1])  # HWMs never go back (truncation aside)
+        else:
+            row = np.maximum(row, 0)
+        if len(leaders):
+            self.leaders = _widen(np.asarray(leaders, dtype=np.int64), width, -1)
+        else:
+            self.leaders = _widen(self.leaders, width, -1)
+        self._append_row(sampled_at_ms, row)
+        self._since_compact += 1
+        if self._since_compact >= _COMPACT_EVERY or len(self.t_ms) > self.cfg.history_rows:
+            self._compact(sampled_at_ms)
+        self._widen(width)
+        return True
+
+    def _compact(self, now_ms: int) -> None:
+        """Drop the history rows its bound allows (``pipeline.model.history.compact``)."""
+        keep = compact(self.t_ms, self.hw, now_ms, self.cfg.history_bound)
+        if not keep.all():
+            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]
+        self._since_compact = 0
+
+    def record_read(self, group: str, partition: int, offset: int, record_ms: int) -> None:
+        """The timestamp of the record at ``offset``, read from the broker (an edge does
+        the read; see docs/lag-model.md): the exact time lag while the group's committed
+        offset stays there. Unknown groups and partitions are ignored."""
+        g = self._index.get(group)
+        if g is None or not 0 <= partition < self._width or offset < 0 or record_ms <= 0:
+            return
+        self.read_offset[g, partition] = offset
+        self.read_ms[g, partition] = record_ms
+
+    # -- the tick -------------------------------------------------------------------------
+
+    def _slide_window(self, now_ms: int) -> None:
+        """Append this tick's row to the rate window and drop rows older than the window."""
+        width = self.width
+        w_hw = _widen(self.w_hw, width, 0)[:, :width]
+        w_c = _widen(self.w_c, self._width, -1)
+        first = int(np.searchsorted(self.w_t, now_ms - self.cfg.window_ms, side="left"))
+        self.w_t = np.append(self.w_t[first:], now_ms)
+        self.w_hw = np.concatenate([w_hw[first:], self.hw[-1][None, :]])
+        self.w_c = np.concatenate([w_c[:, first:], self.committed[:, None, :]], axis=1)
+
+    def observe(self, now_ms: int) -> TopicObservation:
+        """Model every group at the latest sample, all groups at once."""
+        cfg, width = self.cfg, self.width
+        if not len(self.t_ms):
+            return self._observation(now_ms, np.zeros((len(self.groups), 0), bool), {})
+        self._slide_window(now_ms)
+        hw_now = self.hw[-1]
+        c = self.committed[:, :width]
+        mask = c >= 0
+        lag = np.maximum(hw_now[None, :] - c, 0)
+
+        # rates and acceleration: least squares over the window, every series at once;
+        # a group-partition's rows are those where it had a commit. Rows last: (G, P, R).
+        x = (self.w_t - now_ms) / 1000.0
+        w_c = np.ascontiguousarray(self.w_c[:, :, :width].transpose(0, 2, 1))
+        w_hw = np.ascontiguousarray(self.w_hw.T)
+        valid = w_c >= 0
+        m = valid.astype(np.float64)
+        powers = Fit.powers_of(x)
+        fit = Fit(x, m, powers)
+        produce = Fit(x, np.ones_like(w_hw, np.float64), powers).slope(w_hw - hw_now[:, None])
+        consume = fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64))
+        wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
+        lag_rate = fit.slope(wlag)
+        accel = fit.accel(wlag)
+        is_recent = x >= -cfg.recent_s
+        recent = Fit(x, m * is_recent, powers)
+        recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
+
+        # time lag: only where data waits
+        tl, how = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        # a record timestamp read at the committed offset is the truth: it wins
+        read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
+        if read.any():
+            tl = np.where(read, np.maximum(0.0, (now_ms - self.read_ms[:, :width]) / 1000.0), tl)
+            how = np.where(read, READ, how).astype(np.int8)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
+        eta = np.where(lag == 0, 0.0, eta)
+        rew = self.rewind_ms[:, :width]
+        inputs = {
+            "lag": lag,
+            "time_lag": tl,
+            "since_progress_s": (now_ms - self.progress_ms[:, :width]) / 1000.0,
+            "since_commit_s": (now_ms - self.commit_ms[:, :width]) / 1000.0,
+            "since_rewind_s": np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
+            "interval_s": self.interval_s[:, :width],
+            "lag_rate": lag_rate,
+            "produce_rate": produce[None, :],
+            "recent_lag_rate": recent_rate,
+        }
+        if len(self.progress):  # workers' own reports, where present, judge the status
+            inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
+            inputs = self.progress.overlay(
+                inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
+            )
+        status = classify(cfg=cfg, **inputs)
+        return self._observation(
+            now_ms,
+            mask,
+            {
+                "committed": c.copy(),
+                "lag": lag,
+                "lag_rate_per_s": lag_rate,
+                "lag_accel_per_s2": accel,
+                "produce_rate_per_s": produce,
+                "consume_rate_per_s": consume,
+                "time_lag_s": tl,
+                "time_lag_source": how,
+                "eta_drain_s": eta,
+                "status": np.where(mask, status, 0).astype(np.int8),
+                "last_commit_ms": self.commit_ms[:, :width].copy(),
+            },
+        )
+
+    def _observation(
+        self, now_ms: int, mask: np.ndarray, arrays: dict[str, np.ndarray]
+    ) -> TopicObservation:
+        shape, width = mask.shape, mask.shape[1]
+        zeros: dict[str, np.ndarray] = {
+            "committed": np.full(shape, -1, np.int64),
+            "lag": np.zeros(shape, np.int64),
+            "lag_rate_per_s": np.zeros(shape),
+            "lag_accel_per_s2": np.zeros(shape),
+            "produce_rate_per_s": np.zeros(width),
+            "consume_rate_per_s": np.zeros(shape),
+            "time_lag_s": np.zeros(shape),
+            "time_lag_source": np.zeros(shape, np.int8),
+            "eta_drain_s": np.zeros(shape),
+            "status": np.zeros(shape, np.int8),
+            "last_commit_ms": np.zeros(shape, np.int64),
+        }
+        return TopicObservation(
+            topic=self.topic,
+            now_ms=now_ms,
+            groups=list(self.groups),
+            mask=mask,
+            high_watermark=self.hw[-1].copy() if len(self.t_ms) else np.zeros(0, np.int64),
+            leaders=_widen(self.leaders, width, -1)[:width],
+            topic_partitions=width,
+            **{**zeros, **arrays},
+        )
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def hw_state(self, rows: np.ndarray | None = None) -> dict[str, Any]:
+        """The HWM history (``rows``: a mask of the rows to write; all by default)."""
+        t_ms, hw = (self.t_ms, self.hw) if rows is None else (self.t_ms[rows], self.hw[rows])
+        return {"t_ms": _enc(t_ms), "hw": _enc(hw), "leaders": _enc(self.leaders)}
+
+    def history_state(self, now_ms: int) -> dict[str, dict[str, Any]]:
+        """What to persist of the HWM history: ``hw``, the rows since the last full write,
+        every time; ``hwold``, every row, at most every ``_HISTORY_FULL_MS``. A day of
+        history is ~1,100 rows x partitions: written whole every second it would be most of
+        the state traffic, and its old rows change only when they are compacted."""
+        out: dict[str, dict[str, Any]] = {}
+        if not self._history_saved_ms or now_ms - self._history_saved_ms >= _HISTORY_FULL_MS:
+            out["hwold"] = self.hw_state()
+            self._history_saved_ms = now_ms
+            self._history_split_ms = self.last_sample_ms
+        out["hw"] = self.hw_state(self.t_ms > self._history_split_ms)
+        return out
+
+    def load_hw_state(self, d: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """Restore the history from ``hw`` (and ``hwold``, the rows before it, if any)."""
+        t_ms, hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
+        if old is not None:
+            t_old, hw_old = _dec(old["t_ms"]), _dec(old["hw"])
+            before = t_old < (t_ms[0] if len(t_ms) else np.iinfo(np.int64).max)
+            width = max(hw.shape[1], hw_old.shape[1])
+            t_ms = np.concatenate([t_old[before], t_ms])
+            hw = np.concatenate([_widen(hw_old[before], width, 0), _widen(hw, width, 0)])
+        self.t_ms, self.hw = t_ms, hw
+        self._widen(self.width)
+
+    def position_state(self, group: str) -> dict[str, Any]:
+        """What a commit changes for one group: small, written on every commit batch."""
+        g = self._index[group]
+        return {"width": self._width, **{k: _enc(getattr(self, k)[g]) for k in _POSITION}}
+
+    def load_position_state(self, group: str, d: dict[str, Any]) -> None:
+        width = int(d["width"])
+        self._widen(width)
+        g = self._group(group)
+        for k in _POSITION:
+            if k in d:  # (read_offset and read_ms are absent from older states)
+                getattr(self, k)[g, :width] = _dec(d[k])[:width]
+
+    def window_state(self) -> dict[str, Any]:
+        """The rate window of every group: larger, written periodically (a lost row only
+        thins the fit)."""
+        return {
+            "groups": list(self.groups),
+            "w_t": _enc(self.w_t),
+            "w_hw": _enc(self.w_hw),
+            "w_c": _enc(self.w_c),
+            "last_status": _enc(self.last_status),
+            "last_snapshot_ms": _enc(self.last_snapshot_ms),
+        }
+
+    def load_window_state(self, d: dict[str, Any]) -> None:
+        """Restore the window rows of the groups that are known (positions load first)."""
+        w_t, w_hw, w_c = _dec(d["w_t"]), _dec(d["w_hw"]), _dec(d["w_c"])
+        status, snap = _dec(d["last_status"]), _dec(d["last_snapshot_ms"])
+        self._widen(max(w_hw.shape[1], w_c.shape[2]))
+        self.w_t = w_t
+        self.w_hw = _widen(w_hw, self.width, 0)[:, : self.width]
+        self.w_c = np.full((len(self.groups), len(w_t), self._width), -1, np.int64)
+        for i, name in enumerate(d["groups"]):
+            g = self._index.get(name)
+            if g is not None:
+                self.w_c[g, :, : w_c.shape[2]] = w_c[i]
+                self.last_status[g, : status.shape[1]] = status[i]
+                self.last_snapshot_ms[g] = snap[i]

@@ -1,0 +1,304 @@
+"""The stateful operator that runs the lag model inside Quix Streams, one topic per key.
+
+Messages arrive keyed by topic name: watermark samples (one per topic per tick) and
+``commits`` batches (the latest commits and offset deletions of that topic, coalesced by
+``pipeline.read.commits.CommitsSource`` from ``__consumer_offsets``, with the SDK workers'
+latest progress reports from ``lagpilot.progress``). The ``TopicModel`` of each
+key lives in memory between messages (numpy arrays are not re-read from the state store on
+every message) and is written to the Quix state store (RocksDB + changelog), so a
+restarted or rebalanced replica resumes the model:
+
+- ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
+  crash, because a group that commits once and goes idle would otherwise look lagging
+  forever;
+- ``hw`` (the HWM history since its last full write) and ``win`` (every group's rate
+  window) at most every ``persist_interval_ms``, ``hwold`` (the whole HWM history) at most
+  every 30 s: a lost row only thins the fit, and the samples since are replayed
+  (at-least-once) anyway;
+- ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
+  the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
+  model is reloaded from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from pipeline.model.config import LagConfig
+from pipeline.model.events import TopicObservation
+from pipeline.model.lag import TopicModel
+
+log = logging.getLogger(__name__)
+
+
+class RecordTimes(Protocol):
+    """Where time lags the history cannot answer get their truth (``pipeline.model.truth``):
+    ``want`` sees every tick's observations, ``take`` returns the record timestamps read
+    since for a topic, as ``[group, partition, offset, record_ms]`` rows."""
+
+    def want(self, obs: TopicObservation) -> None: ...
+
+    def take(self, topic: str) -> list[list[Any]]: ...
+
+
+class LagOperator:
+    """``sdf.apply(LagOperator(...), stateful=True, metadata=True, expand=True)``.
+
+    Returns the events to publish on ``lagpilot.lag`` for this message: a ``group_lag`` per
+    group every sample while the group is not OK (the policy counts its windows in them),
+    else every ``ok_summary_interval_ms``; ``partition_lag`` snapshots per partition at most
+    every ``snapshot_interval_ms`` per group, and at once when a partition's status changes.
+    At 50 groups x 1,000 partitions that is thousands of messages a second instead of
+    hundreds of thousands.
+    """
+
+    def __init__(
+        self,
+        cfg: LagConfig,
+        *,
+        snapshot_interval_ms: int = 30_000,
+        alert_interval_ms: int = 1000,
+        ok_summary_interval_ms: int = 1000,
+        persist_interval_ms: int = 1000,
+        on_observations: Callable[[TopicObservation], None] | None = None,
+        on_topic_deleted: Callable[[str], None] | None = None,
+        on_input: Callable[[str], None] | None = None,
+        on_commits: Callable[[int], None] | None = None,
+        on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_group_health: Callable[[dict[str, Any]], None] | None = None,
+        record_times: RecordTimes | None = None,
+        watches: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.snapshot_interval_ms = snapshot_interval_ms
+        self.alert_interval_ms = alert_interval_ms
+        self.ok_summary_interval_ms = ok_summary_interval_ms
+        self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
+        self.persist_interval_ms = persist_interval_ms
+        self.on_observations = on_observations
+        self.on_topic_deleted = on_topic_deleted
+        self.on_input = on_input
+        self.on_commits = on_commits
+        self.on_events = on_events
+        self.on_group_health = on_group_health
+        # topic -> (group, partition) -> owner, from the source's ``owners`` messages (held
+        # in memory only: the source re-sends them with the commits it knows)
+        self._owners: dict[str, dict[tuple[str, int], dict[str, str]]] = {}
+        self.record_times = record_times
+        # the topics this deployment watches (its include/exclude): samples, commits and
+        # owners of other topics on the shared input topic (written by another lagpilot
+        # deployment on the same cluster) are not modelled here
+        self.watches = watches
+        self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
+        self._touched: dict[str, float] = {}
+        self._next_sweep = 0.0
+        self.evict_after_s = 60.0
+        self._touched_now = 0.0
+
+    @property
+    def topics(self) -> int:
+        return len(self._models)
+
+    # -- cache + state ---------------------------------------------------------------------
+
+    def _sweep(self) -> None:
+        """Drop cached models of topics this replica stopped receiving (a rebalance moved
+        them): memory stays bounded, and the store still holds them if they come back."""
+        now = time.monotonic()
+        self._touched_now = now
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.evict_after_s / 4
+        for topic in [t for t, at in self._touched.items() if now - at > self.evict_after_s]:
+            self._models.pop(topic, None)
+            del self._touched[topic]
+
+    def _model(self, topic: str, state: Any) -> TopicModel:
+        self._sweep()
+        self._touched[topic] = self._touched_now
+        gen = state.get("gen", 0)
+        cached = self._models.get(topic)
+        if cached is not None and cached[1] == gen:
+            return cached[0]
+        model = TopicModel(topic, self.cfg)
+        hw = state.get("hw")
+        if hw:
+            model.load_hw_state(hw, state.get("hwold"))
+        for name in state.get("groups", []):
+            position = state.get(f"c:{name}")
+            if position:
+                model.load_position_state(name, position)
+        window = state.get("win")
+        if window:
+            model.load_window_state(window)
+        self._models[topic] = (model, gen, model.last_sample_ms)
+        if gen:
+            log.info("model of %s restored: %d group(s)", topic, len(model.groups))
+        return model
+
+    def _bump(self, topic: str, model: TopicModel, state: Any, saved_ms: int | None = None) -> None:
+        _, gen, prev_saved = self._models[topic]
+        gen += 1
+        state.set("gen", gen)
+        self._models[topic] = (model, gen, prev_saved if saved_ms is None else saved_ms)
+
+    def _save_positions(self, topic: str, model: TopicModel, state: Any, groups: set[str]) -> None:
+        """After commits: every touched group's positions (small), and the group list."""
+        names = sorted(model.groups)
+        if names != state.get("groups", []):
+            state.set("groups", names)
+        for group in groups:
+            if group in model:
+                state.set(f"c:{group}", model.position_state(group))
+            else:
+                state.delete(f"c:{group}")
+        self._bump(topic, model, state)
+
+    def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
+        for key, value in model.history_state(now_ms).items():
+            state.set(key, value)
+        state.set("win", model.window_state())
+        self._bump(topic, model, state, saved_ms=now_ms)
+
+    def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
+        for name in model.groups:
+            state.delete(f"c:{name}")
+        for k in ("hw", "hwold", "win", "groups"):
+            state.delete(k)
+        self._models.pop(topic, None)
+        self._touched.pop(topic, None)
+        for key in [k for k in self._summary_ms if k[1] == topic]:
+            del self._summary_ms[key]
+        state.set("gen", state.get("gen", 0) + 1)
+        if self.on_topic_deleted is not None:
+            self.on_topic_deleted(topic)
+
+    # -- the operator ----------------------------------------------------------------------
+
+    def __call__(
+        self, value: Any, key: Any, timestamp: int, headers: Any, state: Any
+    ) -> list[dict[str, Any]]:
+        if not isinstance(value, dict) or not isinstance(key, str):
+            return []
+        event = value.get("event")
+        if self.on_input is not None:
+            self.on_input(str(event))
+        if event == "group_health":  # from group health in the source: published as is
+            if self.on_group_health is not None:
+                self.on_group_health(value)
+            return [value]
+        if self.watches is not None and not self.watches(key):
+            return []  # another deployment's topic
+        if event == "owners":
+            self._owners[key] = {
+                (g, p): {"member_id": m, "client_id": c, "client_host": h}
+                for g, p, m, c, h in value.get("owners") or ()
+            }
+            return []
+        topic = key
+        model = self._model(topic, state)
+        if event == "commits":  # a coalesced batch from CommitsSource
+            rejected = model.rejected_commits
+            touched = model.commit_many(value["commits"])
+            if self.on_input is not None and model.rejected_commits > rejected:
+                for _ in range(model.rejected_commits - rejected):  # partitions it cannot have
+                    self.on_input("commit_rejected")
+            for group, partition in value.get("deleted", ()):
+                model.forget(group, partition)
+                touched.add(group)
+            # SDK workers' progress reports: kept in memory only (replaced every tick)
+            model.progress.report_many(value.get("progress") or [])
+            if self.on_commits is not None:
+                self.on_commits(len(value["commits"]))
+            if touched:
+                self._save_positions(topic, model, state, touched)
+            return []
+        if event != "watermarks":
+            return []
+        hwms = value.get("high_watermarks") or []
+        if not hwms:  # the sampler's mark for a deleted topic: forget it all
+            self._drop(topic, model, state)
+            return []
+        now_ms = int(value["sampled_at_ms"])
+        if not model.add_sample(now_ms, hwms, value.get("leaders") or ()):
+            return []  # a replayed or out-of-order sample
+        if self.record_times is not None:
+            for group, partition, offset, record_ms in self.record_times.take(topic):
+                model.record_read(group, partition, offset, record_ms)
+        observations = model.observe(now_ms)
+        if self.record_times is not None:
+            self.record_times.want(observations)
+        if self.on_observations is not None:
+            self.on_observations(observations)
+        events = self._events(model, observations, now_ms)
+        if now_ms - self._models[topic][2] >= self.persist_interval_ms:
+            self._persist(topic, model, state, now_ms)  # with what was just published
+        if self.on_events is not None and events:
+            self.on_events(events)
+        return events
+
+    def _events(
+        self, model: TopicModel, obs: TopicObservation, now_ms: int
+    ) -> list[dict[str, Any]]:
+        worst = obs.group_status().tolist()
+        summaries: list[int] = []
+        for g in obs.active.tolist():
+            key = (obs.groups[g], obs.topic)
+            status = worst[g]
+            sent_ms, sent_status = self._summary_ms.get(key, (0, -1))
+            if status or sent_status != status or now_ms - sent_ms >= self.ok_summary_interval_ms:
+                summaries.append(g)
+                self._summary_ms[key] = (now_ms, status)
+        out = obs.group_events(summaries, self.cfg.worst_n)
+        # partition snapshots: each group's partitions every snapshot interval, the ones not
+        # OK every alert interval, at the group's own phase of it (so 50 groups do not all
+        # publish on the same tick), and at once a partition whose status changed
+        phase = np.array([zlib.crc32(n.encode()) for n in obs.groups], np.int64)
+        due = _due(model.last_snapshot_ms, now_ms, self.snapshot_interval_ms, phase)
+        alert = _due(model.last_alert_ms, now_ms, self.alert_interval_ms, phase)
+        model.last_snapshot_ms = np.where(
+            due | (model.last_snapshot_ms == 0), now_ms, model.last_snapshot_ms
+        )
+        model.last_alert_ms = np.where(
+            alert | (model.last_alert_ms == 0), now_ms, model.last_alert_ms
+        )
+        periodic = due[:, None] | (alert[:, None] & (obs.status > 0))
+        sent = model.last_status[:, : obs.topic_partitions]  # a view: updated in place
+        emit = obs.mask & ((sent != obs.status) | periodic)
+        sent[obs.mask] = obs.status[obs.mask]
+        gi, pi = np.nonzero(emit)
+        partitions = obs.partition_events(gi, pi)
+        owners = self._owners.get(obs.topic)
+        if owners:  # who owns each partition, where group health knows it
+            for ev in partitions:
+                owner = owners.get((ev["group"], ev["partition"]))
+                if owner is not None:
+                    ev["owner"] = owner
+        if len(model.progress):  # the SDK worker that reports each partition, where one does
+            model.progress.annotate(partitions, now_ms)
+        out.extend(partitions)
+        return out
+
+
+def _due(last_ms: np.ndarray, now_ms: int, interval_ms: int, phase: np.ndarray) -> np.ndarray:
+    """Per group: has a boundary of its phase-shifted ``interval_ms`` grid passed since
+    ``last_ms``? (False before a group's first tick: ``last_ms`` 0.)"""
+    interval = max(1, interval_ms)
+    shift = phase % interval
+    return (last_ms > 0) & ((now_ms + shift) // interval != (last_ms + shift) // interval)
+
+
+def lag_key(event: dict[str, Any]) -> str:
+    """Key of an event on ``lagpilot.lag``: ``group|topic``, ``group|topic|partition``, or
+    the group for ``group_health``."""
+    if event.get("event") == "group_health":
+        return str(event["group"])
+    if event.get("event") == "partition_lag":
+        return f"{event['group']}|{event['topic']}|{event['partition']}"
+    return f"{event['group']}|{event['topic']}"

@@ -1,0 +1,104 @@
+"""The status rules of the lag model: Burrow's vocabulary, judged every sample.
+
+Pure and numpy-based: one status code per group-partition (``SEVERITY``), the first rule
+that holds wins, most severe first (see ``classify``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.model.config import LagConfig
+from schemas.lag import SEVERITY, LagStatus
+
+STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
+
+
+def classify(
+    *,
+    lag: np.ndarray,
+    time_lag: np.ndarray,
+    since_progress_s: np.ndarray,
+    since_commit_s: np.ndarray,
+    since_rewind_s: np.ndarray,
+    interval_s: np.ndarray,
+    cfg: LagConfig,
+    lag_rate: np.ndarray | None = None,
+    produce_rate: np.ndarray | None = None,
+    recent_lag_rate: np.ndarray | None = None,
+    warn_min_s: np.ndarray | None = None,
+) -> np.ndarray:
+    """Status codes per partition; the first rule that holds wins, most severe first.
+
+    1. REWIND: the committed offset went back (an offset reset) within ``rewind_hold_s``.
+    2. STALL: data waits, the group keeps committing, but the offset does not move.
+    3. STOP: data waits, and neither the offset has moved nor has the oldest waiting message
+       been waiting for ``stop_factor`` x the usual progress interval (>= ``stop_min_s``):
+       seen from the growing time lag, without waiting for another commit.
+    4. ERR: the oldest waiting message waited ``err_time_lag_s`` beyond the usual progress
+       interval (a group that commits every 5 s shows up to 5 s of time lag while it keeps
+       up: that much is its commit cadence, not lag).
+    5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
+       message waited ``time_lag_factor`` x the usual interval + ``time_lag_allowance_s``
+       (or 2 intervals, if that is less)
+       (a stall seen from the time it began, not from the last commit; a partition that still
+       progresses but falls behind: a hotspot), or ``warn_time_lag_s`` beyond it,
+       or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
+       ``growth_ratio`` of the produce rate) with data waiting longer than the warn level,
+       over a span holding more than two usual intervals.
+    6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
+       idle: Burrow's false alarm on idle topics does not happen here.
+    """
+    usual = np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
+    slack = cfg.commit_visibility_s
+    stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual) + slack
+    # the WARN floor: per cell where worker progress judges (its own, lower floor)
+    floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
+    warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
+    # 1.5 intervals + 0.1 s, never later than the 2 intervals of before (fast committers)
+    behind = np.minimum(cfg.time_lag_factor * usual + cfg.time_lag_allowance_s, 2.0 * usual)
+    behind_after = np.maximum(floor, behind) + slack
+    waiting = lag > 0
+    # the time lag beyond what the commit cadence explains: committing every 5 s, a group
+    # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)
+    beyond_cadence = time_lag - usual
+    stuck = np.minimum(since_progress_s, time_lag)  # how long data has waited with no progress
+    growing = np.zeros_like(waiting)
+    # A lag slope says something only over several commits: between two commits the lag
+    # grows by design (a group committing every 5 s shows the produce rate as its lag rate
+    # for 5 s). So each growth rule needs its span to hold more than two usual intervals.
+    if lag_rate is not None and produce_rate is not None:
+        growing = (
+            (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate))
+            & (time_lag > warn_after)
+            & (2.0 * usual < cfg.window_s)
+        )
+        if recent_lag_rate is not None:
+            # the last second alone: an avalanche shows within a few samples, long before
+            # the full window's slope turns; half the produce rate is far above the noise
+            # of a healthy consumer's commit sawtooth
+            floor = np.maximum(cfg.recent_growth_min_per_s, cfg.recent_growth_ratio * produce_rate)
+            growing |= (
+                (recent_lag_rate > floor)
+                & (time_lag > cfg.warn_min_s + slack)
+                & (2.0 * usual < cfg.recent_s)
+            )
+    rules = [
+        (since_rewind_s < cfg.rewind_hold_s, LagStatus.REWIND),
+        (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
+        (waiting & (stuck > stop_after), LagStatus.STOP),
+        (waiting & (beyond_cadence >= cfg.err_time_lag_s), LagStatus.ERR),
+        (
+            waiting
+            & (
+                (stuck > warn_after)
+                | (time_lag > behind_after)
+                | (beyond_cadence >= cfg.warn_time_lag_s)
+                | growing
+            ),
+            LagStatus.WARN,
+        ),
+    ]
+    return np.select(
+        [cond for cond, _ in rules], [SEVERITY[s] for _, s in rules], SEVERITY[LagStatus.OK]
+    ).astype(np.int8)

@@ -1,0 +1,266 @@
+"""The high-watermark sampler against the real broker.
+
+One test runs the sampler the way users do (``python -m pipeline.read.watermarks``: a Quix
+Application with the Source in its spawned process) and reads the produced topic back;
+the others call the Source's run loop in a thread with ``produce`` captured, so topology
+changes can be timed to the tick without Quix's process machinery in the way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+
+from pipeline.read.watermarks import STATS_HEADER, HighWatermarkSource
+from schemas import decode, validate
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+class CapturingSource(HighWatermarkSource):
+    """The real sampler with its output captured in memory instead of produced."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.captured: list[tuple[float, dict[str, Any]]] = []
+
+    def produce(self, value=None, key=None, headers=None, timestamp=None, **_: Any) -> None:  # type: ignore[override]
+        event = decode(value)
+        assert event["topic"] == key and event["sampled_at_ms"] == timestamp
+        assert headers and headers[0][0] == STATS_HEADER
+        self.captured.append((time.monotonic(), event))
+
+    def flush(self, timeout: float | None = None) -> None:
+        return None
+
+    def latest(self, topic: str) -> dict[str, Any] | None:
+        for _, event in reversed(self.captured):
+            if event["topic"] == topic:
+                return event
+        return None
+
+    def hwms(self, topic: str) -> list[int] | None:
+        """The high watermarks in the latest sample of ``topic`` (None before the first)."""
+        event = self.latest(topic)
+        return None if event is None else list(event["high_watermarks"])
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _create(admin: AdminClient, partitions: dict[str, int]) -> None:
+    futures = admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
+    for f in futures.values():
+        f.result(10)
+
+
+def _produce(bootstrap: str, counts: dict[tuple[str, int], int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for (topic, partition), n in counts.items():
+        for i in range(n):
+            producer.produce(topic, value=b"x%d" % i, partition=partition)
+    assert producer.flush(10) == 0
+
+
+def _list_offsets(admin: AdminClient, topic: str, partitions: int) -> list[int]:
+    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    got = {tp.partition: f.result(10).offset for tp, f in admin.list_offsets(req).items()}
+    return [got[p] for p in range(partitions)]
+
+
+def _wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(0.02)
+    pytest.fail(f"not within {timeout_s}s: {what}")
+
+
+def _run_in_thread(source: HighWatermarkSource) -> threading.Thread:
+    thread = threading.Thread(target=source.start, daemon=True)
+    thread.start()
+    return thread
+
+
+def _read_all(bootstrap: str, topic: str, group: str) -> list[Any]:
+    admin = _admin(bootstrap)
+    partitions = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    ends = _list_offsets(admin, topic, partitions)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    messages: list[Any] = []
+    deadline = time.monotonic() + 15
+    while len(messages) < sum(ends) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            messages.append(msg)
+    consumer.close()
+    assert len(messages) == sum(ends), "could not read back everything the sampler produced"
+    return messages
+
+
+def test_lagpilot_sample_through_quix_matches_list_offsets_at_the_configured_rate(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    admin = _admin(kafka_bootstrap)
+    one, six, out = f"{unique_name}-one", f"{unique_name}-six", f"{unique_name}-out"
+    _create(admin, {one: 1, six: 6})
+    counts = {(one, 0): 5, (six, 0): 3, (six, 2): 7, (six, 5): 1}
+    _produce(kafka_bootstrap, counts)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.read.watermarks", "--bootstrap", kafka_bootstrap,
+         "--include", rf"{re.escape(unique_name)}-(one|six)", "--topic", out,
+         "--sample-interval-ms", "250", "--log-level", "WARNING"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        _wait_for(
+            lambda: (
+                out in admin.list_topics(timeout=5).topics and sum(_list_offsets(admin, out, 1)) > 0
+            ),
+            30,
+            "the sampler's first message",
+        )
+        time.sleep(4.5)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+
+    messages = _read_all(kafka_bootstrap, out, f"{unique_name}-reader")
+    by_topic: dict[str, list[dict[str, Any]]] = {one: [], six: []}
+    for msg in messages:
+        event = decode(msg.value())
+        validate(event)
+        assert msg.key().decode() == event["topic"]
+        assert msg.timestamp()[1] == event["sampled_at_ms"], "the sample time is the event time"
+        assert decode(dict(msg.headers())[STATS_HEADER])["errors"] == 0
+        by_topic[event["topic"]].append(event)
+
+    # Values: what list_offsets says, after the known counts produced above.
+    assert by_topic[one][-1]["high_watermarks"] == _list_offsets(admin, one, 1) == [5]
+    assert by_topic[six][-1]["high_watermarks"] == _list_offsets(admin, six, 6)
+    assert by_topic[six][-1]["high_watermarks"] == [3, 0, 7, 0, 0, 1]
+    assert len(by_topic[six][-1]["leaders"]) == 6
+    assert all(e["high_watermarks"] == [5] for e in by_topic[one])
+
+    # Cost: one message per topic per tick, however many partitions the topic has.
+    ticks_one = [e["sampled_at_ms"] for e in by_topic[one]]
+    ticks_six = [e["sampled_at_ms"] for e in by_topic[six]]
+    assert ticks_one == ticks_six
+    assert len(messages) == 2 * len(ticks_one)
+
+    # Rate: 250 ms for 4 s is 16 samples, +/-20%.
+    first = ticks_one[0]
+    in_window = [t for t in ticks_one if first <= t < first + 4000]
+    assert 13 <= len(in_window) <= 19, in_window
+    assert ticks_one == sorted(ticks_one)
+
+
+def test_topics_and_partitions_are_tracked_within_one_metadata_refresh(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    admin = _admin(kafka_bootstrap)
+    a, b, c = (f"{unique_name}-{s}" for s in "abc")
+    _create(admin, {a: 2, b: 1})
+    refresh_s = 1.0
+    source = CapturingSource(
+        f"{unique_name}-wm",
+        {"bootstrap.servers": kafka_bootstrap},
+        include=rf"{re.escape(unique_name)}-.*",
+        sample_interval_ms=100,
+        metadata_refresh_ms=int(refresh_s * 1000),
+    )
+    thread = _run_in_thread(source)
+    try:
+        _wait_for(lambda: source.latest(a) and source.latest(b), 10, "the first samples")
+        slack_s = 0.8  # a tick, the topic creation itself, a loaded 2-core machine
+
+        _create(admin, {c: 3})
+        took = _wait_for(lambda: source.latest(c), refresh_s + slack_s, "the new topic sampled")
+        assert took <= refresh_s + slack_s
+
+        admin.create_partitions([NewPartitions(a, 4)])[a].result(10)
+        _wait_for(
+            lambda: len(source.hwms(a) or ()) == 4,
+            refresh_s + slack_s,
+            "the added partitions sampled",
+        )
+
+        _produce(kafka_bootstrap, {(c, 1): 10, (a, 3): 2})
+        _wait_for(
+            lambda: source.hwms(c) == [0, 10, 0] and source.hwms(a) == [0, 0, 0, 2],
+            1.0,
+            "new records seen within a few ticks",
+        )
+
+        admin.delete_topics([b])[b].result(10)
+        deleted_at = time.monotonic()
+        time.sleep(refresh_s + slack_s)
+        last_b = max(t for t, e in source.captured if e["topic"] == b)
+        assert last_b - deleted_at < refresh_s + slack_s
+        count_b = sum(1 for _, e in source.captured if e["topic"] == b)
+        time.sleep(0.5)
+        assert sum(1 for _, e in source.captured if e["topic"] == b) == count_b, "b not dropped"
+        assert thread.is_alive()
+        assert source.hwms(c) == [0, 10, 0]
+    finally:
+        source.stop()
+        thread.join(5)
+    assert not thread.is_alive(), "stop() did not end the run loop"
+
+    stats = source.stats()
+    assert stats["messages"] == len(source.captured)
+    assert stats["topics"] == 2 and stats["partitions"] == 4 + 3
+    assert stats["metadata_refreshes"] >= 4
+    for event in (e for _, e in source.captured):
+        validate(event)
+
+
+def test_unreachable_broker_is_counted_and_retried_with_backoff_never_fatal(
+    unique_name: str,
+) -> None:
+    source = CapturingSource(
+        f"{unique_name}-wm",
+        {"bootstrap.servers": "127.0.0.1:1"},  # nothing listens on port 1
+        sample_interval_ms=50,
+        request_timeout_ms=200,
+        backoff_initial_ms=200,
+        backoff_max_ms=800,
+    )
+    thread = _run_in_thread(source)
+    try:
+        time.sleep(2.5)
+        assert thread.is_alive(), "the source died on a transient error"
+    finally:
+        stopped_at = time.monotonic()
+        source.stop()
+        thread.join(5)
+    assert time.monotonic() - stopped_at < 1.5, "stop() took longer than one request"
+    stats = source.stats()
+    attempts = sum(n for kind, n in stats["errors"].items() if kind.startswith("metadata:"))
+    # Without backoff: ~2.5 s / (200 ms timeout + 50 ms tick) = 10 attempts; with it,
+    # 200 + 200, 200 + 400, 200 + 800, 200 + 800 ms ... = 4 or 5.
+    assert 2 <= attempts <= 6, stats
+    assert stats["errors_total"] == attempts
+    assert source.captured == []

@@ -1,0 +1,176 @@
+"""Policy configuration: the example file loads, overrides resolve, every error names its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.decide.policy_config import (
+    POLICY_ACTIONS,
+    PolicyConfig,
+    Thresholds,
+    config_from_mapping,
+    load_policy_config,
+)
+from schemas import ConfigError, Mode
+
+ROOT = Path(__file__).resolve().parents[4]
+EXAMPLE = ROOT / "deploy" / "policy.example.toml"
+
+
+def test_example_file_loads_with_its_sections() -> None:
+    cfg = load_policy_config(EXAMPLE, env={})
+    assert cfg.mode is Mode.RECOMMEND
+    assert cfg.policy_version == "2026-11-29.1"
+    assert cfg.throttle_floor_bytes_per_s == 1_048_576
+    assert cfg.broker_ids == (1, 2, 3)
+    assert cfg.may_throttle("ingest-") and cfg.may_throttle("crawler-7")
+    assert not cfg.may_throttle("billing")
+    exact = config_from_mapping({"allow": {"throttle_client_ids": ["agent-", "bot-?"]}})
+    assert exact.may_throttle("agent-") and exact.may_throttle("bot-1")
+    assert not exact.may_throttle("agent-", "client-id-prefix")  # would cover "agent-x" too
+    assert cfg.may_add_partitions("docs.raw") and not cfg.may_add_partitions("orders")
+    assert [p.target for p in cfg.producers] == ["client-id-prefix:ingest-", "client-id:crawler-7"]
+    assert cfg.cooldown_s("transfer_leadership") == 300
+    assert cfg.cooldown_s("spread_partition") == 30
+    assert cfg.spread_pool == "overflow"
+
+
+def test_no_file_means_builtin_defaults() -> None:
+    assert load_policy_config(None, env={}) == PolicyConfig()
+
+
+def test_file_comes_from_the_environment(tmp_path: Path) -> None:
+    f = tmp_path / "p.toml"
+    f.write_text('mode = "act"\n')
+    assert load_policy_config(env={"LAGPILOT_POLICY_FILE": str(f)}).mode is Mode.ACT
+
+
+def test_overrides_apply_by_specificity_then_file_order() -> None:
+    cfg = config_from_mapping(
+        {
+            "thresholds": {
+                "default": {"time_lag_s": 30, "offset_lag": 1000},
+                "group:w*,topic:docs": {"time_lag_s": 2},
+                "group:workers": {"time_lag_s": 5, "exit_ratio": 0.9},
+                "topic:docs": {"time_lag_s": 7, "offset_lag": 50},
+            }
+        }
+    )
+    assert cfg.thresholds_for("workers", "docs") == Thresholds(
+        time_lag_s=2, offset_lag=50, exit_ratio=0.9
+    )
+    assert cfg.thresholds_for("workers", "orders").time_lag_s == 5
+    assert cfg.thresholds_for("other", "docs").time_lag_s == 7
+    assert cfg.thresholds_for("other", "orders") == Thresholds(time_lag_s=30, offset_lag=1000)
+
+
+def test_environment_overrides_win_over_the_file() -> None:
+    cfg = config_from_mapping(
+        {"mode": "act", "budget": {"actions_per_minute": 3}},
+        env={
+            "LAGPILOT_POLICY_MODE": "observe",
+            "LAGPILOT_POLICY_ACTIONS_PER_MINUTE": "9",
+            "LAGPILOT_POLICY_ACTIONS_ENABLED": "throttle_producer, release_producer",
+            "LAGPILOT_POLICY_THROTTLE_FLOOR_BYTES_PER_S": "2000",
+            "LAGPILOT_POLICY_LEASE_S": "45",
+            "LAGPILOT_POLICY_VERSION": "v9",
+        },
+    )
+    assert cfg.mode is Mode.OBSERVE
+    assert cfg.actions_per_minute == 9
+    assert cfg.enabled == {"throttle_producer", "release_producer"}
+    assert cfg.throttle_floor_bytes_per_s == 2000
+    assert cfg.throttle_lease_s == 45
+    assert cfg.policy_version == "v9"
+
+
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({"mode": "acts"}, "policy.mode"),
+    ({"modee": "act"}, "policy.modee"),
+    ({"thresholds": {"default": {"time_lag_s": -1}}}, "policy.thresholds.default.time_lag_s"),
+    ({"thresholds": {"default": {"time_lag_s": "10"}}}, "policy.thresholds.default.time_lag_s"),
+    ({"thresholds": {"default": {"offset_lag": 0}}}, "policy.thresholds.default.offset_lag"),
+    ({"thresholds": {"default": {"exit_ratio": 1.5}}}, "policy.thresholds.default.exit_ratio"),
+    ({"thresholds": {"default": {"enter_windows": 0}}}, "policy.thresholds.default.enter_windows"),
+    ({"thresholds": {"default": {"exit_window": 3}}}, "policy.thresholds.default.exit_window"),
+    ({"thresholds": {"workers": {"time_lag_s": 3}}}, 'policy.thresholds."workers"'),
+    ({"thresholds": {"group:w": {"time_lag": 3}}}, 'policy.thresholds."group:w".time_lag'),
+    ({"thresholds": {"topic:t": {"exit_ratio": 0}}}, 'policy.thresholds."topic:t".exit_ratio'),
+    ({"cooldowns": {"default_s": -5}}, "policy.cooldowns.default_s"),
+    ({"cooldowns": {"throttle": 5}}, "policy.cooldowns.throttle"),
+    ({"budget": {"actions_per_minute": 0}}, "policy.budget.actions_per_minute"),
+    ({"budget": {"actions_per_minte": 5}}, "policy.budget.actions_per_minte"),
+    ({"throttle": {"floor_bytes_per_s": 0}}, "policy.throttle.floor_bytes_per_s"),
+    ({"throttle": {"step_ratio": 1.2}}, "policy.throttle.step_ratio"),
+    (
+        {"throttle": {"start_bytes_per_s": 10, "floor_bytes_per_s": 100}},
+        "policy.throttle.start_bytes_per_s",
+    ),
+    ({"throttle": {"lease_s": 10}, "cooldowns": {"default_s": 30}}, "policy.throttle.lease_s"),
+    ({"allow": {"partition_topics": "docs"}}, "policy.allow.partition_topics"),
+    ({"allow": {"throttle_clients": ["a"]}}, "policy.allow.throttle_clients"),
+    ({"producers": {"a*b": ["t"]}}, "policy.producers.a*b"),
+    ({"producers": {"ingest": []}}, "policy.producers.ingest"),
+    ({"brokers": {"ids": [1, -2]}}, "policy.brokers.ids"),
+    ({"actions": {"enabled": ["halt"]}}, "policy.actions.enabled"),
+    ({"actions": {"ttl_s": 0}}, "policy.actions.ttl_s"),
+    ({"hotspot": {"lanes": 1}}, "policy.hotspot.lanes"),
+    ({"hotspot": {"ratio": 0.5}}, "policy.hotspot.ratio"),
+    ({"leadership": {"min_partitions": 1}}, "policy.leadership.min_partitions"),
+    ({"scale": {"lag_per_replica": 0}}, "policy.scale.lag_per_replica"),
+    ({"partitions": {"growth_ratio": 0.9}}, "policy.partitions.growth_ratio"),
+    ({"state": {"forget_after_s": 0}}, "policy.state.forget_after_s"),
+    ({"budget": 5}, "policy.budget"),
+]
+
+
+@pytest.mark.parametrize(("data", "key"), BAD, ids=[k for _, k in BAD])
+def test_every_error_names_its_key_and_a_fix(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping(data)
+    message = str(err.value)
+    assert message.startswith(key + ":") or message.startswith(key + " "), message
+    assert ";" in message, f"no fix given: {message}"
+
+
+def test_the_briefs_example_message() -> None:
+    with pytest.raises(ConfigError, match=r"^policy\.thresholds\.default\.time_lag_s: must be > 0"
+                       r" \(got -1\); set a positive number of seconds"):  # fmt: skip
+        config_from_mapping({"thresholds": {"default": {"time_lag_s": -1}}})
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"LAGPILOT_POLICY_MODE": "fast"}, "LAGPILOT_POLICY_MODE"),
+        ({"LAGPILOT_POLICY_ACTIONS_PER_MINUTE": "many"}, "LAGPILOT_POLICY_ACTIONS_PER_MINUTE"),
+        ({"LAGPILOT_POLICY_ACTIONS_PER_MINUTE": "-1"}, "LAGPILOT_POLICY_ACTIONS_PER_MINUTE"),
+        ({"LAGPILOT_POLICY_LEASE": "30"}, "LAGPILOT_POLICY_LEASE"),
+        ({"LAGPILOT_POLICY_ACTIONS_ENABLED": "throttle"}, "LAGPILOT_POLICY_ACTIONS_ENABLED"),
+    ],
+)
+def test_environment_errors_name_the_variable(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        config_from_mapping({}, env=env)
+
+
+def test_unreadable_and_invalid_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"LAGPILOT_POLICY_FILE=.*cannot be read"):
+        load_policy_config(tmp_path / "missing.toml", env={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("mode = \n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: not valid TOML"):
+        load_policy_config(bad, env={})
+
+
+def test_errors_are_not_retriable() -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"mode": 1})
+    assert err.value.retriable is False
+
+
+def test_enabled_defaults_to_every_policy_action() -> None:
+    assert config_from_mapping({}).enabled == {str(t) for t in POLICY_ACTIONS}

@@ -1,0 +1,136 @@
+"""The lag operator without Quix: which events a tick publishes, and a restart from state."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from pipeline.model.config import LagConfig
+from pipeline.model.model_op import LagOperator
+from schemas import validate
+
+TICK_MS = 250
+T0 = 1_800_000_000_000
+
+
+class State:
+    """The subset of Quix's State the operator uses, over a dict (survives a 'restart')."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+
+def sample(t: int, hw: list[int]) -> dict[str, Any]:
+    return {"event": "watermarks", "sampled_at_ms": t, "high_watermarks": hw}
+
+
+def commits(rows: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+    return {"event": "commits", "commits": [list(r) for r in rows]}
+
+
+def run(op: LagOperator, state: State, ticks: range, groups: int, partitions: int,
+        stalled: frozenset[str] = frozenset()) -> list[list[dict[str, Any]]]:  # fmt: skip
+    """Groups that keep up (commit every 500 ms) except ``stalled`` (stop committing at
+    tick 40): the events of each tick."""
+    out = []
+    for i in ticks:
+        t = T0 + i * TICK_MS
+        hw = [i * 10 + p for p in range(partitions)]
+        if i % 2 == 0:
+            rows = [
+                (f"g{g}", p, hw[p], t - 5)
+                for g in range(groups)
+                for p in range(partitions)
+                if not (f"g{g}" in stalled and i >= 40)
+            ]
+            op(commits(rows), "t", t, None, state)
+        out.append(op(sample(t, hw), "t", t, None, state))
+    return out
+
+
+def test_ok_groups_publish_a_summary_each_second_and_each_partition_each_interval():
+    op = LagOperator(LagConfig(), snapshot_interval_ms=5_000, ok_summary_interval_ms=1_000)
+    ticks = run(op, State(), range(1, 121), groups=6, partitions=8)  # 30 s
+    steady = [e for tick in ticks[40:] for e in tick]  # the last 20 s
+    kinds = Counter(e["event"] for e in steady)
+    assert kinds["group_lag"] == 6 * 20  # one a second per group
+    per_partition = Counter(
+        (e["group"], e["partition"]) for e in steady if e["event"] == "partition_lag"
+    )
+    assert len(per_partition) == 6 * 8 and set(per_partition.values()) == {4}  # every 5 s
+    # the groups publish their snapshots on different ticks, not all on one
+    ticks_with_snapshots = sum(
+        1 for tick in ticks[40:] if any(e["event"] == "partition_lag" for e in tick)
+    )
+    assert ticks_with_snapshots >= 5
+    for e in steady[:50]:
+        validate(e)
+
+
+def test_a_stalled_group_is_published_at_once_then_each_alert_interval():
+    op = LagOperator(LagConfig(), snapshot_interval_ms=30_000, alert_interval_ms=1_000)
+    ticks = run(op, State(), range(1, 101), groups=3, partitions=4, stalled=frozenset({"g1"}))
+    # g1's partitions turn non-OK soon after tick 40 and are published on the change
+    changed = next(
+        i
+        for i, tick in enumerate(ticks)
+        for e in tick
+        if e["event"] == "partition_lag" and e["group"] == "g1" and e["status"] != "OK"
+    )
+    assert 40 <= changed + 1 <= 44
+    later = [e for tick in ticks[changed + 1 : changed + 41] for e in tick]  # 10 s after
+    g1 = Counter(
+        e["partition"] for e in later if e["event"] == "partition_lag" and e["group"] == "g1"
+    )
+    assert set(g1) == {0, 1, 2, 3} and all(9 <= n <= 14 for n in g1.values())  # ~1/s (+ changes)
+    assert not any(e["event"] == "partition_lag" and e["group"] != "g1" for e in later)
+    g1_summaries = [e for e in later if e["event"] == "group_lag" and e["group"] == "g1"]
+    assert len(g1_summaries) == 40 and all(e["status"] != "OK" for e in g1_summaries)
+
+
+def test_a_restarted_operator_publishes_what_the_running_one_would():
+    state = State()
+    first = LagOperator(LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0)
+    run(first, state, range(1, 61), groups=2, partitions=3, stalled=frozenset({"g0"}))
+    assert {"hw", "win", "groups", "c:g0", "c:g1", "gen"} <= set(state.data)
+    copy = State()
+    copy.data = dict(state.data)
+    again = LagOperator(LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0)
+    t = T0 + 61 * TICK_MS
+    hw = [610 + p for p in range(3)]
+    restored = again(sample(t, hw), "t", t, None, copy)
+    running = first(sample(t, hw), "t", t, None, state)
+    summary = {e["group"]: e for e in restored if e["event"] == "group_lag"}
+    assert summary["g0"]["status"] == "STOP"  # remembered: g0 stopped 5 s ago
+    assert summary["g1"]["status"] == "OK"
+    # the same numbers and the same snapshots; a new process also re-announces the OK group
+    announced = [e for e in restored if e["event"] == "group_lag" and e["group"] == "g1"]
+    assert len(announced) == 1
+    assert [e for e in restored if e not in announced] == running
+
+
+def test_topics_another_deployment_samples_are_not_modelled() -> None:
+    """Two lagpilot deployments on one cluster share the input topic: each models only the
+    topics its include/exclude watches (one once issued spreads for the other's groups)."""
+    from pipeline.read.watermarks import make_selector
+
+    op = LagOperator(LagConfig(), watches=make_selector("mine\\..*").watches)
+    state = State()
+    for name in ("mine.orders", "theirs.orders"):
+        for i in range(8):
+            t = T0 + i * TICK_MS
+            op(commits([("g", 0, i * 10, t - 5)]), name, t, None, state)
+            op({"event": "owners", "owners": [["g", 0, "m", "c", "h"]]}, name, t, None, state)
+            events = op(sample(t, [i * 10 + 50]), name, t, None, state)
+            assert (len(events) > 0) == (name == "mine.orders") or i == 0, (name, i, events)
+    assert op.topics == 1
+    assert set(op._owners) == {"mine.orders"}
