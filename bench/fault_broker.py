@@ -46,6 +46,7 @@ from schemas import encode
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 DOWN_S = 10.0
+RESTART_TRIES = 3
 
 
 @dataclass
@@ -58,6 +59,8 @@ class OwnBroker:
     extra_env: dict[str, str] = field(default_factory=dict)
     run_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="lagpilot-faults-run-"))
     bootstrap: str = ""
+    restarts: int = 0
+    failed_restarts: int = 0  # node starts that exited: a supervisor started them again
 
     @property
     def env(self) -> dict[str, str]:
@@ -77,9 +80,15 @@ class OwnBroker:
 
     def restart(self) -> None:
         """The killed node again, on its own data (``kafka.sh up`` would format a new one)."""
-        done = subprocess.run([str(KAFKA_SH), "restart"], env=self.env, stdout=subprocess.PIPE)
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka.sh restart failed (see above); {self.log_tails()}")
+        for _ in range(RESTART_TRIES):
+            self.restarts += 1
+            done = subprocess.run([str(KAFKA_SH), "restart"], env=self.env, stdout=subprocess.PIPE)
+            if done.returncode == 0:
+                return
+            # A node may exit at start under load (KRaft: not caught up with the controller
+            # in time); a supervisor (systemd Restart=on-failure, Kubernetes) starts it again.
+            self.failed_restarts += 1
+        raise RuntimeError(f"kafka.sh restart failed (see above); {self.log_tails()}")
 
     def log_tails(self, n: int = 12) -> str:
         """The last lines of each node's broker.log (the run folder goes at the end)."""

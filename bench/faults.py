@@ -251,11 +251,17 @@ def cluster_row(tmp: Path) -> dict[str, Any]:
     with own_broker(CLUSTER_PORT, brokers=fault_cluster.BROKERS, **ready) as cluster:
         got = fault_cluster.leader_then_controller(cluster, tmp)
     k = got["killed"]
+    got["broker_failed_restarts"] = cluster.failed_restarts
     what = (
         f"3 nodes; killed -9 and restarted {fault_cluster.DOWN_S:g} s later: node "
         f"{k.get('offsets_leader')} (the swarm group's coordinator, leading its "
         f"__consumer_offsets partition), then node {k.get('controller')} (the KRaft controller)"
     )
+    if cluster.failed_restarts:
+        what += (
+            f"; {cluster.failed_restarts} node start(s) exited (not caught up with the "
+            "controller in time, a loaded machine) and were started again, as a supervisor would"
+        )
     return load_row("cluster_leader_kill", CLUSTER_TITLE, got, what)
 
 
@@ -405,7 +411,12 @@ def run(
                 rows.append(previous[fault])
             elif fault in makers and (only is None or fault in only):
                 print(f"measuring {fault} ...", flush=True)
-                rows.append(makers[fault](Path(tmp)))
+                try:
+                    rows.append(makers[fault](Path(tmp)))
+                except Exception as exc:  # one row's failure must not lose the others
+                    rows.append(_row(fault, TITLES.get(fault, fault), measured=False,
+                                     why=f"the run of this row failed: {type(exc).__name__}: "
+                                     f"{str(exc)[:300]}"))  # fmt: skip
             elif fault in NOT_MEASURED:
                 rows.append(_row(fault, TITLES[fault], measured=False, why=NOT_MEASURED[fault][1]))
             elif fault == "broker_kill" and broker is None:
