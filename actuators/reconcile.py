@@ -21,8 +21,10 @@ batch, not one read per action.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from confluent_kafka import KafkaException
 
 from actuators.backends import Backend
 from schemas import ActionType, encode
@@ -62,8 +64,9 @@ class IntentLog:
     batch's transaction commits later. ``begin`` a batch, ``add`` its actions, ``flush``
     once before the first call."""
 
-    def __init__(self, producer: Any, topic: str, actuator: str) -> None:
-        self._producer = producer
+    def __init__(self, make_producer: Callable[[], Any], topic: str, actuator: str) -> None:
+        self._make = make_producer
+        self._producer = make_producer()
         self._topic = topic
         self._actuator = actuator
         self._pending = 0
@@ -77,7 +80,14 @@ class IntentLog:
         if action["type"] not in EFFECTS or action["id"] in self.written:
             return False
         value = encode(intent(action, actuator=self._actuator, now_ms=now_ms))
-        self._producer.produce(self._topic, key=str(action["id"]).encode(), value=value)
+        try:
+            self._producer.produce(self._topic, key=str(action["id"]).encode(), value=value)
+        except (KafkaException, BufferError) as exc:
+            # An intent is never worth the actuator: without it a crash costs one more
+            # (idempotent) call. A producer in a fatal state is replaced for the next one.
+            log.warning("intent of %s not written (%s); a new intent producer", action["id"], exc)
+            self._producer = self._make()
+            return False
         self.written.add(action["id"])
         self._pending += 1
         return True

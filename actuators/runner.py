@@ -154,7 +154,7 @@ class Runner:
         # Intents are written outside the transaction: they must be on the topic before the
         # backend call, whether or not the batch's transaction commits.
         self._intents = IntentLog(
-            Producer(base | {"enable.idempotence": True, "acks": "all", "linger.ms": 0}),
+            lambda: Producer(base | {"enable.idempotence": True, "acks": "all", "linger.ms": 0}),
             settings.outcomes_topic,
             settings.actuator_id,
         )
