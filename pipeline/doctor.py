@@ -1,9 +1,7 @@
 """``lagpilot doctor``: check in a few seconds everything a deployment needs.
 
-Two halves, as everywhere in lagpilot: :func:`gather` does the I/O once (one metadata
-request, one DescribeCluster and one DescribeTopics with authorized operations, validate-only
-CreateTopics for missing topics, one HTTP request per Admin API URL, one produce for the
-clock) and returns plain :class:`Facts`; :func:`evaluate` is pure and turns facts and the
+Two halves, as everywhere in lagpilot: ``gather`` (``pipeline/doctor_facts.py``) does the
+I/O once and returns plain ``Facts``; :func:`evaluate` is pure and turns facts and the
 policy into rows ``ok`` / ``warn`` / ``fail`` / ``skip``, each failure with its fix and its
 exit code. The command prints the table (or ``--json``) and exits with the first failure's
 code (69 unreachable, 77 permission, 78 configuration, 1 otherwise), 0 when nothing failed.
@@ -17,31 +15,28 @@ whose broker-stamped time is compared with this host's clock.
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
-from schemas import ActionType, ConfigError, Mode, load_signing_key, topics
+from pipeline.doctor_facts import DOCTOR_TOPIC, gather
+from pipeline.doctor_facts import LAGPILOT_TOPICS as LAGPILOT_TOPICS
+from pipeline.doctor_facts import Facts as Facts
+from schemas import ActionType, Mode
 from schemas.cli import (
     EX_CONFIG,
     EX_FAILED,
     EX_NOPERM,
     EX_OK,
     EX_UNAVAILABLE,
-    CommandError,
     Parser,
     add_connection,
-    client_config,
-    connect,
     run,
 )
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
-LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
-DOCTOR_TOPIC = "lagpilot.doctor"
 SKEW_WARN_S = 0.25  # the lag model aligns samples with commits; skew beyond this blurs it
 SKEW_FAIL_S = 2.0
 ACL_HINT = "kafka-acls.sh --bootstrap-server $KAFKA_BOOTSTRAP --add --allow-principal User:<p>"
@@ -54,32 +49,6 @@ class Row:
     detail: str
     fix: str = ""
     exit_code: int = EX_OK
-
-
-@dataclass
-class Facts:
-    """What the broker, the Admin API and the local files said (plain data)."""
-
-    bootstrap: str
-    broker_error: CommandError | None = None
-    brokers: int = 0
-    cluster_id: str | None = None
-    offsets_partitions: int | None = None
-    offsets_ops: frozenset[str] | None = None  # None: the broker did not say
-    cluster_ops: frozenset[str] | None = None
-    topic_partitions: dict[str, int] = field(default_factory=dict)
-    topic_ops: dict[str, frozenset[str] | None] = field(default_factory=dict)
-    create_errors: dict[str, str | None] = field(default_factory=dict)  # missing: why not
-    replication_factor: int = 1
-    admin_urls: tuple[str, ...] = ()
-    admin_results: dict[str, tuple[int, str]] = field(default_factory=dict)  # url: code, text
-    key_error: str | None = None
-    policy: Any = None  # PolicyConfig
-    policy_error: str | None = None
-    settings_error: str | None = None
-    skew_s: float | None = None
-    skew_rtt_s: float | None = None
-    skew_error: str | None = None
 
 
 # --------------------------------------------------------------------------- evaluate (pure)
@@ -136,7 +105,9 @@ def evaluate(f: Facts) -> list[Row]:
             "clock skew",
         )
         return broker + [Row(n, SKIP, "broker not reached") for n in skipped] + rows
-    out = [Row("broker", OK, f"{f.bootstrap}: {f.brokers} broker(s), cluster {f.cluster_id}")]
+    version = f.broker_version or f"version unknown ({f.version_error})"
+    out = [Row("broker", OK, f"{f.bootstrap}: {version}, {f.brokers} broker(s), "
+                             f"cluster {f.cluster_id}")]  # fmt: skip
     out.append(_offsets_row(f))
     need_quota, why_quota = _needs(f.policy, ActionType.THROTTLE_PRODUCER)
     out.append(
@@ -157,6 +128,14 @@ def evaluate(f: Facts) -> list[Row]:
 
 def _offsets_row(f: Facts) -> Row:
     name = "__consumer_offsets"
+    if f.offsets_partitions is None and f.offsets_ops == frozenset():
+        return Row(
+            name,
+            FAIL,
+            "DESCRIBE and READ denied (the pipeline reads it)",
+            f"{ACL_HINT} --operation Read --operation Describe --topic __consumer_offsets",
+            EX_NOPERM,
+        )
     if f.offsets_partitions is None:
         return Row(
             name,
@@ -184,7 +163,8 @@ def _partitions_row(f: Facts) -> Row:
     need_move, why_move = _needs(f.policy, ActionType.TRANSFER_LEADERSHIP)
     fix = f"{ACL_HINT} --operation Alter --cluster (leaders) / --topic <t> (partitions)"
     if not need_add and not need_move:
-        row = _permission(name, f.cluster_ops, ("ALTER",), False, f"{why_add}; {why_move}", fix)
+        why = why_add if why_add == why_move else f"{why_add}; {why_move}"
+        row = _permission(name, f.cluster_ops, ("ALTER",), False, why, fix)
         return row if row.status != OK else Row(name, OK, f"not needed: {why_add}")
     if need_move:
         row = _permission(name, f.cluster_ops, ("ALTER",), True, why_move, fix)
@@ -205,6 +185,16 @@ def _partitions_row(f: Facts) -> Row:
 def _topics_row(f: Facts) -> Row:
     name = "lagpilot topics"
     present = [t for t in LAGPILOT_TOPICS if t in f.topic_partitions]
+    hidden = [t for t in LAGPILOT_TOPICS if f.topic_ops.get(t) == frozenset()]
+    if hidden:
+        return Row(
+            name,
+            FAIL,
+            f"DESCRIBE denied on {', '.join(hidden)} (present or not, lagpilot cannot tell)",
+            f"{ACL_HINT} --operation Read --operation Write --operation Describe "
+            "--topic lagpilot. --resource-pattern-type prefixed",
+            EX_NOPERM,
+        )
     blocked = {t: e for t, e in f.create_errors.items() if e}
     if blocked:
         t, err = next(iter(blocked.items()))
@@ -300,173 +290,6 @@ def render(rows: Sequence[Row]) -> str:
         if r.fix and r.status in (WARN, FAIL):
             lines.append(f"{'':<{width}}  {'':<6}  fix: {r.fix}")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- gather (I/O)
-
-
-def gather(
-    bootstrap: str, kafka: Mapping[str, str], env: Mapping[str, str], timeout_s: float
-) -> Facts:
-    f = Facts(bootstrap=bootstrap)
-    _gather_local(f, env)
-    _gather_admin_api(f, env, timeout_s)
-    try:
-        md = connect(bootstrap, kafka, timeout_s)
-    except CommandError as exc:
-        f.broker_error = exc
-        return f
-    f.brokers = len(md.brokers)
-    f.cluster_id = md.cluster_id
-    _gather_broker(f, md, kafka, timeout_s)
-    _gather_skew(f, kafka, timeout_s)
-    return f
-
-
-def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
-    from pipeline.decide.policy_config import load_policy_config
-    from pipeline.settings import load_settings
-
-    try:
-        f.replication_factor = load_settings(env=env).replication_factor
-    except ConfigError as exc:
-        f.settings_error = str(exc)
-    try:
-        load_signing_key(env)
-    except ConfigError as exc:
-        f.key_error = str(exc)
-    try:
-        f.policy = load_policy_config(env.get("LAGPILOT_POLICY_FILE") or None, env=env)
-    except ConfigError as exc:
-        f.policy_error = str(exc)
-
-
-def _gather_admin_api(f: Facts, env: Mapping[str, str], timeout_s: float) -> None:
-    import httpx
-
-    urls = tuple(u.strip() for u in env.get("LAGPILOT_REDPANDA_ADMIN_URLS", "").split(",") if u)
-    f.admin_urls = urls
-    user = env.get("LAGPILOT_REDPANDA_ADMIN_USERNAME")
-    auth = (user, env.get("LAGPILOT_REDPANDA_ADMIN_PASSWORD", "")) if user else None
-    raw_verify = env.get("LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY", "true").strip()
-    verify: bool | str = raw_verify.lower() not in {"0", "false", "no", "off"}
-    if raw_verify.lower() not in {"0", "false", "no", "off", "1", "true", "yes", "on", ""}:
-        verify = raw_verify  # a CA bundle path
-    for url in urls:
-        try:
-            r = httpx.get(
-                f"{url.rstrip('/')}/v1/brokers",
-                auth=auth,
-                verify=verify,
-                timeout=min(timeout_s, 5.0),
-            )
-        except (httpx.HTTPError, OSError) as exc:
-            f.admin_results[url] = (0, f"unreachable ({type(exc).__name__}: {exc})")
-            continue
-        if r.status_code != 200:
-            f.admin_results[url] = (r.status_code, r.text[:120])
-            continue
-        try:
-            brokers = r.json()
-            versions = sorted({str(b.get("version", "?")) for b in brokers})
-            text = f"{len(brokers)} node(s), Redpanda {', '.join(versions)}"
-        except (ValueError, AttributeError):
-            text = "answered"
-        f.admin_results[url] = (200, text)
-
-
-def _ops(value: Any) -> frozenset[str] | None:
-    if value is None:
-        return None
-    return frozenset(getattr(op, "name", str(op)) for op in value)
-
-
-def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float) -> None:
-    from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(client_config(f.bootstrap, kafka))
-    try:
-        cluster = admin.describe_cluster(
-            include_authorized_operations=True, request_timeout=timeout_s
-        ).result()
-        f.cluster_ops = _ops(cluster.authorized_operations)
-    except KafkaException:
-        f.cluster_ops = None
-    policy = f.policy
-    wanted = [topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS]
-    if policy is not None and policy.partition_topics:
-        import fnmatch
-
-        wanted += sorted(
-            t for t in md.topics if any(fnmatch.fnmatchcase(t, g) for g in policy.partition_topics)
-        )[:20]
-    existing = [t for t in dict.fromkeys(wanted) if t in md.topics]
-    if existing:
-        futures = admin.describe_topics(
-            TopicCollection(existing), include_authorized_operations=True, request_timeout=timeout_s
-        )
-        for name, fut in futures.items():
-            try:
-                desc = fut.result()
-            except KafkaException:
-                continue
-            f.topic_partitions[name] = len(desc.partitions)
-            f.topic_ops[name] = _ops(desc.authorized_operations)
-    f.offsets_partitions = f.topic_partitions.pop(topics.CONSUMER_OFFSETS, None)
-    f.offsets_ops = f.topic_ops.pop(topics.CONSUMER_OFFSETS, None)
-    missing = [t for t in LAGPILOT_TOPICS if t not in f.topic_partitions]
-    if missing:
-        new = [NewTopic(t, 1, f.replication_factor) for t in missing]
-        for name, fut in admin.create_topics(
-            new, validate_only=True, request_timeout=timeout_s
-        ).items():
-            try:
-                fut.result()
-                f.create_errors[name] = None
-            except KafkaException as exc:
-                err = exc.args[0]
-                f.create_errors[name] = f"{err.name()}: {err.str()}"
-
-
-def _gather_skew(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> None:
-    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaException, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(client_config(f.bootstrap, kafka))
-    config = {"message.timestamp.type": "LogAppendTime", "retention.ms": "3600000"}
-    fut = admin.create_topics(
-        [NewTopic(DOCTOR_TOPIC, 1, min(f.replication_factor, max(f.brokers, 1)), config=config)],
-        request_timeout=timeout_s,
-    )[DOCTOR_TOPIC]
-    try:
-        fut.result()
-    except KafkaException as exc:
-        if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-            f.skew_error = f"cannot create {DOCTOR_TOPIC}: {exc.args[0].name()}"
-            return
-    producer = Producer({**client_config(f.bootstrap, kafka), "acks": "all"})
-    stamps: list[tuple[int, int]] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is None:
-            stamps.append(msg.timestamp())
-
-    for _ in range(3):  # the topic may take a moment to get a leader after its creation
-        sent = time.time()
-        producer.produce(DOCTOR_TOPIC, b"lagpilot doctor clock check", on_delivery=delivered)
-        producer.flush(timeout_s)
-        acked = time.time()
-        if stamps:
-            kind, broker_ms = stamps[0]
-            if kind != TIMESTAMP_LOG_APPEND_TIME:
-                f.skew_error = f"{DOCTOR_TOPIC} does not use LogAppendTime; delete it"
-                return
-            f.skew_s = broker_ms / 1000 - (sent + acked) / 2
-            f.skew_rtt_s = acked - sent
-            return
-        time.sleep(0.2)
-    f.skew_error = f"could not write to {DOCTOR_TOPIC} within {timeout_s:g} s"
 
 
 # --------------------------------------------------------------------------- command

@@ -4,6 +4,7 @@ had just started under load, bench/faults.py row 3) is weather, not a crash."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,8 @@ def test_a_topic_not_described_yet_is_retried(monkeypatch: pytest.MonkeyPatch) -
             raise TopicNotFoundError('Topic "lagpilot.lag" not found on the broker')
         return "app", None
 
-    assert main._build_with_retries(build, None, None, None) == "app"
+    settings = SimpleNamespace(bootstrap="127.0.0.1:9")
+    assert main._build_with_retries(build, settings, None, None) == "app"
     assert len(calls) == 3
 
 
@@ -35,5 +37,5 @@ def test_a_config_error_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ValueError("bad setting")
 
     with pytest.raises(ValueError):
-        main._build_with_retries(build, None, None, None)
+        main._build_with_retries(build, SimpleNamespace(bootstrap="127.0.0.1:9"), None, None)
     assert len(calls) == 1
