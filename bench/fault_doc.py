@@ -33,6 +33,19 @@ def _missed(row: dict[str, Any]) -> str:
     return f". **Targets missed**: {', '.join(missed) or 'see the notes'}"
 
 
+def _commits(result: dict[str, Any]) -> list[str]:
+    """A line naming the commits, when the rows were not all measured by the same one (a row
+    measured again with ``--only`` after a fix)."""
+    by: dict[str, list[str]] = {}
+    for r in result["rows"]:
+        if r["measured"] and r.get("commit"):
+            by.setdefault(r["commit"], []).append(r["title"].split(".", 1)[0])
+    if len(by) < 2:
+        return []
+    parts = [f"rows {', '.join(rows)} at {commit}" for commit, rows in by.items()]
+    return [f"Measured by more than one commit of this branch: {'; '.join(parts)}."]
+
+
 def render_doc(result: dict[str, Any]) -> str:
     """docs/reliability.md, written from the JSON: no figure in it comes from anywhere else."""
     lines = [
@@ -43,6 +56,7 @@ def render_doc(result: dict[str, Any]) -> str:
         f"stuck throttles 0, recovery within {RECOVER_TARGET_S:g} s of the fault clearing.",
         f"Rows measured: {result['measured']} of {result['of']}; a row marked *not measured*",
         "has no figures, and says why.",
+        *_commits(result),
         "",
         "| fault | measured | recovered | time to recover (s) | lost | duplicate side effects "
         "| duplicate actions | stuck throttles | needed a person | targets met | notes |",

@@ -375,6 +375,25 @@ TITLES = {
 } | {fault: title for fault, (title, _) in NOT_MEASURED.items()}
 
 
+def _commit() -> str | None:
+    """The commit measured (with ``+dirty`` when the tree has changes), or None."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
+                                "actuators", "pipeline", "schemas", "bench", "deploy"],
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def run(
     bootstrap: str,
     *,
@@ -412,7 +431,7 @@ def run(
             elif fault in makers and (only is None or fault in only):
                 print(f"measuring {fault} ...", flush=True)
                 try:
-                    rows.append(makers[fault](Path(tmp)))
+                    rows.append(makers[fault](Path(tmp)) | {"commit": _commit()})
                 except Exception as exc:  # one row's failure must not lose the others
                     rows.append(_row(fault, TITLES.get(fault, fault), measured=False,
                                      why=f"the run of this row failed: {type(exc).__name__}: "
