@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import ActionType, OutcomeResult
+from schemas.halts import ACTIONS, HaltScope, halt_scope
 
 #: A ``delegated`` worker action is done as far as the actuator goes: its replay (a pipeline
 #: killed mid-incident publishes its last decisions again, same ids) is a ``duplicate``, not a
@@ -86,7 +87,8 @@ class Ledger:
         params = outcome.get("params") or {}
         at = int(outcome.get("at", 0))
         if result == OutcomeResult.APPLIED and kind in (ActionType.HALT, ActionType.RESUME):
-            if params.get("scope") == "all" and at >= self.kill_switch[0]:
+            global_ = halt_scope(params) == HaltScope(ACTIONS, None)
+            if global_ and at >= self.kill_switch[0]:
                 self.kill_switch = (at, kind == ActionType.HALT)
             return
         entity, name = params.get("entity"), params.get("name")

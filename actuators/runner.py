@@ -47,11 +47,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from actuators.backends import Backend
 from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
 from actuators.errors import ActuatorError
+from actuators.kept_halts import kept_global_halt_ms
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
-from schemas import ActionType, EventError, OutcomeResult, decode, encode, tracing
+from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger("lagpilot.actuator")
@@ -128,7 +129,7 @@ class Runner:
         self,
         settings: Settings,
         *,
-        signing_key: bytes,
+        signing_key: Verifier,
         policy: Policy,
         backend: Backend,
         metrics: Metrics | None = None,
@@ -192,12 +193,22 @@ class Runner:
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _adopt_kept_halts(self) -> None:
+        """A halt issued while no actuator ran (actuators/kept_halts.py) holds here too."""
+        config = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka,
+                  "group.id": f"lagpilot-actuator-halts-{self.settings.actuator_id}"}  # fmt: skip
+        at = kept_global_halt_ms(config, self.settings.control_topic, self._key)
+        if at is not None and at >= self.ledger.kill_switch[0]:
+            self.ledger.kill_switch = (at, True)
+            self.metrics.halted.set(1)
+
     def start(self, serve_metrics: bool = True) -> Runner:
         ensure_topics(self._admin, self.settings)
         # First: fence a predecessor with our id and abort its open transaction, so the
         # read_committed rebuild below is not blocked by it.
         self._producer.init_transactions(30)
         self.rebuild_ledger()
+        self._adopt_kept_halts()
         self._consumer.subscribe([self.settings.control_topic])
         if serve_metrics:
             self._server = MetricsServer(

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from schemas import Mode, load_signing_key, tracing
+from schemas import ConfigError, Mode, load_signer, load_verifier, tracing
 from schemas.cli import (
     CLIENT_LOG,
     EX_CONFIG,
@@ -23,6 +23,7 @@ from schemas.cli import (
     unreachable_sentence,
     watch_client_logs,
 )
+from schemas.keys import DECIDE
 
 log = logging.getLogger("lagpilot.pipeline")
 
@@ -74,6 +75,30 @@ def _parser() -> Parser:
     opt("--metrics-port", "metrics_port", "/metrics, /healthz, /readyz; 0 disables", int)
     opt("--policy-file", "policy_file", "policy TOML file (built-in defaults if none)")
     opt(
+        "--progress-warn-min-s",
+        "progress_warn_min_s",
+        "SDK worker reports: WARN after this long without progress while data waits",
+        float,
+    )
+    opt(
+        "--progress-missed-reports",
+        "progress_missed_reports",
+        "SDK worker reports: how many may be missed before silence counts",
+        int,
+    )
+    opt(
+        "--progress-grace-s",
+        "progress_grace_s",
+        "SDK worker reports: grace beyond the missed reports before silence counts",
+        float,
+    )
+    opt(
+        "--progress-expire-s",
+        "progress_expire_s",
+        "SDK worker reports: drop a report this old (commits judge again)",
+        float,
+    )
+    opt(
         "--no-sampler",
         "run_sampler",
         "do not run the watermark sampler here",
@@ -88,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     return run("lagpilot run", _parser(), _run, sys.argv[1:] if argv is None else argv)
 
 
+def _has_key(env: Any) -> bool:
+    try:
+        load_signer(env, DECIDE)
+    except ConfigError:
+        return False
+    return True
+
+
 def _run(args: Any) -> int:
     skip = {"log_level", "debug", "config", "connect_timeout_s", "env", "kafka"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
@@ -98,10 +131,15 @@ def _run(args: Any) -> int:
     watch_client_logs(settings.bootstrap)  # the broker going mid-run: our sentence first
     policy_config = load_policy_config(settings.policy_file or None, env=args.env)
     policy = None
-    if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
+    # observe decides nothing, but answers action requests (as recommendations) when a
+    # signing key lets it verify them; without a key, observe runs no policy at all
+    observe = policy_config.mode is Mode.OBSERVE
+    if settings.run_policy and (not observe or _has_key(args.env)):
         from pipeline.decide.policy_op import PolicyOperator
 
-        policy = PolicyOperator(policy_config, load_signing_key(args.env))
+        policy = PolicyOperator(
+            policy_config, load_signer(args.env, DECIDE), verifier=load_verifier(args.env)
+        )
     tracing.setup("lagpilot-pipeline")
     from pipeline.app import build_app
     from pipeline.exposition import RenderProcess
@@ -123,6 +161,8 @@ def _run(args: Any) -> int:
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
     try:
         wait_for_broker(settings.bootstrap, dict(settings.kafka), args.connect_timeout_s)
+        if policy is not None:  # a halt kept from before this pipeline's state existed
+            policy.adopt_kept_halts(settings.broker_config(), settings.control_topic)
         run_until_stopped(build_app, settings, metrics, policy)
     except KeyboardInterrupt:
         pass

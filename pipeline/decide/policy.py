@@ -37,6 +37,7 @@ from typing import Any
 
 from pipeline.decide.policy_config import PolicyConfig, Producer, Thresholds
 from schemas import ActionType, GroupLag, Mode, stable_id
+from schemas.halts import ACTIONS, halt_scope
 from schemas.lag import WorstPartition
 
 BUDGET_WINDOW_MS = 60_000
@@ -648,7 +649,8 @@ def decide(
 def apply_control(state: PolicyState, action: dict[str, Any], now_ms: int) -> PolicyState:
     """Fold a (verified) halt or resume from ``lagpilot.control`` into the state.
 
-    Scope is ``"all"`` or a group; ``resume`` of ``"all"`` lifts every halt. Events are
+    Only ``actions`` halts stop the policy (schemas/halts.py): of every group (kept as
+    ``"all"``) or of one group; ``resume`` of ``"all"`` lifts every halt. Events are
     ordered by ``issued_at``: one older than the last event for its scope (or for
     ``"all"``) is a replay and ignored, and one stamped more than ``MAX_CONTROL_SKEW_MS``
     after ``now_ms`` is ignored as a bad clock. Other action types leave the state as is.
@@ -658,9 +660,12 @@ def apply_control(state: PolicyState, action: dict[str, Any], now_ms: int) -> Po
     at = action.get("issued_at")
     if kind not in (ActionType.HALT, ActionType.RESUME) or not isinstance(params, dict):
         return state
-    scope = params.get("scope")
-    if not isinstance(scope, str) or not scope or not isinstance(at, int):
+    if not isinstance(params.get("scope"), str) or not isinstance(at, int):
         return state
+    hs = halt_scope(params)
+    if hs.kind != ACTIONS:
+        return state  # a workload halt pauses the group's workers; the policy keeps deciding
+    scope = hs.group or "all"
     if at > now_ms + MAX_CONTROL_SKEW_MS:
         return state
     if at < state.control_ms.get(scope, -1) or at < state.control_ms.get("all", -1):
