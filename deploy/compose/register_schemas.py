@@ -39,7 +39,7 @@ TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
     topics.WATERMARKS: ("watermarks", "commits", "owners"),
     topics.LAG: ("partition_lag", "group_lag", "group_health"),
     topics.CONTROL: ("action",),
-    topics.OUTCOMES: ("outcome", "verification", "worker_outcome", "request_verdict"),
+    topics.OUTCOMES: ("outcome", "verification", "worker_outcome", "request_verdict", "intent"),
     topics.PRODUCERS: ("producer_rates",),
     topics.PROGRESS: ("progress",),
     topics.REQUESTS: ("action_request",),
