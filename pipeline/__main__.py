@@ -197,30 +197,61 @@ def wait_for_broker(bootstrap: str, kafka: dict[str, str], timeout_s: float) -> 
 
 
 def run_until_stopped(
-    build: Any, settings: Any, metrics: Any, policy: Any, pause_s: float = 1.0
+    build: Any,
+    settings: Any,
+    metrics: Any,
+    policy: Any,
+    pause_s: float = 1.0,
+    max_quick_failures: int = 10,
+    steady_s: float = 60.0,
 ) -> None:
-    """Run the app; when the broker refuses its checkpoint commit, build a new one and run
-    again (from the last committed offsets; state and the policy's budget carry over).
+    """Run the app; when the broker takes it down, build a new one and run again (from the
+    last committed offsets; state and the policy's budget carry over).
 
-    Quix Streams ends ``run()`` with ``CheckpointConsumerCommitError`` when a commit fails,
-    e.g. UNKNOWN_MEMBER_ID after the broker restarted and forgot the group's members. That
-    is weather, not a bug: without this, a broker restart stopped the pipeline for good
-    (bench/faults.py, row 1). Replayed inputs are harmless: actions carry idempotent ids.
+    Broker weather, not bugs, ends Quix Streams' ``run()`` with:
+    - ``CheckpointConsumerCommitError``: a commit refused, e.g. UNKNOWN_MEMBER_ID after the
+      broker restarted and forgot the group's members (bench/faults.py, row 1);
+    - ``CheckpointProducerTimeout``: the checkpoint's flush timed out while a broker of the
+      cluster was down (row 2);
+    - ``SourceException``: the commits source's process ended, e.g. its reads failed while
+      the node leading ``__consumer_offsets`` was down (row 2).
+    Without this, one broker restart stopped the pipeline for good. Replayed inputs are
+    harmless: actions carry idempotent ids. The pause doubles up to 30 s while runs keep
+    failing fast; ``max_quick_failures`` runs in a row that each fail within ``steady_s``
+    end the run (a supervisor then sees a crash loop, not a silent one).
     """
-    from quixstreams.checkpointing.exceptions import CheckpointConsumerCommitError
+    from quixstreams.checkpointing.exceptions import (
+        CheckpointConsumerCommitError,
+        CheckpointProducerTimeout,
+    )
+    from quixstreams.sources.base.exceptions import SourceException
 
+    quick_failures, delay_s = 0, pause_s
     while True:
         app = _build_with_retries(build, settings, metrics, policy)
+        started = time.monotonic()
         try:
             app.run()
             return
-        except CheckpointConsumerCommitError as exc:
+        except (CheckpointConsumerCommitError, CheckpointProducerTimeout, SourceException) as exc:
+            if time.monotonic() - started >= steady_s:
+                quick_failures, delay_s = 0, pause_s
+            quick_failures += 1
+            if quick_failures > max_quick_failures:
+                raise
+            cause = exc.__cause__ or exc.__context__
             log.warning(
-                "the broker refused a checkpoint commit (%s): the group lost this member "
-                "(a broker restart or a long pause); rejoining with a new consumer",
+                "the pipeline's run ended on broker trouble (%s: %s%s); rebuilding it and "
+                "resuming from the last committed offsets in %.1f s (%d of %d quick restarts)",
+                type(exc).__name__,
                 exc,
+                f", caused by {type(cause).__name__}: {cause}" if cause else "",
+                delay_s,
+                quick_failures,
+                max_quick_failures,
             )
-            time.sleep(pause_s)
+            time.sleep(delay_s)
+            delay_s = min(max(delay_s, 0.5) * 2, 30.0) if pause_s else 0.0
 
 
 def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) -> Any:
