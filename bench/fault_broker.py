@@ -221,8 +221,8 @@ def under_load(
         LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
         LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
     ).start()
-    actuator = _start_actuator(bootstrap, cfg.control_topic, outcomes, policy,
-                               workdir / f"actuator-{run_id}.log")  # fmt: skip
+    actuator_log = workdir / f"actuator-{run_id}.log"
+    actuator = _start_actuator(bootstrap, cfg.control_topic, outcomes, policy, actuator_log)
     reader = LagReader(bootstrap, {cfg.group}).start()
     rundir = workdir / run_id
     rundir.mkdir()
@@ -264,6 +264,9 @@ def under_load(
     finally:
         if pipe.proc is None or pipe.proc.poll() is not None:
             result["pipeline_log_tail"] = pipe.log_tail(25)
+        if actuator.poll() is not None and actuator_log.exists():
+            tail = actuator_log.read_text(errors="replace").splitlines()[-25:]
+            result["actuator_log_tail"] = "\n".join(tail)
         swarm.stop()
         reader.close()
         pipe.stop()

@@ -214,7 +214,9 @@ def run_until_stopped(
     - ``CheckpointProducerTimeout``: the checkpoint's flush timed out while a broker of the
       cluster was down (row 2);
     - ``SourceException``: the commits source's process ended, e.g. its reads failed while
-      the node leading ``__consumer_offsets`` was down (row 2).
+      the node leading ``__consumer_offsets`` was down (row 2);
+    - ``PartitionAssignmentError``: restoring state on assignment failed while the cluster's
+      controller was down (row 2).
     Without this, one broker restart stopped the pipeline for good. Replayed inputs are
     harmless: actions carry idempotent ids. The pause doubles up to 30 s while runs keep
     failing fast; ``max_quick_failures`` runs in a row that each fail within ``steady_s``
@@ -224,6 +226,7 @@ def run_until_stopped(
         CheckpointConsumerCommitError,
         CheckpointProducerTimeout,
     )
+    from quixstreams.exceptions import PartitionAssignmentError
     from quixstreams.sources.base.exceptions import SourceException
 
     quick_failures, delay_s = 0, pause_s
@@ -233,7 +236,12 @@ def run_until_stopped(
         try:
             app.run()
             return
-        except (CheckpointConsumerCommitError, CheckpointProducerTimeout, SourceException) as exc:
+        except (
+            CheckpointConsumerCommitError,
+            CheckpointProducerTimeout,
+            SourceException,
+            PartitionAssignmentError,
+        ) as exc:
             if time.monotonic() - started >= steady_s:
                 quick_failures, delay_s = 0, pause_s
             quick_failures += 1
