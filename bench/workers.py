@@ -243,6 +243,7 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=40_000)
     p.add_argument("--naive-messages", type=int, default=3_000)
     p.add_argument("--lanes", type=int, default=32, help="the documented setting")
+    p.add_argument("--buffered", type=int, default=0, help="max_buffered_per_partition (0: default)")
     p.add_argument("--modes", default="sdk,sqlite,postgres")
     p.add_argument("--smoke", action="store_true", help="seconds: a few messages, sdk only")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers.json")
@@ -251,7 +252,10 @@ def main() -> None:
     modes = args.modes.split(",")
     if args.smoke:
         args.messages, args.naive_messages, modes = 2000, 300, ["sdk"]
-    result = run(bootstrap, args.messages, args.naive_messages, {"lanes": args.lanes}, modes)
+    settings: dict[str, Any] = {"lanes": args.lanes}
+    if args.buffered:
+        settings["max_buffered_per_partition"] = args.buffered
+    result = run(bootstrap, args.messages, args.naive_messages, settings, modes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())

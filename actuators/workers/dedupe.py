@@ -166,6 +166,9 @@ class SQLiteDedupeStore:
         self._active: set[str] = set()
         self._cond = threading.Condition()
         self._conns: list[sqlite3.Connection] = []
+        # one writer at a time in this process: lanes queue here, not in SQLite's busy
+        # handler, whose sleeps (up to 100 ms each) collapse throughput under many lanes
+        self._write = threading.Lock()
         with self._tx() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, "
@@ -188,13 +191,14 @@ class SQLiteDedupeStore:
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         db = self.connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        with self._write:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def _get(self, db: sqlite3.Connection, key: str) -> tuple[str, str] | None:
         row = db.execute(f"SELECT state, owner FROM {self.TABLE} WHERE key = ?", (key,)).fetchone()
