@@ -243,7 +243,9 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=40_000)
     p.add_argument("--naive-messages", type=int, default=3_000)
     p.add_argument("--lanes", type=int, default=32, help="the documented setting")
-    p.add_argument("--buffered", type=int, default=0, help="max_buffered_per_partition (0: default)")
+    p.add_argument(
+        "--buffered", type=int, default=0, help="max_buffered_per_partition, 0: the default"
+    )
     p.add_argument("--modes", default="sdk,sqlite,postgres")
     p.add_argument("--smoke", action="store_true", help="seconds: a few messages, sdk only")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers.json")
