@@ -18,7 +18,7 @@ effects recorded twice, ``order_violations`` = a key's message processed after a
 the same key. Ratios are to ``naive``. Targets (docs/benchmarks.md): ``sdk_ratio`` >= 25,
 ``sqlite_ratio`` and ``postgres_ratio`` >= 5, lost 0, order violations 0.
 
-    .venv/bin/python -m bench.workers [--messages 40000] [--lanes 32] [--smoke] [--out PATH]
+    .venv/bin/python -m bench.workers [--messages 60000] [--lanes 16] [--smoke] [--out PATH]
 """
 
 from __future__ import annotations
@@ -240,9 +240,9 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--messages", type=int, default=40_000)
+    p.add_argument("--messages", type=int, default=60_000)
     p.add_argument("--naive-messages", type=int, default=3_000)
-    p.add_argument("--lanes", type=int, default=32, help="the documented setting")
+    p.add_argument("--lanes", type=int, default=16, help="the documented setting")
     p.add_argument(
         "--buffered", type=int, default=0, help="max_buffered_per_partition, 0: the default"
     )
