@@ -12,6 +12,8 @@ HALTS = "lagpilot.halts"
 PRODUCERS = "lagpilot.producers"  # producer_rates from the SDK's producer wrapper
 #: SDK workers report their processed positions here every sampling tick (key: group)
 PROGRESS = "lagpilot.progress"
+#: action requests from people and agents (lagpilot mcp), evaluated by the decide stage
+REQUESTS = "lagpilot.requests"
 
 #: lagpilot's own consumer groups start with this; the pipeline ignores their commits
 #: (reading our own commits to __consumer_offsets would be a feedback loop).

@@ -27,12 +27,7 @@ from actuators.workers.dedupe import (
 )
 from actuators.workers.lanes import Dispatcher, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
-from actuators.workers.progress import (
-    DEFAULT_INTERVAL_MS,
-    DEFAULT_LEAD_MS,
-    PartitionProgress,
-    ProgressReporter,
-)
+from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
 from schemas import ConfigError, Verifier, load_verifier, tracing
 from schemas.halts import ACTIONS, WORKLOAD
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
@@ -84,8 +79,8 @@ class Engine(abc.ABC):
         retry_backoff_s: float = 0.2,
         on_failure: FailureHook | None = None,
         consumer_config: dict[str, Any] | None = None,
-        progress_interval_ms: int = DEFAULT_INTERVAL_MS,
-        progress_lead_ms: int = DEFAULT_LEAD_MS,
+        progress_interval_ms: int | None = None,
+        progress_lead_ms: int | None = None,
         progress_topic: str = PROGRESS,
         control_replay_s: float = 60.0,
     ) -> None:
@@ -153,13 +148,10 @@ class Engine(abc.ABC):
         self._acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
         self._last_commit = 0.0
         self.error: BaseException | None = None
-        if progress_interval_ms != 0 and (
-            not isinstance(progress_interval_ms, int) or progress_interval_ms < 10
-        ):
-            raise ConfigError(
-                f"progress_interval_ms={progress_interval_ms!r}: must be an integer >= 10 "
-                "(the pipeline's sample_interval_ms, 250 by default), or 0 to disable"
-            )
+        # the argument, else LAGPILOT_PROGRESS_INTERVAL_MS / _LEAD_MS, else 125 / 40 ms
+        progress_interval_ms, progress_lead_ms = progress_timing(
+            progress_interval_ms, progress_lead_ms
+        )
         self._progress_interval_ms = progress_interval_ms
         self._progress_lead_ms = progress_lead_ms
         self._progress_topic = progress_topic

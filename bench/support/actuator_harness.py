@@ -155,6 +155,7 @@ class Harness:
         self, until: int, timeout_s: float = 20.0, group: str | None = None
     ) -> list[dict[str, Any]]:
         """Committed outcomes from the beginning, until ``until`` are read or time is up.
+        Intents (written before each backend call, superseded by the outcome) are left out.
 
         The partitions are assigned, not subscribed: a group join takes a second or more on a
         loaded broker, and a short read would end before its first fetch."""
@@ -177,7 +178,9 @@ class Harness:
             while partitions and len(got) < until and time.monotonic() < deadline:
                 for msg in consumer.consume(500, timeout=0.1):
                     if msg.error() is None and msg.value() is not None:
-                        got.append(orjson.loads(msg.value()))
+                        event = orjson.loads(msg.value())
+                        if event.get("event") != "intent":
+                            got.append(event)
         finally:
             consumer.close()
         return got

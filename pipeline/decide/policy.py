@@ -604,7 +604,9 @@ def _prune(c: _Ctx, acting: bool) -> None:
     s.scale_hints = {g: r for g, r in s.scale_hints.items() if g in live_groups}
     # what diagnosis keeps: bounded by the groups and producers seen lately
     s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
-    s.ladders = {k: lad for k, lad in s.ladders.items() if k in s.incidents}
+    # a hot partition's ladder is keyed "<incident key>\x00<partition>" (pipeline.remedies)
+    s.ladders = {k: lad for k, lad in s.ladders.items()
+                 if "\x00".join(k.split("\x00", 2)[:2]) in s.incidents}  # fmt: skip
     s.health = {g: h for g, h in s.health.items() if now - h.get("at", 0) < forget_ms}
     s.producer_rates = {k: r for k, r in s.producer_rates.items() if now - r[2] < forget_ms}
 
