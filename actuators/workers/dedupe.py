@@ -321,7 +321,11 @@ class SQLiteDedupeStore:
         return True
 
     def _leave(self, batch: int) -> None:
-        """A caller is done with ``batch`` (hold ``_write``); the last one forgets it."""
+        """A caller is done with ``batch`` (hold ``_write``); the last one forgets it, and
+        commits it if still open (a caller that found its key done or whose ``fn`` raised
+        must not leave the file's write lock held for the other processes)."""
+        if self._batch == batch and self._waiting[batch] <= 1:
+            self._end_batch()
         self._waiting[batch] -= 1
         if self._waiting[batch] <= 0:
             del self._waiting[batch]

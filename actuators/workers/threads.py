@@ -11,8 +11,8 @@ counts the threads really waiting for work, so each lane with work gets a thread
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -20,27 +20,25 @@ log = logging.getLogger(__name__)
 
 
 class LaneThreads:
-    """``submit(fn, *args)`` runs ``fn`` on an idle thread, else on a new one (up to
+    """``submit(fn, *args)`` runs ``fn`` on a waiting thread, else on a new one (up to
     ``max_threads``), else when a thread frees up. ``shutdown`` drops what has not started."""
 
     def __init__(self, max_threads: int, name: str) -> None:
         self._max = max_threads
         self._name = name
-        self._queue: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._items: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self._threads = 0
-        self._idle = 0  # threads waiting on the queue and not yet promised an item
+        self._waiting = 0  # threads blocked for work (a notified one counts until it wakes)
         self._stopped = False
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
-        with self._lock:
+        with self._cond:
             if self._stopped:
                 return
-            self._queue.put((fn, args))
-            if self._idle:
-                self._idle -= 1  # promised to one waiting thread
+            self._items.append((fn, args))
+            if self._waiting >= len(self._items):
+                self._cond.notify()
                 return
             if self._threads >= self._max:
                 return  # runs when a thread finishes its item
@@ -53,23 +51,22 @@ class LaneThreads:
         return self._threads
 
     def shutdown(self) -> None:
-        with self._lock:
+        with self._cond:
             self._stopped = True
-            n = self._threads
-        for _ in range(n):
-            self._queue.put(None)
+            self._items.clear()
+            self._cond.notify_all()
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None or self._stopped:
-                return
-            fn, args = item
+            with self._cond:
+                while not self._items and not self._stopped:
+                    self._waiting += 1
+                    self._cond.wait()
+                    self._waiting -= 1
+                if self._stopped:
+                    return
+                fn, args = self._items.popleft()
             try:
                 fn(*args)
             except BaseException:
                 log.exception("a lane task raised")
-            with self._lock:
-                if self._stopped:
-                    return
-                self._idle += 1
