@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
 
 install: $(VENV)/.installed prometheus-tools postgres-tools
 
@@ -31,7 +31,7 @@ prometheus-tools:
 
 # PostgreSQL's server binaries (Debian's `postgresql` package: initdb, pg_ctl) for the tests
 # of PostgresDedupeStore, which start their own server in a temp folder
-# (tests/support/postgres.py). As root, apt-get installs them and stops the cluster the
+# (bench/support/postgres.py). As root, apt-get installs them and stops the cluster the
 # package may start: the tests never use it.
 postgres-tools:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && exit 0; command -v initdb >/dev/null && exit 0; \
@@ -124,6 +124,11 @@ bench-keda: install
 
 bench-timelag: install
 	$(PY) -m bench.timelag
+
+# Worker throughput vs. a naive consumer (1 ms work, 8 partitions, 1,000 keys) on the real
+# broker and a PostgreSQL server it starts: bench/results/workers.json, docs/benchmarks.md.
+bench-workers: install
+	$(PY) -m bench.workers
 
 # Faults survived, one row per fault: bench/results/faults.json and docs/reliability.md.
 # Starts and stops its own broker on port 23092 (never the one `make broker-up` runs).

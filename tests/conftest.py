@@ -112,9 +112,9 @@ def unique_name() -> str:
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
-    """A real PostgreSQL server for the session (tests/support/postgres.py); each test that
+    """A real PostgreSQL server for the session (bench/support/postgres.py); each test that
     needs isolation uses its own table or database."""
-    from tests.support.postgres import postgres_server
+    from bench.support.postgres import postgres_server
 
     with postgres_server() as dsn:
         yield dsn

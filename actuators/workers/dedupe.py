@@ -33,6 +33,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -166,6 +167,14 @@ class SQLiteDedupeStore:
         self._active: set[str] = set()
         self._cond = threading.Condition()
         self._conns: list[sqlite3.Connection] = []
+        # one writer at a time in this process: lanes queue here, not in SQLite's busy
+        # handler, whose sleeps (up to 100 ms each) collapse throughput under many lanes
+        self._write = threading.Lock()
+        self._writer: sqlite3.Connection | None = None  # every write goes through it
+        self._batch = 0  # the open group transaction of once_sql calls (0: none)
+        self._batches = 0
+        self._outcomes: dict[int, BaseException | None] = {}  # batch -> commit error
+        self._waiting: Counter[int] = Counter()  # batch -> callers yet to read its outcome
         with self._tx() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, "
@@ -185,16 +194,37 @@ class SQLiteDedupeStore:
                 self._conns.append(conn)
         return conn
 
+    def _db(self) -> sqlite3.Connection:
+        """The writer connection (hold ``_write``)."""
+        if self._writer is None:
+            self._writer = self.connection()
+        return self._writer
+
+    def _end_batch(self) -> None:
+        """Commit the open group transaction, if any (hold ``_write``)."""
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, 0
+        try:
+            self._db().execute("COMMIT")
+            self._outcomes[batch] = None
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db().execute("ROLLBACK")
+            self._outcomes[batch] = exc
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = self.connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        with self._write:
+            self._end_batch()
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def _get(self, db: sqlite3.Connection, key: str) -> tuple[str, str] | None:
         row = db.execute(f"SELECT state, owner FROM {self.TABLE} WHERE key = ?", (key,)).fetchone()
@@ -247,17 +277,59 @@ class SQLiteDedupeStore:
             self._forget(key)
 
     def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], object]) -> bool:
-        """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done."""
-        with self._tx() as db:
-            row = self._get(db, key)
-            if row is not None and row[0] == "done":
-                return False
-            fn(db)
-            db.execute(
-                f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
-                (key, self._owner, _now_ms()),
-            )
+        """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done.
+
+        Group commit: calls from several lanes share one transaction, each in its own
+        savepoint (``fn`` raising undoes only its own writes). The transaction commits when a
+        caller finds nobody else writing, and every caller returns only after the commit that
+        holds its effect and mark; a failed commit raises in each of them. One fsync serves
+        the whole group instead of one per message.
+        """
+        with self._write:
+            db = self._db()
+            if not self._batch:
+                db.execute("BEGIN IMMEDIATE")
+                self._batches += 1
+                self._batch = self._batches
+            batch = self._batch
+            self._waiting[batch] += 1
+            db.execute("SAVEPOINT once_sql")
+            try:
+                row = self._get(db, key)
+                if row is not None and row[0] == "done":
+                    db.execute("RELEASE once_sql")
+                    self._leave(batch)
+                    return False
+                fn(db)
+                db.execute(
+                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
+                    (key, self._owner, _now_ms()),
+                )
+                db.execute("RELEASE once_sql")
+            except BaseException:
+                db.execute("ROLLBACK TO once_sql")
+                db.execute("RELEASE once_sql")
+                self._leave(batch)
+                raise
+        with self._write:  # the lanes queued on the lock meanwhile joined the batch
+            if self._batch == batch:
+                self._end_batch()
+            error = self._outcomes[batch]
+            self._leave(batch)
+        if error is not None:
+            raise error
         return True
+
+    def _leave(self, batch: int) -> None:
+        """A caller is done with ``batch`` (hold ``_write``); the last one forgets it, and
+        commits it if still open (a caller that found its key done or whose ``fn`` raised
+        must not leave the file's write lock held for the other processes)."""
+        if self._batch == batch and self._waiting[batch] <= 1:
+            self._end_batch()
+        self._waiting[batch] -= 1
+        if self._waiting[batch] <= 0:
+            del self._waiting[batch]
+            self._outcomes.pop(batch, None)
 
     def state(self, key: str) -> str | None:
         row = self._get(self.connection(), key)
@@ -276,6 +348,8 @@ class SQLiteDedupeStore:
             return cur.rowcount
 
     def close(self) -> None:
+        with self._write:
+            self._end_batch()
         with self._cond:
             conns, self._conns = self._conns, []
         for conn in conns:

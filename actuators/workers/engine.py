@@ -41,6 +41,13 @@ DEDUPE_PATH_ENV = "LAGPILOT_DEDUPE_PATH"
 #: a postgresql:// URL: the PostgreSQL dedupe store, shared by every host of the group
 DEDUPE_URL_ENV = "LAGPILOT_DEDUPE_URL"
 #: settings the SDK owns: changing them would break the commit-what-is-done guarantee
+#: the default cap on handler threads: every lane of every partition may run at once, up to
+#: this many (threads start only as lanes need them). Pass ``max_workers`` to cap lower.
+MAX_WORKERS = 256
+#: the default backpressure: a partition holds up to this many messages per lane, so its
+#: lanes keep busy across a fetch; pausing purges librdkafka's prefetched messages, so a
+#: small buffer pauses, drains and refetches in turn (8 per lane left lanes idle half the time)
+BUFFERED_PER_LANE = 128
 _OWNED = ("enable.auto.commit", "enable.auto.offset.store", "group.id", "on_commit")
 
 
@@ -60,8 +67,8 @@ class Engine(abc.ABC):
         group: str,
         handler: Handler,
         lanes: int = 1,
-        max_workers: int = 8,
-        max_buffered_per_partition: int = 64,
+        max_workers: int | None = None,
+        max_buffered_per_partition: int | None = None,
         dedupe: DedupeStore | str | os.PathLike[str] | None = None,
         control_topic: str = CONTROL,
         outcomes_topic: str | None = OUTCOMES,
@@ -87,6 +94,8 @@ class Engine(abc.ABC):
             ("max_buffered_per_partition", max_buffered_per_partition, 2),
             ("max_attempts", max_attempts, 1),
         ):
+            if value is None and name in ("max_workers", "max_buffered_per_partition"):
+                continue  # the default: see MAX_WORKERS and BUFFERED_PER_LANE
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"{name}={value!r}: must be an integer >= {low}")
         extra = dict(consumer_config or {})
@@ -104,8 +113,7 @@ class Engine(abc.ABC):
         self._reporter: OutcomeReporter | None = None
         self._handler = handler
         self._default_lanes = lanes
-        self._high = max_buffered_per_partition
-        self._low = max_buffered_per_partition // 2
+        self._buffered = max_buffered_per_partition  # None: BUFFERED_PER_LANE x its lanes
         self._commit_interval_s = commit_interval_s
         self._close_timeout_s = close_timeout_s
         self._max_attempts = max_attempts
@@ -123,7 +131,7 @@ class Engine(abc.ABC):
         )
         self._dispatcher = Dispatcher(
             self._process,
-            max_workers=max_workers,
+            max_workers=max_workers or MAX_WORKERS,
             default_lanes=lanes,
             name=f"lagpilot-{self.kind}-{group}",
         )
@@ -434,10 +442,11 @@ class Engine(abc.ABC):
         for tp in self._assigned:
             n = buffered.get(tp, 0)
             hold = halted or self._held(tp)
+            high = self._buffered or max(64, BUFFERED_PER_LANE * self._dispatcher.lanes(tp))
             if tp in self._paused:
-                if not hold and n <= self._low:
+                if not hold and n <= high // 2:
                     resume.append(tp)
-            elif hold or n >= self._high:
+            elif hold or n >= high:
                 pause.append(tp)
         if pause:
             self._consumer.pause([TopicPartition(t, p) for t, p in pause])

@@ -1,6 +1,6 @@
 """Lanes: per-partition parallelism that keeps per-key order, run off the poll loop.
 
-A partition's messages are routed to ``lanes`` serial queues by ``crc32(key) % lanes``; each
+A partition's messages are routed to ``lanes`` serial queues by ````lane_for(key)``; each
 lane runs one message at a time on a shared thread pool, so messages with the same key are
 processed in offset order while different keys of one hot partition run side by side. The
 poll loop never runs a handler: it only routes messages here, so heartbeats and polls go on
@@ -14,16 +14,16 @@ messages running at once, before, during or after the change.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from actuators.workers.threads import LaneThreads
 from actuators.workers.tracker import OffsetTracker
 
 log = logging.getLogger(__name__)
@@ -32,15 +32,18 @@ TopicPart = tuple[str, int]
 
 
 def lane_for(key: bytes | None, offset: int, lanes: int) -> int:
-    """The lane of a message: stable across processes (crc32, not Python's salted ``hash``).
+    """The lane of a message: stable across processes (BLAKE2b, not Python's salted ``hash``).
 
-    Keyless messages promise no order between them, so they spread by offset.
+    Not ``crc32(key)``: librdkafka's default partitioner is ``crc32(key) % partitions``, so
+    with 8 partitions and 16 lanes the keys of one partition would all share crc32's low 3
+    bits and land on 2 of the 16 lanes. Keyless messages promise no order between them, so
+    they spread by offset.
     """
     if lanes <= 1:
         return 0
     if key is None:
         return offset % lanes
-    return zlib.crc32(key) % lanes
+    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big") % lanes
 
 
 @dataclass
@@ -83,7 +86,7 @@ class Dispatcher:
         self._lane_overrides: dict[TopicPart, int] = {}
         self._epochs = 0
         self._halted = False
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
+        self._pool = LaneThreads(max_workers, name)
 
     # -- intake (poll thread) -------------------------------------------------------------
 
@@ -245,7 +248,7 @@ class Dispatcher:
         return {tp: self.finish_close(tp) for tp in tps}
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
     # -- internals (hold the lock) ------------------------------------------------------------
 
@@ -258,6 +261,18 @@ class Dispatcher:
         part.running[lane] = message.offset()
         self._pool.submit(self._run, tp, part.epoch, lane, message)
 
+    def _next(self, tp: TopicPart, part: _Part, lane: int) -> Any | None:
+        """The lane's next message if this thread may run it now (it keeps the lane), else
+        None: the lane is then free for ``_kick``. Running a lane's queue on one thread
+        saves a thread-pool hand-off per message, the SDK's main per-message cost."""
+        if self._halted or part.closing or part.target_lanes is not None:
+            return None
+        if not part.queues[lane]:
+            return None
+        message = part.queues[lane].popleft()
+        part.running[lane] = message.offset()
+        return message
+
     def _relane(self, tp: TopicPart, part: _Part) -> None:
         lanes = part.target_lanes or part.lanes
         waiting = sorted((m for q in part.queues for m in q), key=lambda m: m.offset())
@@ -269,21 +284,25 @@ class Dispatcher:
             self._kick(tp, part, lane)
 
     def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
-        try:
-            self._process(message)
-        except BaseException:
-            log.exception("message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset())
-        with self._lock:
-            part = self._parts.get(tp)
-            if part is None or part.epoch != epoch:
-                return  # the partition was revoked or handed off meanwhile
-            part.running.pop(lane, None)
-            before = part.tracker.position
-            part.tracker.done(message.offset())
-            if part.tracker.position != before:
-                part.advanced_ms = int(time.time() * 1000)
-            if part.target_lanes is not None and not part.running:
-                self._relane(tp, part)
-            else:
-                self._kick(tp, part, lane)
-            self._changed.notify_all()
+        while message is not None:
+            try:
+                self._process(message)
+            except BaseException:
+                log.exception(
+                    "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
+                )
+            with self._lock:
+                part = self._parts.get(tp)
+                if part is None or part.epoch != epoch:
+                    return  # the partition was revoked or handed off meanwhile
+                part.running.pop(lane, None)
+                before = part.tracker.position
+                part.tracker.done(message.offset())
+                if part.tracker.position != before:
+                    part.advanced_ms = int(time.time() * 1000)
+                message = None
+                if part.target_lanes is not None and not part.running:
+                    self._relane(tp, part)
+                else:
+                    message = self._next(tp, part, lane)
+                self._changed.notify_all()

@@ -20,6 +20,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "producer",
         "outcomes",
         "progress",
+        "threads",
         "tracker",
     }
     assert set(workers.__all__) == exported - modules

@@ -119,6 +119,51 @@ def test_once_sql_concurrent_attempts_apply_once(tmp_path: Path) -> None:
     s.close()
 
 
+def test_once_sql_leaves_no_transaction_open_for_other_processes(tmp_path: Path) -> None:
+    """Group commit: a call that raises, or finds its key done, still ends its batch, so
+    another process (here a second store on the file) can write at once."""
+    s = SQLiteDedupeStore(tmp_path / "d.db")
+    other = SQLiteDedupeStore(tmp_path / "d.db", busy_timeout_ms=200)
+    s.connection().execute("CREATE TABLE ledger (k TEXT)")
+    assert ctx(s).once_sql(lambda db: db.execute("INSERT INTO ledger VALUES ('x')")) is True
+    assert ctx(s).once_sql(lambda db: db.execute("INSERT INTO ledger VALUES ('x')")) is False
+    assert ctx(other, "g/t/0/2").once_sql(lambda db: None) is True  # not "database is locked"
+    with pytest.raises(RuntimeError):
+        ctx(s, "g/t/0/3").once_sql(lambda db: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert ctx(other, "g/t/0/4").once_sql(lambda db: None) is True
+    assert s.state("g/t/0/3") is None and other.state("g/t/0/2") == "done"
+    s.close()
+    other.close()
+
+
+def test_once_sql_groups_concurrent_keys_and_each_returns_after_its_commit(
+    tmp_path: Path,
+) -> None:
+    s = SQLiteDedupeStore(tmp_path / "d.db")
+    s.connection().execute("CREATE TABLE ledger (k TEXT)")
+    barrier = threading.Barrier(16)
+    seen: list[int] = []
+
+    def attempt(i: int) -> None:
+        barrier.wait()
+        c = ctx(s, f"g/t/0/{i}")
+        assert c.once_sql(lambda db: db.execute("INSERT INTO ledger VALUES (?)", (str(i),)))
+        reader = sqlite3.connect(tmp_path / "d.db")  # another connection sees it committed
+        seen.append(
+            reader.execute("SELECT count(*) FROM ledger WHERE k = ?", (str(i),)).fetchone()[0]
+        )
+        reader.close()
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [1] * 16
+    assert s.connection().execute("SELECT count(*) FROM ledger").fetchone() == (16,)
+    s.close()
+
+
 def test_once_sql_needs_the_sqlite_store() -> None:
     with pytest.raises(TypeError, match="SQLiteDedupeStore"):
         ctx(MemoryDedupeStore()).once_sql(lambda db: None)

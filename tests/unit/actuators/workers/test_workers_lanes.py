@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -74,6 +75,14 @@ def test_lane_for_is_stable_and_in_range(key: bytes, offset: int, lanes: int) ->
     lane = lane_for(key, offset, lanes)
     assert 0 <= lane < lanes
     assert lane == lane_for(key, offset + 1, lanes)  # a key's lane does not depend on offset
+
+
+def test_one_partitions_keys_use_every_lane_under_librdkafkas_partitioner() -> None:
+    """librdkafka's default partitioner is crc32(key) % partitions: the keys it puts on one
+    of 8 partitions must still fill all 16 lanes (crc32 % 16 gave them 2)."""
+    keys = [f"k{i}".encode() for i in range(1000)]
+    partition0 = [k for k in keys if zlib.crc32(k) % 8 == 0]
+    assert {lane_for(k, 0, 16) for k in partition0} == set(range(16))
 
 
 def test_keyless_messages_spread_by_offset() -> None:

@@ -1,0 +1,26 @@
+"""A tiny run of bench/workers.py so it cannot rot (figures come from make bench-workers)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_workers_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "workers.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.workers", "--smoke", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    r = orjson.loads(out.read_bytes())
+    assert r["naive"]["processed"] >= 300 and r["sdk"]["processed"] == 2000
+    assert r["lost"] == 0 and r["duplicates"] == 0 and r["order_violations"] == 0
+    assert r["sdk"]["records_per_s"] > r["naive"]["records_per_s"]  # lanes run side by side
