@@ -32,6 +32,8 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from schemas.runtime.errors import LagpilotError
+
 __all__ = [
     "RETRY_STATUSES",
     "RedpandaAdmin",
@@ -49,7 +51,7 @@ _MAX_REDIRECTS = 5
 _USER_AGENT = "lagpilot-redpanda-admin/1"
 
 
-class RedpandaAdminError(Exception):
+class RedpandaAdminError(LagpilotError):
     """A failed Admin API call, with what the caller needs to decide the next step.
 
     ``code`` is Redpanda's own code from the error body (often equal to the HTTP status),
@@ -68,14 +70,10 @@ class RedpandaAdminError(Exception):
         code: int | None = None,
         hint: str = "",
     ) -> None:
-        self.message = message
-        self.retriable = retriable
+        super().__init__(message, retriable=retriable, code=code, hint=hint)
         self.method = method
         self.url = url
         self.status = status
-        self.code = code
-        self.hint = hint
-        super().__init__(message)
 
     def __str__(self) -> str:
         where = f"{self.method} {self.url}: " if self.method else ""

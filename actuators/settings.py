@@ -19,6 +19,7 @@ from typing import Any
 
 from schemas import ConfigError, Mode
 from schemas import topics as topic_names
+from schemas.runtime import env as env_values
 
 BACKENDS = ("kafka", "redpanda", "dry-run")
 
@@ -189,26 +190,19 @@ class Settings:
 
 
 def _coerce(name: str, raw: str) -> Any:
+    """An environment value as the setting's type (schemas.runtime.env, as the pipeline)."""
     default = getattr(Settings(), name)
-    try:
-        if isinstance(default, bool) or name == "redpanda_admin_tls_verify":
-            low = raw.strip().lower()
-            if low in {"1", "true", "yes"}:
-                return True
-            if low in {"0", "false", "no"}:
-                return False
-            return raw  # a CA bundle path
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError:
-        env = next(k for k, v in ENV_KEYS.items() if v == name)
-        raise ConfigError(
-            f"{env}: must be a {type(default).__name__} (got {raw!r}); fix or unset it"
-        ) from None
+    key = next(k for k, v in ENV_KEYS.items() if v == name)
+    if name == "redpanda_admin_tls_verify":
+        return env_values.parse_bool_or_path(key, raw)  # a CA bundle path, or a boolean
+    if isinstance(default, bool):
+        return env_values.parse_bool(key, raw)
+    if isinstance(default, int):
+        return env_values.parse_int(key, raw)
+    if isinstance(default, float):
+        return env_values.parse_float(key, raw)
     if isinstance(default, tuple):
-        return tuple(u.strip() for u in raw.split(",") if u.strip())
+        return env_values.parse_list(raw)
     return raw
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.codec import ConfigError
+from schemas.runtime.errors import LagpilotError
 
 EX_OK = 0
 EX_FAILED = 1
@@ -64,11 +65,11 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:21092"
 log = logging.getLogger("lagpilot")
 
 
-class CommandError(Exception):
+class CommandError(LagpilotError):
     """An expected failure: ``str(exc)`` is the one line a user reads, ``exit_code`` its class."""
 
     def __init__(self, message: str, exit_code: int = EX_FAILED) -> None:
-        super().__init__(message)
+        super().__init__(message, code=exit_code)
         self.exit_code = exit_code
 
 

@@ -50,6 +50,7 @@ from schemas.cli import (
     connect,
     run,
 )
+from schemas.runtime.errors import LagpilotError
 from schemas.topics import CONTROL, OUTCOMES
 
 log = logging.getLogger("lagpilot.control")
@@ -67,7 +68,7 @@ class ProducerLike(Protocol):
     def flush(self, timeout: float) -> int: ...
 
 
-class PublishError(RuntimeError):
+class PublishError(LagpilotError, RuntimeError):
     """Actions could not be delivered to the control topic.
 
     ``retriable`` is the broker's verdict on the first failure (e.g. a leader election is
@@ -75,8 +76,7 @@ class PublishError(RuntimeError):
     """
 
     def __init__(self, message: str, retriable: bool) -> None:
-        super().__init__(message)
-        self.retriable = retriable
+        super().__init__(message, retriable=retriable)
 
 
 def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) -> dict[str, Any]:
