@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from schemas.runtime.backoff import backoff_s
 from schemas.runtime.errors import LagpilotError
 
 __all__ = [
@@ -98,14 +99,8 @@ class RedpandaAdminError(LagpilotError):
         }
 
 
-def backoff_delay_s(retry: int, base_s: float, max_s: float, unit: float) -> float:
-    """Full-jitter backoff: uniform in [0, min(max_s, base_s * 2**retry)).
-
-    ``unit`` is a draw from [0, 1) passed in, so the schedule is a pure function. Full
-    jitter (not equal or decorrelated) spreads a herd of actuators retrying one broker best.
-    """
-    cap = min(max_s, base_s * (2 ** max(retry, 0)))
-    return max(0.0, cap * unit)
+#: Full-jitter backoff with the draw passed in (schemas.runtime.backoff, the one backoff).
+backoff_delay_s = backoff_s
 
 
 def parse_error_body(content: bytes) -> tuple[str, int | None]:

@@ -355,11 +355,13 @@ _TLS_WORDS = ("SSL", "TLS", "certificate")
 
 
 def _kafka_error(e: Any) -> Any:
-    """The ``KafkaError`` of a ``KafkaException`` (or the error itself)."""
-    args = getattr(e, "args", ())
-    if args and hasattr(args[0], "name"):
-        return args[0]
-    return e
+    """The ``KafkaError`` of a ``KafkaException`` (schemas.runtime.kafka), or ``e`` itself."""
+    from confluent_kafka import KafkaError
+
+    from schemas.runtime.kafka import kafka_error
+
+    err = kafka_error(e) if isinstance(e, BaseException | KafkaError) else None
+    return e if err is None else err
 
 
 def explain_kafka(

@@ -25,13 +25,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
 from schemas import ConfigError, Watermarks, encode, topics
 from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run
+from schemas.runtime.backoff import backoff_s
+from schemas.runtime.kafka import kafka_error, waiting_may_fix
 
 logger = logging.getLogger(__name__)
 
@@ -166,14 +168,13 @@ def backoff_ms(failures: int, initial_ms: int, max_ms: int) -> int:
     """Exponential backoff after ``failures`` consecutive failures: 0, initial, 2x, ... cap."""
     if failures <= 0:
         return 0
-    return min(max_ms, initial_ms * 2 ** min(failures - 1, 30))
+    return int(backoff_s(failures - 1, initial_ms, max_ms))
 
 
 def error_kind(exc: BaseException) -> str:
     """A short, stable word for an exception, for counters and logs (``timed_out``...)."""
-    err: Any = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    err = getattr(exc, "error", err)  # quixstreams' Kafka exceptions carry .error
-    if isinstance(err, KafkaError):
+    err = kafka_error(exc)
+    if err is not None:
         return str(err.name()).lower()
     if isinstance(exc, BufferError):
         return "queue_full"
@@ -184,14 +185,7 @@ def error_kind(exc: BaseException) -> str:
 
 def is_retriable(exc: BaseException) -> bool:
     """Whether waiting may fix it: authorization, authentication and fatal errors need a person."""
-    err: Any = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    err = getattr(exc, "error", err)
-    if not isinstance(err, KafkaError):
-        return True
-    if err.retriable():
-        return True
-    name = str(err.name()).lower()
-    return not (err.fatal() or "authoriz" in name or "authentic" in name)
+    return waiting_may_fix(exc)
 
 
 @dataclasses.dataclass(slots=True)
