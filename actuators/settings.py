@@ -8,7 +8,6 @@ uses: the pipeline owns (and strictly validates) the rest of that file.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import socket
 import tomllib
@@ -20,6 +19,7 @@ from typing import Any
 from schemas import ConfigError, Mode
 from schemas import topics as topic_names
 from schemas.runtime import env as env_values
+from schemas.runtime.allow import AllowList
 
 BACKENDS = ("kafka", "redpanda", "dry-run")
 
@@ -43,30 +43,6 @@ ENV_KEYS: dict[str, str] = {
     "LAGPILOT_REDPANDA_ADMIN_PASSWORD": "redpanda_admin_password",
     "LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY": "redpanda_admin_tls_verify",
 }
-
-
-@dataclass(frozen=True)
-class AllowList:
-    """`[allow]` of the policy file: fnmatch globs. Empty lists allow nothing."""
-
-    partition_topics: tuple[str, ...] = ()
-    throttle_client_ids: tuple[str, ...] = ()
-
-    def allows_partitions(self, topic: str) -> bool:
-        return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)
-
-    def allows_throttle(self, entity: str, name: str) -> bool:
-        """A client-id must match a glob; a client-id-prefix must be *covered* by one.
-
-        A prefix throttles every client whose id starts with it, so it is allowed only by a
-        glob ending in ``*`` that matches the prefix itself: then every id that starts with
-        the prefix matches the glob too ("agent-" is covered by "agent-*", not by "agent-?").
-        """
-        if entity == "client-id":
-            return any(fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids)
-        return any(
-            g.endswith("*") and fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids
-        )
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from typing import Any
 
 from pipeline.decide.ladder import Ladders, parse_ladders
 from schemas import ActionType, ConfigError, Mode
+from schemas.runtime.allow import throttle_allowed, topic_allowed
 
 FILE_ENV = "LAGPILOT_POLICY_FILE"
 ENV_PREFIX = "LAGPILOT_POLICY_"
@@ -160,18 +161,12 @@ class PolicyConfig:
         return self.cooldowns_s.get(action_type, self.cooldown_default_s)
 
     def may_throttle(self, name: str, entity: str = "client-id") -> bool:
-        """The actuator's rule: a prefix must be covered by a glob ending in ``*``.
-
-        A prefix quota throttles every client whose id starts with it, so "agent-" is
-        allowed by "agent-*" but not by "agent-" or "agent-?".
-        """
-        return any(
-            fnmatch.fnmatchcase(name, g) and (entity == "client-id" or g.endswith("*"))
-            for g in self.throttle_client_ids
-        )
+        """The actuator's rule (schemas.runtime.allow): a prefix must be covered by a glob
+        ending in ``*`` ("agent-" is allowed by "agent-*", not by "agent-" or "agent-?")."""
+        return throttle_allowed(entity, name, self.throttle_client_ids)
 
     def may_add_partitions(self, topic: str) -> bool:
-        return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)
+        return topic_allowed(topic, self.partition_topics)
 
 
 # -- validation helpers: each names its key and the fix -------------------------------------
