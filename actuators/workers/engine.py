@@ -26,7 +26,7 @@ from actuators.workers.dedupe import (
     SQLiteDedupeStore,
     idempotency_key,
 )
-from actuators.workers.lanes import Dispatcher, TopicPart
+from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
 from actuators.workers.progress import (
     DEFAULT_INTERVAL_MS,
@@ -122,7 +122,7 @@ class Engine(abc.ABC):
         self.dedupe: DedupeStore = (
             SQLiteDedupeStore(Path(dedupe)) if isinstance(dedupe, str | os.PathLike) else dedupe
         )
-        self._dispatcher = Dispatcher(
+        self._dispatcher = LaneExecutor(
             self._process,
             max_workers=max_workers,
             default_lanes=lanes,

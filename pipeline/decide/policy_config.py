@@ -172,7 +172,7 @@ class PolicyConfig:
 # -- validation helpers: each names its key and the fix -------------------------------------
 
 
-class _Reader:
+class _TableReader:
     """Reads one TOML table, remembering which keys it used so leftovers are reported."""
 
     def __init__(self, table: Any, path: str, origins: Mapping[str, str]) -> None:
@@ -255,7 +255,7 @@ class _Reader:
             )
 
 
-def _thresholds(r: _Reader, base: Thresholds, *, partial: bool) -> dict[str, Any]:
+def _thresholds(r: _TableReader, base: Thresholds, *, partial: bool) -> dict[str, Any]:
     """Threshold values of one table; ``partial`` (an override) keeps only keys it sets."""
     readers: dict[str, Callable[[], Any]] = {
         "time_lag_s": lambda: r.number(
@@ -298,12 +298,12 @@ def _override(key: str, table: Any, base: Thresholds, origins: Mapping[str, str]
             f'policy.thresholds."{key}": not a threshold section; name it "default", '
             '"group:<glob>", "topic:<glob>" or "group:<glob>,topic:<glob>"'
         )
-    r = _Reader(table, f'thresholds."{key}"', origins)
+    r = _TableReader(table, f'thresholds."{key}"', origins)
     return Override(key, group, topic, _thresholds(r, base, partial=True))
 
 
 def _producers(table: Any, origins: Mapping[str, str]) -> tuple[Producer, ...]:
-    r = _Reader(table, "producers", origins)
+    r = _TableReader(table, "producers", origins)
     out = []
     for key in table:
         topics = r.strings(key, ())
@@ -370,7 +370,7 @@ def config_from_mapping(
     """Validate a parsed TOML document (plus environment overrides) into a PolicyConfig."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     origins = _apply_env(data, env or {})
-    top = _Reader(data, "", origins)
+    top = _TableReader(data, "", origins)
     d = PolicyConfig()
 
     mode = top.get("mode", d.mode.value)
@@ -382,10 +382,10 @@ def config_from_mapping(
         )
     version = top.string("policy_version", d.policy_version) or d.policy_version
 
-    th = _Reader(top.get("thresholds", {}), "thresholds", origins)
+    th = _TableReader(top.get("thresholds", {}), "thresholds", origins)
     default = Thresholds(
         **_thresholds(
-            _Reader(th.get("default", {}), "thresholds.default", origins),
+            _TableReader(th.get("default", {}), "thresholds.default", origins),
             d.default_thresholds,
             partial=False,
         )
@@ -395,7 +395,7 @@ def config_from_mapping(
     )
     th.used.update(th.table)
 
-    cd = _Reader(top.get("cooldowns", {}), "cooldowns", origins)
+    cd = _TableReader(top.get("cooldowns", {}), "cooldowns", origins)
     cooldown_default = cd.number(
         "default_s", d.cooldown_default_s, strict=False, unit="number of seconds"
     )
@@ -408,11 +408,11 @@ def config_from_mapping(
     }
     cd.done(known=tuple(map(str, POLICY_ACTIONS)))
 
-    bu = _Reader(top.get("budget", {}), "budget", origins)
+    bu = _TableReader(top.get("budget", {}), "budget", origins)
     per_minute = bu.integer("actions_per_minute", d.actions_per_minute, unit="number of actions")
     bu.done()
 
-    tr = _Reader(top.get("throttle", {}), "throttle", origins)
+    tr = _TableReader(top.get("throttle", {}), "throttle", origins)
     floor = tr.integer("floor_bytes_per_s", d.throttle_floor_bytes_per_s, unit="byte rate")
     start = tr.integer("start_bytes_per_s", d.throttle_start_bytes_per_s, unit="byte rate")
     step = tr.number(
@@ -435,14 +435,14 @@ def config_from_mapping(
             "raise lease_s or lower cooldowns.throttle_producer",
         )
 
-    al = _Reader(top.get("allow", {}), "allow", origins)
+    al = _TableReader(top.get("allow", {}), "allow", origins)
     partition_topics = al.strings("partition_topics", ())
     client_ids = al.strings("throttle_client_ids", ())
     al.done()
 
     producers = _producers(top.get("producers", {}), origins)
 
-    br = _Reader(top.get("brokers", {}), "brokers", origins)
+    br = _TableReader(top.get("brokers", {}), "brokers", origins)
     ids = br.get("ids", [])
     if not isinstance(ids, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
@@ -454,7 +454,7 @@ def config_from_mapping(
         )
     br.done()
 
-    ac = _Reader(top.get("actions", {}), "actions", origins)
+    ac = _TableReader(top.get("actions", {}), "actions", origins)
     enabled = ac.strings("enabled", tuple(d.enabled))
     bad = [e for e in enabled if e not in {str(t) for t in POLICY_ACTIONS}]
     if bad:
@@ -466,13 +466,13 @@ def config_from_mapping(
     ttl = ac.number("ttl_s", d.action_ttl_s, unit="number of seconds")
     ac.done()
 
-    hs = _Reader(top.get("hotspot", {}), "hotspot", origins)
+    hs = _TableReader(top.get("hotspot", {}), "hotspot", origins)
     hot_ratio = hs.number("ratio", d.hot_ratio, minimum=1.0, unit="ratio to the next worst")
     lanes = hs.integer("lanes", d.spread_lanes, minimum=2, unit="number of lanes")
     pool = hs.string("pool", d.spread_pool)
     hs.done()
 
-    le = _Reader(top.get("leadership", {}), "leadership", origins)
+    le = _TableReader(top.get("leadership", {}), "leadership", origins)
     min_parts = le.integer(
         "min_partitions",
         d.leadership_min_partitions,
@@ -481,20 +481,20 @@ def config_from_mapping(
     )
     le.done()
 
-    sc = _Reader(top.get("scale", {}), "scale", origins)
+    sc = _TableReader(top.get("scale", {}), "scale", origins)
     per_replica = sc.integer("lag_per_replica", d.lag_per_replica, unit="number of offsets")
     sc.done()
 
-    pa = _Reader(top.get("partitions", {}), "partitions", origins)
+    pa = _TableReader(top.get("partitions", {}), "partitions", origins)
     growth = pa.number("growth_ratio", d.partitions_growth_ratio, minimum=1.0, unit="growth ratio")
     max_total = pa.integer("max_total", d.partitions_max_total, unit="partition count")
     pa.done()
 
-    st = _Reader(top.get("state", {}), "state", origins)
+    st = _TableReader(top.get("state", {}), "state", origins)
     forget = st.number("forget_after_s", d.forget_after_s, unit="number of seconds")
     st.done()
 
-    dg = _Reader(top.get("diagnosis", {}), "diagnosis", origins)
+    dg = _TableReader(top.get("diagnosis", {}), "diagnosis", origins)
     diagnose = dg.get("enabled", d.diagnose)
     if not isinstance(diagnose, bool):
         raise dg.fail("enabled", f"must be true or false (got {diagnose!r})",
@@ -504,7 +504,7 @@ def config_from_mapping(
     stale = dg.number("rates_stale_s", d.rates_stale_s, unit="number of seconds")
     dg.done()
 
-    ve = _Reader(top.get("verify", {}), "verify", origins)
+    ve = _TableReader(top.get("verify", {}), "verify", origins)
     improve = ve.number("improve_ratio", d.verify_improve_ratio, maximum=1.0,
                         unit="fraction of the time lag at apply")  # fmt: skip
     ve.done()
