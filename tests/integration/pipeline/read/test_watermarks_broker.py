@@ -23,7 +23,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from pipeline.read.watermarks import STATS_HEADER, HighWatermarkSource
+from pipeline.read.sampling import STATS_HEADER
+from pipeline.read.watermarks import HighWatermarkSource
 from schemas import decode, validate
 
 ROOT = Path(__file__).resolve().parents[4]
