@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipeline.decide.policy import CONTROL_TTL_MS, build_action
+from pipeline.decide.state import CONTROL_TTL_MS, build_action
 from schemas import (
     ActionType,
     ConfigError,
