@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.read.commits import Coalescer
+from pipeline.read.coalesce import Coalescer
 from schemas import OffsetCommit, OffsetDeleted
 
 
@@ -59,7 +59,7 @@ def test_batches_validate_against_their_schema() -> None:
 
 
 def test_every_topic_has_exactly_one_sampling_replica() -> None:
-    from pipeline.read.commits import owns_topic
+    from pipeline.read.coalesce import owns_topic
 
     topics = [f"topic-{i}" for i in range(200)]
     replicas = [frozenset(range(0, 6)), frozenset(range(6, 11)), frozenset(range(11, 16))]
