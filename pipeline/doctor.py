@@ -17,14 +17,13 @@ whose broker-stamped time is compared with this host's clock.
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
 
-from schemas import ActionType, ConfigError, Mode, load_signing_key, topics
+from schemas import ActionType, Mode, topics
 from schemas.cli import (
     EX_CONFIG,
     EX_FAILED,
@@ -34,11 +33,8 @@ from schemas.cli import (
     CommandError,
     Parser,
     add_connection,
-    client_config,
-    connect,
     run,
 )
-from schemas.runtime.env import parse_bool_or_path
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
@@ -303,171 +299,6 @@ def render(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- gather (I/O)
-
-
-def gather(
-    bootstrap: str, kafka: Mapping[str, str], env: Mapping[str, str], timeout_s: float
-) -> Facts:
-    f = Facts(bootstrap=bootstrap)
-    _gather_local(f, env)
-    _gather_admin_api(f, env, timeout_s)
-    try:
-        md = connect(bootstrap, kafka, timeout_s)
-    except CommandError as exc:
-        f.broker_error = exc
-        return f
-    f.brokers = len(md.brokers)
-    f.cluster_id = md.cluster_id
-    _gather_broker(f, md, kafka, timeout_s)
-    _gather_skew(f, kafka, timeout_s)
-    return f
-
-
-def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
-    from pipeline.decide.policy_config import load_policy_config
-    from pipeline.settings import load_settings
-
-    try:
-        f.replication_factor = load_settings(env=env).replication_factor
-    except ConfigError as exc:
-        f.settings_error = str(exc)
-    try:
-        load_signing_key(env)
-    except ConfigError as exc:
-        f.key_error = str(exc)
-    try:
-        f.policy = load_policy_config(env.get("LAGPILOT_POLICY_FILE") or None, env=env)
-    except ConfigError as exc:
-        f.policy_error = str(exc)
-
-
-def _gather_admin_api(f: Facts, env: Mapping[str, str], timeout_s: float) -> None:
-    import httpx
-
-    urls = tuple(u.strip() for u in env.get("LAGPILOT_REDPANDA_ADMIN_URLS", "").split(",") if u)
-    f.admin_urls = urls
-    user = env.get("LAGPILOT_REDPANDA_ADMIN_USERNAME")
-    auth = (user, env.get("LAGPILOT_REDPANDA_ADMIN_PASSWORD", "")) if user else None
-    key = "LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY"
-    verify = parse_bool_or_path(key, env.get(key, "true"))  # a CA bundle path, or a boolean
-    for url in urls:
-        try:
-            r = httpx.get(
-                f"{url.rstrip('/')}/v1/brokers",
-                auth=auth,
-                verify=verify,
-                timeout=min(timeout_s, 5.0),
-            )
-        except (httpx.HTTPError, OSError) as exc:
-            f.admin_results[url] = (0, f"unreachable ({type(exc).__name__}: {exc})")
-            continue
-        if r.status_code != 200:
-            f.admin_results[url] = (r.status_code, r.text[:120])
-            continue
-        try:
-            brokers = r.json()
-            versions = sorted({str(b.get("version", "?")) for b in brokers})
-            text = f"{len(brokers)} node(s), Redpanda {', '.join(versions)}"
-        except (ValueError, AttributeError):
-            text = "answered"
-        f.admin_results[url] = (200, text)
-
-
-def _ops(value: Any) -> frozenset[str] | None:
-    if value is None:
-        return None
-    return frozenset(getattr(op, "name", str(op)) for op in value)
-
-
-def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float) -> None:
-    from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(client_config(f.bootstrap, kafka))
-    try:
-        cluster = admin.describe_cluster(
-            include_authorized_operations=True, request_timeout=timeout_s
-        ).result()
-        f.cluster_ops = _ops(cluster.authorized_operations)
-    except KafkaException:
-        f.cluster_ops = None
-    policy = f.policy
-    wanted = [topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS]
-    if policy is not None and policy.partition_topics:
-        import fnmatch
-
-        wanted += sorted(
-            t for t in md.topics if any(fnmatch.fnmatchcase(t, g) for g in policy.partition_topics)
-        )[:20]
-    existing = [t for t in dict.fromkeys(wanted) if t in md.topics]
-    if existing:
-        futures = admin.describe_topics(
-            TopicCollection(existing), include_authorized_operations=True, request_timeout=timeout_s
-        )
-        for name, fut in futures.items():
-            try:
-                desc = fut.result()
-            except KafkaException:
-                continue
-            f.topic_partitions[name] = len(desc.partitions)
-            f.topic_ops[name] = _ops(desc.authorized_operations)
-    f.offsets_partitions = f.topic_partitions.pop(topics.CONSUMER_OFFSETS, None)
-    f.offsets_ops = f.topic_ops.pop(topics.CONSUMER_OFFSETS, None)
-    missing = [t for t in LAGPILOT_TOPICS if t not in f.topic_partitions]
-    if missing:
-        new = [NewTopic(t, 1, f.replication_factor) for t in missing]
-        for name, fut in admin.create_topics(
-            new, validate_only=True, request_timeout=timeout_s
-        ).items():
-            try:
-                fut.result()
-                f.create_errors[name] = None
-            except KafkaException as exc:
-                err = exc.args[0]
-                f.create_errors[name] = f"{err.name()}: {err.str()}"
-
-
-def _gather_skew(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> None:
-    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaException, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(client_config(f.bootstrap, kafka))
-    config = {"message.timestamp.type": "LogAppendTime", "retention.ms": "3600000"}
-    fut = admin.create_topics(
-        [NewTopic(DOCTOR_TOPIC, 1, min(f.replication_factor, max(f.brokers, 1)), config=config)],
-        request_timeout=timeout_s,
-    )[DOCTOR_TOPIC]
-    try:
-        fut.result()
-    except KafkaException as exc:
-        if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-            f.skew_error = f"cannot create {DOCTOR_TOPIC}: {exc.args[0].name()}"
-            return
-    producer = Producer({**client_config(f.bootstrap, kafka), "acks": "all"})
-    stamps: list[tuple[int, int]] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is None:
-            stamps.append(msg.timestamp())
-
-    for _ in range(3):  # the topic may take a moment to get a leader after its creation
-        sent = time.time()
-        producer.produce(DOCTOR_TOPIC, b"lagpilot doctor clock check", on_delivery=delivered)
-        producer.flush(timeout_s)
-        acked = time.time()
-        if stamps:
-            kind, broker_ms = stamps[0]
-            if kind != TIMESTAMP_LOG_APPEND_TIME:
-                f.skew_error = f"{DOCTOR_TOPIC} does not use LogAppendTime; delete it"
-                return
-            f.skew_s = broker_ms / 1000 - (sent + acked) / 2
-            f.skew_rtt_s = acked - sent
-            return
-        time.sleep(0.2)
-    f.skew_error = f"could not write to {DOCTOR_TOPIC} within {timeout_s:g} s"
-
-
 # --------------------------------------------------------------------------- command
 
 EXAMPLE = """example:
@@ -495,6 +326,8 @@ def _parser() -> Parser:
 
 def _doctor(args: Any) -> int:
     env = {**args.env, "KAFKA_BOOTSTRAP": args.bootstrap}
+    from pipeline.doctor_gather import gather  # the I/O half, imported when it runs
+
     rows = evaluate(gather(args.bootstrap, args.kafka, env, args.connect_timeout_s))
     if args.json:
         print(orjson.dumps([asdict(r) for r in rows]).decode())
