@@ -13,11 +13,13 @@ import threading
 from typing import Any
 
 from actuators.backends import BACKENDS_HELP, make_backend
+from actuators.errors import ActuatorError
 from actuators.runner import Runner
 from actuators.settings import Settings, from_env, load_policy
 from schemas import load_signing_key, tracing
 from schemas.cli import (
     EX_CONFIG,
+    EX_FAILED,
     EX_NOPERM,
     EX_UNAVAILABLE,
     CommandError,
@@ -101,14 +103,25 @@ def _actuate(args: Any) -> int:
     policy = load_policy(settings.policy_file)
     key = load_signing_key(args.env)
     tracing.setup("lagpilot-actuator")
-    connect(settings.bootstrap, settings.kafka, args.connect_timeout_s)
+    for topic in (settings.control_topic, settings.outcomes_topic):
+        connect(settings.bootstrap, settings.kafka, args.connect_timeout_s, topic=topic)
     backend = _backend(settings)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     runner = Runner(settings, signing_key=key, policy=policy, backend=backend)
     try:
-        runner.start()
+        try:
+            runner.start()
+        except ActuatorError as exc:  # its topics could not be created
+            if exc.code is not None and "AUTHORIZATION_FAILED" in str(exc.code):
+                raise CommandError(
+                    f"permission denied at {settings.bootstrap}: {exc.message} ({exc.code}); "
+                    "create the topic by hand or grant lagpilot's principal CREATE on the "
+                    "cluster (docs/runbook.md lists the ACLs)",
+                    EX_NOPERM,
+                ) from exc
+            raise CommandError(f"{exc.message} at {settings.bootstrap}", EX_FAILED) from exc
         runner.run(stop)
     finally:
         runner.close()

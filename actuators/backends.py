@@ -29,7 +29,7 @@ from schemas.runtime.errors import LagpilotError
 
 BACKENDS_HELP = (
     "kafka (Kafka protocol: Apache Kafka, Redpanda >= 24.2), redpanda (plus the Admin API "
-    "for leadership), dry-run (apply nothing); env LAGPILOT_ACTUATOR_BACKEND"
+    "for leadership), dry-run (apply nothing)"
 )
 
 

@@ -75,8 +75,13 @@ def ensure_topics(admin: AdminClient, settings: Settings, timeout_s: float = 15.
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RuntimeError(f"cannot create topic {name}: {exc.args[0].str()}") from None
+            err = exc.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ActuatorError(
+                    f"cannot create topic {name}: {err.str()}",
+                    code=err.name(),
+                    retriable=bool(err.retriable()),
+                ) from None
 
 
 def dispatch(backend: Backend, action: dict[str, Any]) -> str:

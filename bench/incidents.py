@@ -9,15 +9,21 @@ Scenarios (``--scenarios``, comma-separated; all by default):
 - ``flood`` (bench/incident_flood.py): one of several producers floods a topic beyond what its
   consumers process; reports which client ids were throttled, each producer's rate, and the
   worst time lag off and on.
+- ``storm`` (bench/incident_storm.py): each member that takes the heavy partition dies on it;
+  reports rebalances per minute off and on, and the hand-off to the dedicated pool.
+- ``slow_group`` (bench/incident_slow_group.py): inflow rises above the group's capacity on
+  every partition; a scripted autoscaler obeys ``scale_consumers``, then ``add_partitions``
+  is recommended at the partition count.
 
 Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
 ``first_action_ms``, ``verified``, ``off_p99_ms``, ``on_p99_ms``, ``ratio``, ``lost``,
 ``duplicates`` (of the lagpilot run; each baseline has its own) and its ``shape``, under
-``scenarios.<name>`` in ``bench/results/incidents.json``, with a PNG per scenario.
+``scenarios.<name>`` in ``bench/results/incidents.json`` (merged: the scenarios of a run
+replace theirs, the others' entries are kept), with a PNG per scenario.
 ``verified`` is null when no action's outcome says verified or undone (this build of the
 decide stage does not verify yet): the suite reports what the policy does, not what it should.
 
-    .venv/bin/python -m bench.incidents [--scenarios avalanche,flood] [--smoke]
+    .venv/bin/python -m bench.incidents [--scenarios avalanche,flood,storm,slow_group] [--smoke]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
         [--flood-s 30] [--flood-factor 10] [--producers 3]
 """
@@ -39,6 +45,7 @@ from bench.support import broker  # noqa: E402
 from bench.support.swarm import SwarmConfig  # noqa: E402
 from bench.war_story import one_run  # noqa: E402
 
+SCENARIOS = ("avalanche", "flood", "storm", "slow_group")
 VERIFY_RESULTS = ("verified", "no_effect", "undone", "restored", "released")
 
 
@@ -59,6 +66,20 @@ def verified_of(outcomes: list[dict[str, Any]]) -> bool | None:
     acted = [o for o in outcomes if o.get("result") in ("applied", "delegated")]
     ended = [o for o in outcomes if o.get("result") in VERIFY_RESULTS]
     return len(ended) >= len(acted)
+
+
+def merge_results(out: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``result``'s scenarios over those already in ``out`` (a run of some scenarios keeps the
+    others' entries); ``took_s`` per scenario run is the caller's."""
+    old: dict[str, Any] = {}
+    if out.exists():
+        try:
+            old = orjson.loads(out.read_bytes())
+        except orjson.JSONDecodeError:
+            old = {}
+    merged = {**old, **{k: v for k, v in result.items() if k != "scenarios"}}
+    merged["scenarios"] = {**old.get("scenarios", {}), **result["scenarios"]}
+    return merged
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -160,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--bootstrap", default=None)
-    ap.add_argument("--scenarios", default="avalanche,flood")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--avalanche-s", type=float, default=30.0)
     ap.add_argument("--heavy-rate", type=float, default=10.0, help="per hot partition, /s")
     ap.add_argument("--heavy-work-ms", type=float, default=150.0)
@@ -169,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flood-s", type=float, default=30.0)
     ap.add_argument("--flood-factor", type=float, default=10.0)
     ap.add_argument("--producers", type=int, default=3, help="flood: producers on the topic")
+    ap.add_argument("--storm-s", type=float, default=180.0, help="storm: heavy documents, s")
+    ap.add_argument("--slow-peak-s", type=float, default=12.0, help="slow_group: peak inflow, s")
     ap.add_argument("--smoke", action="store_true", help="tiny runs for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "incidents.json"))
     args = ap.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)
     wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    unknown = sorted(set(wanted) - {"avalanche", "flood"})
+    unknown = sorted(set(wanted) - set(SCENARIOS))
     if unknown:
-        ap.error(f"--scenarios: unknown {unknown}; choose from avalanche, flood")
+        ap.error(f"--scenarios: unknown {unknown}; choose from {', '.join(SCENARIOS)}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"scenarios": {}}
@@ -211,8 +234,33 @@ def main(argv: list[str] | None = None) -> int:
             print(f"flood: worst time lag off {summary['off_max_time_lag_s']} s, on "
                   f"{summary['on_max_time_lag_s']} s; throttled {summary['throttled']}; "
                   f"remedy {summary['remedy']}")  # fmt: skip
+        if "storm" in wanted:
+            from bench.incident_storm import StormShape, plot_storm, storm
+
+            storm_shape = StormShape(storm_s=args.storm_s)
+            if args.smoke:
+                # too short for the storm to be detected: the mechanics only
+                storm_shape = replace(storm_shape, warmup_s=4, storm_s=10, drain_s=3)
+            summary, runs = storm(args.bootstrap, storm_shape, Path(tmp))
+            result["scenarios"]["storm"] = summary
+            plot_storm(runs, out.with_name("incidents_storm.png"))
+            print(f"storm: rebalances/min off {summary['off_rebalances_per_min']}, on "
+                  f"{summary['on_rebalances_per_min']} ({summary['rebalance_ratio']}x); "
+                  f"remedy {summary['remedy']}")  # fmt: skip
+        if "slow_group" in wanted:
+            from bench.incident_slow_group import SlowShape, plot_slow_group, slow_group
+
+            slow_shape = SlowShape(peak_s=args.slow_peak_s)
+            if args.smoke:
+                slow_shape = replace(slow_shape, warmup_s=4, ramp_s=3, peak_s=6, cooldown_s=1)
+            summary, runs = slow_group(args.bootstrap, slow_shape, Path(tmp))
+            result["scenarios"]["slow_group"] = summary
+            plot_slow_group(runs, out.with_name("incidents_slow_group.png"))
+            print(f"slow_group: p99 off {summary['off_p99_ms']} ms, on {summary['on_p99_ms']} "
+                  f"ms; workers {summary['workers_on']}; remedy {summary['remedy']}")  # fmt: skip
     result["took_s"] = round(time.monotonic() - t0, 1)
-    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    merged = merge_results(out, result)
+    out.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2) + b"\n")
     return 0
 
 

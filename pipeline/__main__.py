@@ -10,12 +10,18 @@ from typing import Any
 from schemas import Mode, load_signing_key, tracing
 from schemas.cli import (
     CLIENT_LOG,
+    EX_CONFIG,
+    EX_NOPERM,
     EX_UNAVAILABLE,
     CommandError,
     Parser,
     add_connection,
     connect,
+    explain_kafka,
     run,
+    topic_creation_failed,
+    unreachable_sentence,
+    watch_client_logs,
 )
 
 log = logging.getLogger("lagpilot.pipeline")
@@ -89,6 +95,7 @@ def _run(args: Any) -> int:
     from pipeline.settings import describe, load_settings
 
     settings = load_settings(env=args.env, overrides=overrides)
+    watch_client_logs(settings.bootstrap)  # the broker going mid-run: our sentence first
     policy_config = load_policy_config(settings.policy_file or None, env=args.env)
     policy = None
     if settings.run_policy and policy_config.mode is not Mode.OBSERVE:
@@ -181,17 +188,31 @@ def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) ->
     (a cluster still starting, brokers briefly fenced): a transient broker state must not
     crash the pipeline at start. A configuration problem still fails at once."""
     from confluent_kafka import KafkaException
-    from quixstreams.models.topics.exceptions import CreateTopicFailure, CreateTopicTimeout
+    from quixstreams.models.topics.exceptions import (
+        CreateTopicFailure,
+        CreateTopicTimeout,
+        TopicPermissionError,
+    )
 
+    retried = (CreateTopicFailure, CreateTopicTimeout, TopicPermissionError, KafkaException)
     delay_s = 0.5
     for attempt in range(1, 13):
         try:
             app, _ = build(settings, metrics, policy=policy)
             return app
-        except (CreateTopicFailure, CreateTopicTimeout, KafkaException) as exc:
+        except retried as exc:
+            if isinstance(exc, KafkaException):
+                err = explain_kafka(exc, bootstrap=settings.bootstrap)
+            else:  # Quix words an ACL denial "verify if Create and Read are allowed"
+                err = topic_creation_failed(exc, None, settings.bootstrap)
+            if err.exit_code in (EX_NOPERM, EX_CONFIG):
+                raise err from exc  # authentication, ACLs, TLS: no retry fixes those
             if attempt == 12:
                 raise
-            log.warning("broker not ready for our topics (%s); retrying in %.1fs", exc, delay_s)
+            if isinstance(exc, KafkaException) and err.exit_code == EX_UNAVAILABLE:
+                log.warning("%s", unreachable_sentence(settings.bootstrap, str(exc)))
+            else:
+                log.warning("broker not ready for our topics (%s); retrying in %.1fs", exc, delay_s)
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, 5.0)
     raise AssertionError("unreachable")

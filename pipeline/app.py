@@ -245,7 +245,7 @@ def build_app(
             config=cfg(1, **{"retention.ms": str(3_600_000)}),
         )
         outcomes_topic = app.topic(
-            topics.OUTCOMES,
+            settings.outcomes_topic,
             key_serializer="str",
             key_deserializer="str",
             config=cfg(1, **{"cleanup.policy": "compact"}),
@@ -264,12 +264,14 @@ def build_app(
         )
         control_in.to_topic(policy_topic, key=lambda _: "policy")
         # outcomes start the verification of a step; only those of actions (not our own
-        # verification events, nor duplicates) are forwarded
+        # verification events, nor duplicates) are forwarded; ``delegated``: the actuator
+        # handed a consumer-side action (spread, hand-off) to the SDK workers
         outcomes_in = app.dataframe(topic=outcomes_topic).filter(
             lambda v: (
                 isinstance(v, dict)
                 and v.get("event") == "outcome"
-                and v.get("result") in ("applied", "recorded", "failed", "rejected", "expired")
+                and v.get("result")
+                in ("applied", "recorded", "delegated", "failed", "rejected", "expired")
             )
         )
         outcomes_in.to_topic(policy_topic, key=lambda _: "policy")

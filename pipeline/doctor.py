@@ -1,9 +1,7 @@
 """``lagpilot doctor``: check in a few seconds everything a deployment needs.
 
-Two halves, as everywhere in lagpilot: :func:`gather` does the I/O once (one metadata
-request, one DescribeCluster and one DescribeTopics with authorized operations, validate-only
-CreateTopics for missing topics, one HTTP request per Admin API URL, one produce for the
-clock) and returns plain :class:`Facts`; :func:`evaluate` is pure and turns facts and the
+Two halves, as everywhere in lagpilot: ``gather`` (``pipeline/doctor_facts.py``) does the
+I/O once and returns plain ``Facts``; :func:`evaluate` is pure and turns facts and the
 policy into rows ``ok`` / ``warn`` / ``fail`` / ``skip``, each failure with its fix and its
 exit code. The command prints the table (or ``--json``) and exits with the first failure's
 code (69 unreachable, 77 permission, 78 configuration, 1 otherwise), 0 when nothing failed.
@@ -18,27 +16,27 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
-from schemas import ActionType, Mode, topics
+from pipeline.doctor_facts import DOCTOR_TOPIC, gather
+from pipeline.doctor_facts import LAGPILOT_TOPICS as LAGPILOT_TOPICS
+from pipeline.doctor_facts import Facts as Facts
+from schemas import ActionType, Mode
 from schemas.cli import (
     EX_CONFIG,
     EX_FAILED,
     EX_NOPERM,
     EX_OK,
     EX_UNAVAILABLE,
-    CommandError,
     Parser,
     add_connection,
     run,
 )
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
-LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
-DOCTOR_TOPIC = "lagpilot.doctor"
 SKEW_WARN_S = 0.25  # the lag model aligns samples with commits; skew beyond this blurs it
 SKEW_FAIL_S = 2.0
 ACL_HINT = "kafka-acls.sh --bootstrap-server $KAFKA_BOOTSTRAP --add --allow-principal User:<p>"
@@ -51,32 +49,6 @@ class Row:
     detail: str
     fix: str = ""
     exit_code: int = EX_OK
-
-
-@dataclass
-class Facts:
-    """What the broker, the Admin API and the local files said (plain data)."""
-
-    bootstrap: str
-    broker_error: CommandError | None = None
-    brokers: int = 0
-    cluster_id: str | None = None
-    offsets_partitions: int | None = None
-    offsets_ops: frozenset[str] | None = None  # None: the broker did not say
-    cluster_ops: frozenset[str] | None = None
-    topic_partitions: dict[str, int] = field(default_factory=dict)
-    topic_ops: dict[str, frozenset[str] | None] = field(default_factory=dict)
-    create_errors: dict[str, str | None] = field(default_factory=dict)  # missing: why not
-    replication_factor: int = 1
-    admin_urls: tuple[str, ...] = ()
-    admin_results: dict[str, tuple[int, str]] = field(default_factory=dict)  # url: code, text
-    key_error: str | None = None
-    policy: Any = None  # PolicyConfig
-    policy_error: str | None = None
-    settings_error: str | None = None
-    skew_s: float | None = None
-    skew_rtt_s: float | None = None
-    skew_error: str | None = None
 
 
 # --------------------------------------------------------------------------- evaluate (pure)
@@ -133,7 +105,9 @@ def evaluate(f: Facts) -> list[Row]:
             "clock skew",
         )
         return broker + [Row(n, SKIP, "broker not reached") for n in skipped] + rows
-    out = [Row("broker", OK, f"{f.bootstrap}: {f.brokers} broker(s), cluster {f.cluster_id}")]
+    version = f.broker_version or f"version unknown ({f.version_error})"
+    out = [Row("broker", OK, f"{f.bootstrap}: {version}, {f.brokers} broker(s), "
+                             f"cluster {f.cluster_id}")]  # fmt: skip
     out.append(_offsets_row(f))
     need_quota, why_quota = _needs(f.policy, ActionType.THROTTLE_PRODUCER)
     out.append(
@@ -154,6 +128,14 @@ def evaluate(f: Facts) -> list[Row]:
 
 def _offsets_row(f: Facts) -> Row:
     name = "__consumer_offsets"
+    if f.offsets_partitions is None and f.offsets_ops == frozenset():
+        return Row(
+            name,
+            FAIL,
+            "DESCRIBE and READ denied (the pipeline reads it)",
+            f"{ACL_HINT} --operation Read --operation Describe --topic __consumer_offsets",
+            EX_NOPERM,
+        )
     if f.offsets_partitions is None:
         return Row(
             name,
@@ -181,7 +163,8 @@ def _partitions_row(f: Facts) -> Row:
     need_move, why_move = _needs(f.policy, ActionType.TRANSFER_LEADERSHIP)
     fix = f"{ACL_HINT} --operation Alter --cluster (leaders) / --topic <t> (partitions)"
     if not need_add and not need_move:
-        row = _permission(name, f.cluster_ops, ("ALTER",), False, f"{why_add}; {why_move}", fix)
+        why = why_add if why_add == why_move else f"{why_add}; {why_move}"
+        row = _permission(name, f.cluster_ops, ("ALTER",), False, why, fix)
         return row if row.status != OK else Row(name, OK, f"not needed: {why_add}")
     if need_move:
         row = _permission(name, f.cluster_ops, ("ALTER",), True, why_move, fix)
@@ -202,6 +185,16 @@ def _partitions_row(f: Facts) -> Row:
 def _topics_row(f: Facts) -> Row:
     name = "lagpilot topics"
     present = [t for t in LAGPILOT_TOPICS if t in f.topic_partitions]
+    hidden = [t for t in LAGPILOT_TOPICS if f.topic_ops.get(t) == frozenset()]
+    if hidden:
+        return Row(
+            name,
+            FAIL,
+            f"DESCRIBE denied on {', '.join(hidden)} (present or not, lagpilot cannot tell)",
+            f"{ACL_HINT} --operation Read --operation Write --operation Describe "
+            "--topic lagpilot. --resource-pattern-type prefixed",
+            EX_NOPERM,
+        )
     blocked = {t: e for t, e in f.create_errors.items() if e}
     if blocked:
         t, err = next(iter(blocked.items()))
@@ -326,8 +319,6 @@ def _parser() -> Parser:
 
 def _doctor(args: Any) -> int:
     env = {**args.env, "KAFKA_BOOTSTRAP": args.bootstrap}
-    from pipeline.doctor_gather import gather  # the I/O half, imported when it runs
-
     rows = evaluate(gather(args.bootstrap, args.kafka, env, args.connect_timeout_s))
     if args.json:
         print(orjson.dumps([asdict(r) for r in rows]).decode())

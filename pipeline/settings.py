@@ -73,6 +73,9 @@ class Settings:
     replication_factor: int = 1
     metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
     control_topic: str = "lagpilot.control"  # the actuator and workers must read the same
+    # outcomes the verification of a step reads (the actuator's and workers') and where its
+    # verdicts go: the actuator's LAGPILOT_OUTCOMES_TOPIC must name the same topic
+    outcomes_topic: str = "lagpilot.outcomes"
     policy_file: str = ""  # empty: built-in policy defaults (mode recommend)
     run_sampler: bool = True
     run_policy: bool = True

@@ -31,6 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from schemas.client_log import CLIENT_LOG as CLIENT_LOG
+from schemas.client_log import BrokerWatch as BrokerWatch
+from schemas.client_log import ClientErrors as ClientErrors
+from schemas.client_log import client_config as client_config
+from schemas.client_log import short as _short
+from schemas.client_log import unreachable_sentence as unreachable_sentence
+from schemas.client_log import watch_client_logs as watch_client_logs
 from schemas.codec import ConfigError
 from schemas.runtime.errors import LagpilotError
 
@@ -268,38 +275,6 @@ def add_connection(
 # --------------------------------------------------------------------------- logging
 
 
-class _ClientLog:
-    """librdkafka's log callback target: every line to ``lagpilot.kafka`` at DEBUG.
-
-    librdkafka marks a refused connection as an error, but for a user it is detail under
-    lagpilot's own sentence ("cannot reach the broker at ..."), so its level is not kept.
-    """
-
-    logger = logging.getLogger("lagpilot.kafka")
-
-    def log(self, level: int, msg: str, *args: Any) -> None:
-        self.logger.debug(msg, *args)
-
-
-CLIENT_LOG = _ClientLog()
-#: the format confluent-kafka logs librdkafka's lines with: facility, client name, text
-_LIBRDKAFKA_FORMAT = "%s [%s] %s"
-
-
-class _ClientLinesToDebug(logging.Filter):
-    """On the loggers Quix Streams hands its clients: librdkafka's own lines go to
-    ``lagpilot.kafka`` at DEBUG like every other client's; Quix's own lines pass."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != _LIBRDKAFKA_FORMAT:
-            return True
-        CLIENT_LOG.logger.debug(record.msg, *(record.args or ()))
-        return False
-
-
-_QUIX_CLIENT_LOGGERS = ("quixstreams.kafka.consumer", "quixstreams.kafka.producer")
-
-
 def setup_logging(level: str) -> None:
     try:
         logging.basicConfig(
@@ -309,35 +284,10 @@ def setup_logging(level: str) -> None:
         raise CommandError(
             f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
         ) from None
-    for name in _QUIX_CLIENT_LOGGERS:
-        quix = logging.getLogger(name)
-        if not any(isinstance(f, _ClientLinesToDebug) for f in quix.filters):
-            quix.addFilter(_ClientLinesToDebug())
+    watch_client_logs()
     if level.upper() != "DEBUG":  # HTTP clients' per-request lines are detail, as librdkafka's
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(logging.WARNING)
-
-
-class ClientErrors:
-    """An ``error_cb`` that keeps what librdkafka reported: the exception a call raises says
-    only "transport failure", the callback says it was SASL or TLS."""
-
-    def __init__(self) -> None:
-        self.errors: list[Any] = []
-
-    def __call__(self, err: Any) -> None:
-        self.errors.append(err)
-        CLIENT_LOG.logger.debug("client error: %s", err)
-
-
-def client_config(
-    bootstrap: str, kafka: Mapping[str, str], errors: ClientErrors | None = None
-) -> dict[str, Any]:
-    """librdkafka settings with lagpilot's log routing (and error collector)."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **kafka, "logger": CLIENT_LOG}
-    if errors is not None:
-        conf["error_cb"] = errors
-    return conf
 
 
 # --------------------------------------------------------------------------- errors
@@ -384,8 +334,8 @@ def explain_kafka(
                 "the listener speaks LAGPILOT_KAFKA_SECURITY_PROTOCOL",
                 EX_NOPERM,
             )
-    for name in names:
-        if name in _DENIED:
+    for name, text in zip(names, texts, strict=True):  # a fatal error names it in its text
+        if name in _DENIED or "authorization failed" in text.lower():
             return CommandError(
                 f"permission denied on {where} ({name}); grant lagpilot's principal the "
                 "ACLs listed in docs/runbook.md (lagpilot doctor shows which are missing)",
@@ -420,10 +370,20 @@ def explain_kafka(
     return CommandError(f"Kafka error at {where}: {names[0]}: {_short(texts[0])}", EX_FAILED)
 
 
-def _short(text: str) -> str:
-    """librdkafka's detail without its "thrd:" and "(after N ms in state X)" noise."""
-    text = text.split(" (after ")[0]
-    return text if len(text) <= 160 else text[:157] + "..."
+def topic_creation_failed(exc: Exception, topic: str | None, bootstrap: str) -> CommandError:
+    """Quix Streams' CreateTopicFailure / TopicPermissionError in one line: an ACL denial is
+    exit 77 with the ACLs to grant (Quix words it "verify if ... allowed for your
+    credentials"). ``topic`` None: lagpilot's topics, whichever Quix was creating."""
+    text = str(exc)
+    what = f"topic {topic}" if topic else "lagpilot's topics"
+    if "allowed for your credentials" in text or "AUTHORIZATION" in text.upper():
+        return CommandError(
+            f"permission denied: cannot create or read {what} at {bootstrap}; create them by "
+            "hand, or grant lagpilot's principal CREATE on the cluster and READ, WRITE, "
+            "DESCRIBE, DESCRIBE_CONFIGS on them (docs/runbook.md lists the ACLs)",
+            EX_NOPERM,
+        )
+    return CommandError(f"cannot create {what} at {bootstrap}: {text}", EX_FAILED)
 
 
 def connect(
@@ -436,14 +396,38 @@ def connect(
     errors = ClientErrors()
     conf = client_config(bootstrap, kafka, errors)
     conf.setdefault("socket.connection.setup.timeout.ms", max(1000, int(timeout_s * 1000)))
+    # asking for one topic must not create it (an admin handle allows that by default, and
+    # brokers with auto.create.topics.enable obey)
+    conf["allow.auto.create.topics"] = False
     admin = None
     try:
         admin = AdminClient(conf)
-        return admin.list_topics(topic=topic, timeout=timeout_s)
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
         if admin is not None:
             admin.poll(0)  # serve the error callbacks: they hold the cause
         raise explain_kafka(exc, bootstrap=bootstrap, seen=errors.errors) from exc
+    if topic is not None:
+        check_topic_access(md, topic, bootstrap)
+    return md
+
+
+def check_topic_access(md: Any, topic: str, bootstrap: str) -> None:
+    """Raise the ACL denial a metadata answer holds for ``topic`` (exit 77).
+
+    A principal without DESCRIBE on a topic gets TOPIC_AUTHORIZATION_FAILED for it, whether
+    or not it exists; a listing of every topic just leaves it out, which would read as
+    "missing". A missing topic is the caller's to judge (some create it).
+    """
+    meta = md.topics.get(topic)
+    err = getattr(meta, "error", None)
+    if err is not None and err.name() in _DENIED:
+        raise explain_kafka(err, bootstrap=bootstrap, topic=topic)
+
+
+def is_denied(err: Any) -> bool:
+    """Whether a librdkafka error (or exception) is an ACL denial."""
+    return getattr(_kafka_error(err), "name", lambda: "")() in _DENIED
 
 
 # --------------------------------------------------------------------------- running
@@ -475,6 +459,9 @@ def run(prog: str, parser: Parser, body: Callable[[Any], int | None], argv: Any)
         return _fail(prog, str(err), err.exit_code, debug)
     except KeyboardInterrupt:
         return EX_INTERRUPTED
+    except BrokenPipeError:  # the reader stopped (`| head`, `| jq` that quit): not a failure
+        _silence_stdout()
+        return EX_OK
     except Exception as exc:
         return _fail(
             prog,
@@ -483,6 +470,15 @@ def run(prog: str, parser: Parser, body: Callable[[Any], int | None], argv: Any)
             EX_FAILED,
             debug,
         )
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush finds no broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (captured in a test)
+        pass
 
 
 def _fail(prog: str, message: str, code: int, debug: bool) -> int:

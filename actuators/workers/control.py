@@ -113,15 +113,20 @@ class SeenIds:
 
 
 class ControlReader:
-    """Reads the control topic from its end (at start) with a group-less consumer.
+    """Reads the control topic with a group-less consumer, from ``replay_s`` before start.
 
-    No consumer group, because every worker must see every event. It starts at the end
-    offsets read at ``start()``: events published before the worker started are not replayed
-    (the hand-off state that must survive restarts lives in committed offsets, see handoff).
+    No consumer group, because every worker must see every event. It starts at the first
+    event of the last ``replay_s`` seconds (``0``: at the end): a command is in force until it
+    expires, so a worker restarted meanwhile obeys it too (expired ones are counted and
+    skipped). A member that dies on a poisoned partition before it could record the
+    hand-off (see handoff) comes back knowing that the partition is the pool's; without the
+    replay it took the partition again and died again.
     """
 
-    def __init__(self, bootstrap: str, topic: str, group: str, key: bytes, **config: Any) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, key: bytes,
+                 replay_s: float = 60.0, **config: Any) -> None:  # fmt: skip
         self.topic = topic
+        self.replay_s = replay_s
         self._group = group
         self._key = key
         self._config = {
@@ -154,6 +159,8 @@ class ControlReader:
                 consumer.close()
                 raise ConnectionError(f"cannot read the end of {self.topic}[{p}]: {exc}") from exc
             tps.append(TopicPartition(self.topic, p, high))
+        if self.replay_s > 0:
+            tps = _replay_from(consumer, tps, int(time.time() * 1000 - self.replay_s * 1000))
         consumer.assign(tps)
         self._consumer = consumer
 
@@ -169,7 +176,7 @@ class ControlReader:
             got = read_command(msg.value(), group=self._group, key=self._key, now_ms=now_ms)
             if isinstance(got, str):
                 self.counts[got] += 1
-                if got not in (OTHER_GROUP, NOT_FOR_WORKERS, RECOMMEND):
+                if got not in (OTHER_GROUP, NOT_FOR_WORKERS, RECOMMEND, EXPIRED):
                     log.warning(
                         "control event rejected at %s@%d: %s", self.topic, msg.offset(), got
                     )
@@ -195,6 +202,27 @@ _NO_LEADER_YET = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._TIMED_OUT,
 }
+
+
+def _replay_from(
+    consumer: Consumer, ends: list[TopicPartition], since_ms: int
+) -> list[TopicPartition]:
+    """Each partition's first offset at or after ``since_ms`` (its end if none, or if the
+    broker cannot say: a replay is a help, never a reason not to start)."""
+    try:
+        found = consumer.offsets_for_times(
+            [TopicPartition(tp.topic, tp.partition, since_ms) for tp in ends], timeout=10
+        )
+    except KafkaException as exc:
+        log.warning("control topic replay skipped: %s", exc)
+        return ends
+    by_part = {tp.partition: tp.offset for tp in found if tp.error is None}
+    return [
+        TopicPartition(tp.topic, tp.partition, by_part[tp.partition])
+        if 0 <= by_part.get(tp.partition, -1) < tp.offset
+        else tp
+        for tp in ends
+    ]
 
 
 def _end_offset(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> int:

@@ -78,6 +78,7 @@ class Engine(abc.ABC):
         progress_interval_ms: int = DEFAULT_INTERVAL_MS,
         progress_lead_ms: int = DEFAULT_LEAD_MS,
         progress_topic: str = PROGRESS,
+        control_replay_s: float = 60.0,
     ) -> None:
         if not bootstrap:
             raise ConfigError("bootstrap is empty: pass the brokers, e.g. bootstrap='host:9092'")
@@ -150,6 +151,12 @@ class Engine(abc.ABC):
         self._progress_lead_ms = progress_lead_ms
         self._progress_topic = progress_topic
         self._progress: ProgressReporter | None = None
+        if not isinstance(control_replay_s, int | float) or control_replay_s < 0:
+            raise ConfigError(
+                f"control_replay_s={control_replay_s!r}: must be >= 0 seconds (how far back a "
+                "starting worker reads the control topic for unexpired commands; 0: none)"
+            )
+        self._control_replay_s = float(control_replay_s)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -184,7 +191,12 @@ class Engine(abc.ABC):
 
     def _connect(self) -> None:
         self._control = ControlReader(
-            self.bootstrap, self.control_topic, self.group, self._signing_key, **self._extra
+            self.bootstrap,
+            self.control_topic,
+            self.group,
+            self._signing_key,
+            replay_s=self._control_replay_s,
+            **self._extra,
         )
         self._control.start()
         if self.outcomes_topic:

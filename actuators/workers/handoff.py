@@ -12,6 +12,9 @@ nothing new has to be stored and it survives any process dying:
    until G's committed metadata carries that marker, commits X in its own group with
    ``lagpilot:taken:<id>`` and reads the partition by ``assign()`` from exactly X, committing
    its progress there (a pool restart resumes from it).
+   While the pool holds it, the owner copies the pool's committed position into G under
+   the same hand-off marker (every ``handoff_check_s``), so G's lag shows the partition
+   draining there.
 3. ``restore_partition`` makes the pool pause, finish its running messages and commit its
    position Y with ``lagpilot:returned:<id>``, then let go. The owner polls the pool group's
    metadata; on ``returned`` for its marker's id it seeks to Y, commits Y in G (clearing the

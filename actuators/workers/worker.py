@@ -22,6 +22,7 @@ from actuators.workers.engine import Engine
 from actuators.workers.handoff import (
     HANDOFF,
     RETURNED,
+    TAKEN,
     Marker,
     OffsetPeek,
     handoff_marker,
@@ -75,6 +76,7 @@ class Worker(Engine):
         self._handoff_pos: dict[TopicPart, int] = {}  # position fixed when running work ended
         self._last_check: dict[TopicPart, float] = {}
         self._intents: dict[TopicPart, Command] = {}  # the latest spread/restore per partition
+        self._mirrored: dict[TopicPart, int] = {}  # the pool's position last committed here
         self._peek = OffsetPeek(self.base_config())
         self.rebalances = 0
 
@@ -145,6 +147,7 @@ class Worker(Engine):
             self._handing.pop(tp, None)
             self._handed.pop(tp, None)
             self._handoff_pos.pop(tp, None)
+            self._mirrored.pop(tp, None)
 
     # -- control -------------------------------------------------------------------------------
 
@@ -196,6 +199,25 @@ class Worker(Engine):
             offset, theirs = self._peek.committed(pool_group_id(self.group, marker.pool), *tp)
             if offset is not None and theirs == Marker(RETURNED, marker.action_id):
                 self._take_back(tp, offset)
+            elif (
+                offset is not None
+                and theirs == Marker(TAKEN, marker.action_id)
+                and offset > self._mirrored.get(tp, -1)
+            ):
+                self._mirror(tp, marker, offset)
+
+    def _mirror(self, tp: TopicPart, marker: Marker, offset: int) -> None:
+        """Commit the pool's processed position in this group, under the same hand-off
+        marker: the group's lag (lagpilot's model, KEDA, Burrow: anything that reads this
+        group's commits) shows the partition draining in the pool instead of a position
+        frozen at the hand-off. Nothing is lost: the pool processed everything below it,
+        and the partition stays the pool's until its ``returned`` marker."""
+        assert marker.pool is not None
+        if self._commit(
+            {tp: offset}, asynchronous=False, metadata=handoff_marker(marker.pool, marker.action_id)
+        ):
+            self._mirrored[tp] = offset
+            self._count("handoff_mirrored")
 
     def _finish_handoff(self, tp: TopicPart, timeout_s: float) -> None:
         """Step 1 of the protocol: commit the processed prefix with the hand-off marker."""
@@ -233,6 +255,7 @@ class Worker(Engine):
             self._paused.discard(tp)
         if self._commit({tp: offset}, asynchronous=False, metadata=""):
             marker = self._handed.pop(tp)
+            self._mirrored.pop(tp, None)
             restore = self._intents.get(tp)
             if restore is not None and restore.type is ActionType.RESTORE_PARTITION:
                 self._report(restore, HANDOFF_RETURNED, tp, offset=offset, pool=marker.pool)

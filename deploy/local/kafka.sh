@@ -14,7 +14,10 @@
 # the test fixtures).
 # Environment: LAGPILOT_BROKER_PORT (first client port, default 21092; node i uses
 # port+2i for clients and port+2i+1 for its controller), LAGPILOT_BROKER_READY_TIMEOUT_S
-# (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe).
+# (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe),
+# LAGPILOT_BROKER_SASL_USERS ("admin:pw,alice:pw"; unset: PLAINTEXT, no authorizer): every
+# listener speaks SASL_PLAINTEXT with PLAIN and those users, StandardAuthorizer checks ACLs,
+# and the first user is the only super user (brokers and the readiness probe log in as it).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +28,7 @@ RUN=${LAGPILOT_BROKER_RUN_DIR:-"$HERE/.run"}
 PORT0=${LAGPILOT_BROKER_PORT:-21092}
 READY_TIMEOUT_S=${LAGPILOT_BROKER_READY_TIMEOUT_S:-90}
 HEAP=${LAGPILOT_BROKER_HEAP:-768m}
+SASL_USERS=${LAGPILOT_BROKER_SASL_USERS:-}
 REPO=$(cd "$HERE/../.." && pwd)
 if [ -z "${PYTHON:-}" ]; then
   if [ -x "$REPO/.venv/bin/python" ]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
@@ -67,6 +71,38 @@ running_pids() {
   done
 }
 
+sasl_check() { # the users must fit a JAAS line unquoted: refuse anything else up front
+  [ -z "$SASL_USERS" ] && return 0
+  local pair
+  for pair in ${SASL_USERS//,/ }; do
+    [[ $pair =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9._-]+$ ]] ||
+      die "LAGPILOT_BROKER_SASL_USERS: '$pair' is not user:password (letters, digits, . _ - only); e.g. LAGPILOT_BROKER_SASL_USERS=admin:admin-pw,alice:alice-pw"
+  done
+}
+
+sasl_login() { # the first user, as user:password (what brokers and the probe log in as)
+  echo "${SASL_USERS%%,*}"
+}
+
+sasl_config() { # the listener, mechanism and authorizer settings for SASL_USERS
+  local admin users="" pair
+  admin=$(sasl_login)
+  for pair in ${SASL_USERS//,/ }; do users+=" user_${pair%%:*}=\"${pair#*:}\""; done
+  local jaas="org.apache.kafka.common.security.plain.PlainLoginModule required username=\"${admin%%:*}\" password=\"${admin#*:}\"$users;"
+  cat <<PROPS
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT
+inter.broker.listener.name=SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=$jaas
+listener.name.controller.plain.sasl.jaas.config=$jaas
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:${admin%%:*}
+allow.everyone.if.no.acl.found=false
+PROPS
+}
+
 write_config() { # node_id brokers cluster_dir
   local id=$1 n=$2 dir=$3 voters="" i
   for ((i = 1; i <= n; i++)); do
@@ -74,15 +110,18 @@ write_config() { # node_id brokers cluster_dir
   done
   local cport=$((PORT0 + 2 * (id - 1))) kport=$((PORT0 + 2 * (id - 1) + 1)) rf=$n
   [ "$n" -ge 3 ] && rf=3
+  local client=PLAINTEXT
+  [ -n "$SASL_USERS" ] && client=SASL_PLAINTEXT
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport
-advertised.listeners=PLAINTEXT://127.0.0.1:$cport
+listeners=$client://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport
+advertised.listeners=$client://127.0.0.1:$cport
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+$(if [ -n "$SASL_USERS" ]; then sasl_config; else
+  printf '%s\n' inter.broker.listener.name=PLAINTEXT listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+fi)
 log.dirs=$dir/data
 num.partitions=1
 default.replication.factor=$rf
@@ -139,6 +178,7 @@ up() {
   if [ -n "$(running_pids)" ]; then
     say "already running at $(cat "$RUN/bootstrap")"; cat "$RUN/bootstrap" >&3; return 0
   fi
+  sasl_check
   need_java
   need_jars
   "$PYTHON" -c "import confluent_kafka" 2>/dev/null ||
@@ -171,7 +211,7 @@ up() {
     bootstrap+="${bootstrap:+,}127.0.0.1:$((PORT0 + 2 * (i - 1)))"
     wait_port "$((PORT0 + 2 * (i - 1)))" "$(cat "$RUN/node-$i.pid")" "$RUN/node-$i/broker.log" || { down; exit 1; }
   done
-  if ! "$PYTHON" "$HERE/ready.py" --bootstrap "$bootstrap" --brokers "$n" --timeout "$READY_TIMEOUT_S"; then
+  if ! "$PYTHON" "$HERE/ready.py" --bootstrap "$bootstrap" --brokers "$n" --timeout "$READY_TIMEOUT_S" ${SASL_USERS:+--sasl-plain "$(sasl_login)"}; then
     say "broker never became ready; last lines of $RUN/node-1/broker.log:"
     tail -n 40 "$RUN/node-1/broker.log" >&2
     down; exit 1
@@ -197,7 +237,7 @@ restart() {
     echo $! >"$RUN/node-$i.pid"
     wait_port "$((PORT0 + 2 * (i - 1)))" "$!" "$dir/broker.log" || exit 1
   done
-  "$PYTHON" "$HERE/ready.py" --bootstrap "$(cat "$RUN/bootstrap")" --brokers "$n" --timeout "$READY_TIMEOUT_S" ||
+  "$PYTHON" "$HERE/ready.py" --bootstrap "$(cat "$RUN/bootstrap")" --brokers "$n" --timeout "$READY_TIMEOUT_S" ${SASL_USERS:+--sasl-plain "$(sasl_login)"} ||
     die "the restarted broker never became ready; see $RUN/node-*/broker.log"
   say "restarted: $n broker(s) at $(cat "$RUN/bootstrap") in $((SECONDS - t0))s"
   cat "$RUN/bootstrap" >&3

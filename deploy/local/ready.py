@@ -17,8 +17,13 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def probe(bootstrap: str, brokers: int, deadline: float) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def probe(bootstrap: str, brokers: int, deadline: float, login: str = "") -> None:
+    conf: dict[str, str] = {"bootstrap.servers": bootstrap}
+    if login:  # a broker started with LAGPILOT_BROKER_SASL_USERS: log in as its super user
+        user, _, password = login.partition(":")
+        conf |= {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                 "sasl.username": user, "sasl.password": password}  # fmt: skip
+    admin = AdminClient(conf)
     while True:
         try:
             md = admin.list_topics(timeout=2)
@@ -38,13 +43,13 @@ def probe(bootstrap: str, brokers: int, deadline: float) -> None:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
     token = uuid.uuid4().hex.encode()
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer = Producer({**conf, "acks": "all"})
     producer.produce(topic, token)
     if producer.flush(max(1.0, deadline - time.monotonic())) != 0:
         raise TimeoutError("produce was not acknowledged")
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **conf,
             "group.id": "__lagpilot_ready",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -69,9 +74,10 @@ def main() -> int:
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--brokers", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=90.0)
+    ap.add_argument("--sasl-plain", default="", metavar="USER:PASSWORD", help="SASL/PLAIN login")
     args = ap.parse_args()
     try:
-        probe(args.bootstrap, args.brokers, time.monotonic() + args.timeout)
+        probe(args.bootstrap, args.brokers, time.monotonic() + args.timeout, args.sasl_plain)
     except Exception as exc:  # a probe reports, it does not crash with a traceback
         print(f"ready.py: broker at {args.bootstrap} not ready: {exc}", file=sys.stderr)
         return 1

@@ -41,13 +41,16 @@ from schemas import (
 from schemas.cli import (
     EX_FAILED,
     EX_NOINPUT,
+    EX_NOPERM,
     EX_TEMPFAIL,
     EX_USAGE,
+    ClientErrors,
     CommandError,
     Parser,
     add_connection,
     client_config,
     connect,
+    explain_kafka,
     run,
 )
 from schemas.runtime.errors import LagpilotError
@@ -75,8 +78,9 @@ class PublishError(LagpilotError, RuntimeError):
     retriable, an authorization failure is not).
     """
 
-    def __init__(self, message: str, retriable: bool) -> None:
+    def __init__(self, message: str, retriable: bool, denied: bool = False) -> None:
         super().__init__(message, retriable=retriable)
+        self.denied = denied  # an ACL refused the write: exit 77, not "try again"
 
 
 def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) -> dict[str, Any]:
@@ -132,10 +136,17 @@ def publish_actions(
     if failures:
         err = failures[0]
         retriable = bool(getattr(err, "retriable", lambda: False)())
+        name = getattr(err, "name", lambda: str(err))()
+        denied = "AUTHORIZATION_FAILED" in name or "authorization failed" in str(err).lower()
+        fix = (
+            f"grant lagpilot's principal WRITE on {topic} (docs/runbook.md lists the ACLs)"
+            if denied
+            else "check the broker and the topic's ACLs"
+        )
         raise PublishError(
-            f"{len(failures)} of {len(signed)} actions not delivered to {topic}: {err}; "
-            "check the broker and the topic's ACLs",
+            f"{len(failures)} of {len(signed)} actions not delivered to {topic} ({name}); {fix}",
             retriable,
+            denied,
         )
     if left:
         raise PublishError(
@@ -146,20 +157,26 @@ def publish_actions(
 
 
 def _switch(args: argparse.Namespace, kind: ActionType) -> int:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     key = load_signing_key(args.env)
     now_ms = int(time.time() * 1000)
     action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
-    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
+    connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=args.topic)
+    errors = ClientErrors()  # a fatal idempotence error says why only through error_cb
     producer = Producer(
         {
-            **client_config(args.bootstrap, args.kafka),
+            **client_config(args.bootstrap, args.kafka, errors),
             "enable.idempotence": True,
             "acks": "all",
         }
     )
-    [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
+    try:
+        [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
+    except KafkaException as exc:
+        producer.poll(0)
+        err = explain_kafka(exc, bootstrap=args.bootstrap, topic=args.topic, seen=errors.errors)
+        raise err from exc
     print(f"{kind} scope={args.scope} id={event['id']} published to {args.topic}")
     return 0
 
@@ -307,7 +324,8 @@ def _tail(args: argparse.Namespace) -> int:
         key: bytes | None = load_signing_key(args.env)
     except ConfigError:
         key = None  # the table still shows events; the sig column says "?"
-    connect(args.bootstrap, args.kafka, args.connect_timeout_s)
+    for name in (args.topic, args.outcomes_topic):
+        connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=name)
     consumer = Consumer(
         {
             **client_config(args.bootstrap, args.kafka),
@@ -436,7 +454,8 @@ def _control(args: argparse.Namespace) -> int:
         kind = ActionType.HALT if args.command == "halt" else ActionType.RESUME
         return _switch(args, kind)
     except PublishError as exc:
-        raise CommandError(str(exc), EX_TEMPFAIL if exc.retriable else EX_FAILED) from exc
+        code = EX_NOPERM if exc.denied else EX_TEMPFAIL if exc.retriable else EX_FAILED
+        raise CommandError(str(exc), code) from exc
     except ValueError as exc:  # --since
         if isinstance(exc, ConfigError | EventError):
             raise

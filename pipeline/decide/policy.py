@@ -294,6 +294,7 @@ def rule_spread(c: _Ctx) -> None:
     if not c.incident.active:
         cooldown_ms = c.config.cooldown_s(ActionType.SPREAD_PARTITION) * 1000
         for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key
+                       and not sp.get("keep")  # a storm's hand-off (pipeline.remedies)
                        and c.now - sp.get("issued_ms", sp["since_ms"]) >= cooldown_ms]:  # fmt: skip
             _restore(c, target, "incident cleared")
         return

@@ -204,6 +204,7 @@ def run(c: _Ctx) -> None:
         or (
             dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]]
             and lad["since_ms"] == c.incident.since_ms
+            and not _unattributed_burst(d)
         )
     ):
         lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
@@ -217,6 +218,13 @@ def run(c: _Ctx) -> None:
     _judge(c, lad, steps, exit_s)
     if lad["phase"] == "ready" and lad["step"] < len(steps):
         _act(c, lad, steps[lad["step"]], hot)
+
+
+def _unattributed_burst(d: dg.Diagnosis) -> bool:
+    """A burst read from partition rates alone does not replace an open incident's cause:
+    the usual rates froze when the incident opened, so a slow group's inflow that keeps
+    rising would read as a burst, and with no producer named there is no one to throttle."""
+    return d.cause == dg.BURST and d.evidence.get("source") == "partition_rates"
 
 
 def _holds(c: _Ctx) -> bool:
@@ -360,6 +368,11 @@ def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
                   (c.incident.since_ms, "handoff", pool), cooled=sp is None):  # fmt: skip
             c.state.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms,
                                        "issued_ms": c.now, **params}  # fmt: skip
+            if step.action == "handoff_member":
+                # kept when the incident clears: given back, the partition would kill its
+                # members again (the storm ends because it is in the pool); it stays there
+                # until an operator publishes its restore_partition (members fixed)
+                c.state.spreads[target]["keep"] = True
 
 
 def _throttle_attributed(c: _Ctx) -> None:

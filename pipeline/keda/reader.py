@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas import EventError, decode, topics
+from schemas.cli import unreachable_sentence
 
 log = logging.getLogger("lagpilot.scaler")
 
@@ -59,6 +60,7 @@ class LagTopicReader:
                 "enable.partition.eof": False,
             }
         )
+        failures = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -75,8 +77,14 @@ class LagTopicReader:
                         }
                         break
                 except KafkaException as exc:
-                    log.warning("cannot read %s yet (%s); retrying", topics.LAG, exc)
-                log.info("waiting for %s (is the pipeline running?)", topics.LAG)
+                    if failures % 60 == 0:  # once a minute at one try a second
+                        where = str(self.config.get("bootstrap.servers", "?"))
+                        log.warning("%s", unreachable_sentence(where, str(exc)))
+                    failures += 1
+                else:
+                    if failures % 60 == 0:
+                        log.info("waiting for %s (is the pipeline running?)", topics.LAG)
+                    failures += 1
                 self._stop.wait(1.0)
             else:
                 return

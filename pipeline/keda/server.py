@@ -12,9 +12,7 @@ its end, and the broker answers) and ``/metrics`` on ``--metrics-port``.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import queue
 import signal
 import sys
@@ -31,6 +29,17 @@ from pipeline.keda.metadata import MetadataError, ScalerSpec, parse_metadata
 from pipeline.keda.reader import LagTopicReader, MembershipPoller
 from pipeline.keda.rules import Decision
 from pipeline.keda.scaler import Scaler
+from schemas import topics
+from schemas.cli import (
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    CommandError,
+    Parser,
+    add_connection,
+    client_config,
+    connect,
+    run,
+)
 
 log = logging.getLogger("lagpilot.scaler")
 
@@ -43,6 +52,9 @@ ENV_KEYS = (
     "LAGPILOT_SCALER_METRICS_PORT",
     "LAGPILOT_SCALER_LOOKBACK_S",
     "LAGPILOT_LOG_LEVEL",
+    "LAGPILOT_CONNECT_TIMEOUT_S",
+    "LAGPILOT_CONFIG",
+    "LAGPILOT_DEBUG",
 )
 
 
@@ -211,59 +223,47 @@ def serve(
     return server, bound, stop
 
 
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"lagpilot scaler: {name}={raw!r}: expected a number") from None
+EXAMPLE = """example:
+  KAFKA_BOOTSTRAP=redpanda-0:9092 lagpilot scaler --port 9105 --metrics-port 9103
+
+Kafka client settings pass through as LAGPILOT_KAFKA_<NAME>, as for every command. While
+the broker cannot be reached, the scaler says so, keeps serving (IsActive false, no
+metrics yet) and retries; /readyz stays false. An authentication or ACL failure ends it.
+"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="lagpilot scaler",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
-    ap.add_argument(
-        "--port",
-        type=int,
-        default=int(_env_number("LAGPILOT_SCALER_PORT", DEFAULT_PORT)),
-        help=f"gRPC port KEDA's scalerAddress names (env LAGPILOT_SCALER_PORT, "
-        f"default {DEFAULT_PORT})",
-    )
-    ap.add_argument(
-        "--metrics-port",
-        type=int,
-        default=int(_env_number("LAGPILOT_SCALER_METRICS_PORT", DEFAULT_METRICS_PORT)),
-        help="/metrics, /healthz, /readyz (0: off; env LAGPILOT_SCALER_METRICS_PORT)",
-    )
-    ap.add_argument(
+def _parser() -> Parser:
+    p = Parser(prog="lagpilot scaler", description=__doc__, epilog=EXAMPLE)
+    add_connection(p)
+    p.option("--port", env="LAGPILOT_SCALER_PORT", default=DEFAULT_PORT, type=int,
+             help="gRPC port KEDA's scalerAddress names")  # fmt: skip
+    p.option("--metrics-port", env="LAGPILOT_SCALER_METRICS_PORT", default=DEFAULT_METRICS_PORT,
+             type=int, help="/metrics, /healthz, /readyz; 0 disables")  # fmt: skip
+    p.option(
         "--lookback-s",
+        env="LAGPILOT_SCALER_LOOKBACK_S",
+        default=35.0,
         type=float,
-        default=_env_number("LAGPILOT_SCALER_LOOKBACK_S", 35.0),
         help="read lagpilot.lag this far back at start: at least the pipeline's "
         "partition_snapshot_interval_ms (30 s), so every partition is known",
     )
-    ap.add_argument("--log-level", default=os.environ.get("LAGPILOT_LOG_LEVEL", "INFO"))
-    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run("lagpilot scaler", _parser(), _serve, sys.argv[1:] if argv is None else argv)
+
+
+def _serve(args: Any) -> int:
     if args.lookback_s < 0 or not 0 <= args.port <= 65535:
-        print("lagpilot scaler: --lookback-s must be >= 0 and --port 0..65535", file=sys.stderr)
-        return 2
-    broker = {"bootstrap.servers": args.bootstrap}
-    broker.update(
-        {
-            k[len("LAGPILOT_KAFKA_") :].lower().replace("_", "."): v
-            for k, v in os.environ.items()
-            if k.startswith("LAGPILOT_KAFKA_")
-        }
-    )
+        raise CommandError("--lookback-s must be >= 0 and --port 0..65535", EX_USAGE)
+    try:
+        connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=topics.LAG)
+    except CommandError as exc:
+        if exc.exit_code != EX_UNAVAILABLE:
+            raise  # authentication, TLS, ACLs: no retry fixes those
+        log.warning("%s; serving meanwhile, retrying, /readyz is false", exc)
+    broker = client_config(args.bootstrap, args.kafka)
     metrics = ScalerMetrics()
     scaler = Scaler(observer=Reporter(metrics))
     reader = LagTopicReader(

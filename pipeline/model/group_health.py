@@ -10,11 +10,14 @@ left in the window, whether its commits stalled, and a status.
 The status rules, in severity order (the first that holds wins):
 
 1. ``STORM``: the generation moved ``storm_rebalances`` times or more within
-   ``storm_window_s`` while no commit of the group advanced for ``stall_s``. The member
-   identity that left most often in the window (its instance id, else client id @ host:
-   a restarted member comes back with a new member id) and the partitions it held are
-   named. Evaluated at the record that moves the generation, so it is published with
-   that record's batch (well inside a second).
+   ``storm_window_s`` while no commit of the group advanced for ``stall_s``, or while a
+   partition held by a member that left in the window did not advance for ``stall_s``
+   (one poisoned partition kills each member that takes it, and the rest of the group
+   keeps committing). The member identity that left most often in the window (its
+   instance id, else client id @ host: a restarted member comes back with a new member
+   id) is named, with the stuck partitions (else the partitions it held). Evaluated at
+   the record that moves the generation, so it is published with that record's batch
+   (well inside a second).
 2. ``EMPTY``: no members.
 3. ``REBALANCING``: a KIP-848 group assigning or reconciling, or a generation moved
    within the last ``stall_s``.
@@ -94,6 +97,7 @@ class GroupHealth:
             g = self.groups.get(record.group)
             if g is not None:
                 g.positions.pop((record.topic, record.partition), None)
+                g.progress_ms.pop((record.topic, record.partition), None)
         elif isinstance(record, GroupMetadata):
             self._classic(record, ts_ms)
         elif isinstance(record, GroupRemoved):
@@ -161,8 +165,12 @@ class GroupHealth:
         key = (c.topic, c.partition)
         prev = g.positions.get(key)
         g.positions[key] = c.offset
-        if prev is not None and c.offset > prev:
-            g.last_progress_ms = max(g.last_progress_ms, c.commit_ts_ms or ts_ms)
+        at = c.commit_ts_ms or ts_ms
+        if prev is None:
+            g.progress_ms.setdefault(key, at)  # first seen: stuck is counted from here
+        elif c.offset > prev:
+            g.last_progress_ms = max(g.last_progress_ms, at)
+            g.progress_ms[key] = max(g.progress_ms.get(key, 0), at)
 
     def _moved(self, g: Group, generation: int, ts_ms: int) -> None:
         if generation != g.generation:
@@ -326,6 +334,23 @@ class GroupHealth:
     def _stalled(self, g: Group, now_ms: int) -> bool:
         return now_ms - g.last_progress_ms >= self.cfg.stall_s * 1000
 
+    def _stuck(self, g: Group, now_ms: int) -> dict[str, list[int]]:
+        """Partitions (topic -> partitions) held by members that left in the window, whose
+        commits did not advance for ``stall_s``: what the members keep leaving with."""
+        edge = now_ms - self.cfg.stall_s * 1000
+        out: dict[str, set[int]] = {}
+        for _, kind, _, m in g.churn:
+            if kind != "left":
+                continue
+            for key, parts in m.assignment.items():
+                topic = self._topic(g, key)
+                if topic is None:
+                    continue
+                for p in parts:
+                    if g.progress_ms.get((topic, p), g.last_progress_ms) <= edge:
+                        out.setdefault(topic, set()).add(p)
+        return {t: sorted(ps) for t, ps in sorted(out.items())}
+
     def status(self, name: str, now_ms: int) -> str:
         """The group's status now (rules in the module docstring); "" for an unknown group."""
         g = self.groups.get(name)
@@ -334,7 +359,7 @@ class GroupHealth:
         self._trim(g, now_ms)
         stalled = self._stalled(g, now_ms)
         state = group_state(g)
-        if len(g.rebalances) >= self.cfg.storm_rebalances and stalled:
+        if len(g.rebalances) >= self.cfg.storm_rebalances and (stalled or self._stuck(g, now_ms)):
             return "STORM"
         if state == "Empty":
             return "EMPTY"
@@ -343,7 +368,7 @@ class GroupHealth:
             return "REBALANCING"
         return "OK"
 
-    def _flapping(self, g: Group) -> dict[str, Any] | None:
+    def _flapping(self, g: Group, now_ms: int) -> dict[str, Any] | None:
         leaves: dict[str, list[Member]] = {}
         for _, kind, identity, m in g.churn:
             if kind == "left":
@@ -352,6 +377,17 @@ class GroupHealth:
             return None
         identity, left = max(leaves.items(), key=lambda kv: (len(kv[1]), kv[0]))
         last = left[-1]
+        stuck = self._stuck(g, now_ms)
+        ids = (
+            {self._topic(g, k): k for _, _, _, m in g.churn for k in m.assignment}
+            if g.protocol == "consumer"
+            else {}
+        )
+        partitions = (
+            [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in stuck.items()]
+            if stuck
+            else self._assignment(g, last)
+        )
         return {
             "identity": identity,
             "member_id": last.member_id,
@@ -359,7 +395,7 @@ class GroupHealth:
             "client_host": last.client_host,
             "instance_id": last.instance_id,
             "leaves": len(left),
-            "partitions": self._assignment(g, last),
+            "partitions": partitions,
         }
 
     def _assignment(self, g: Group, m: Member) -> list[dict[str, Any]]:
@@ -413,7 +449,7 @@ class GroupHealth:
             "commits_stalled": stalled,
             "last_progress_ms": g.last_progress_ms or None,
             "consumption_stopped": stalled and status in ("STORM", "REBALANCING"),
-            "storm": self._flapping(g) if status == "STORM" else None,
+            "storm": self._flapping(g, now_ms) if status == "STORM" else None,
         }
 
     def due(self, now_ms: int) -> list[dict[str, Any]]:
@@ -425,10 +461,8 @@ class GroupHealth:
         if now_ms >= self._next_scan_ms:
             self._next_scan_ms = now_ms + 250
             names.update(self.groups)
-        out = [
-            deleted_event(name, kip848, now_ms, self.cfg.storm_window_s)
-            for name, kip848 in self._removed
-        ]
+        window_s = self.cfg.storm_window_s
+        out = [deleted_event(name, kip848, now_ms, window_s) for name, kip848 in self._removed]
         self._removed.clear()
         for name in sorted(names):
             g = self.groups.get(name)

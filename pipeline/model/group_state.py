@@ -70,6 +70,7 @@ class Group:
     # (ms, "joined"/"left", identity, member) in the window
     churn: deque[tuple[int, str, str, Member]] = field(default_factory=deque)
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    progress_ms: dict[tuple[str, int], int] = field(default_factory=dict)  # per partition
     last_progress_ms: int = 0
     status: str = ""
     status_since_ms: int = 0

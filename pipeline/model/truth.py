@@ -35,6 +35,7 @@ import numpy as np
 
 from pipeline.model.events import TopicObservation
 from pipeline.model.history import EXTRAPOLATED
+from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +163,7 @@ class RecordTimeReader:
         consumer = Consumer(
             {
                 **self.broker_config,
+                "logger": CLIENT_LOG,
                 "group.id": self.group_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,

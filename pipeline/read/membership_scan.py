@@ -23,6 +23,7 @@ from typing import Any
 
 from pipeline.read.offsets import Skipped, decode_record, is_own_group
 from schemas import OffsetCommit, OffsetDeleted
+from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class MembershipScan:
         consumer = Consumer(
             {
                 **self.broker_config,
+                "logger": CLIENT_LOG,
                 "group.id": f"lagpilot-scan-{uuid.uuid4().hex[:8]}",  # never joins
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -130,7 +132,9 @@ def _committed_lookup(broker_config: dict[str, Any], group: str) -> Any:
     from confluent_kafka import Consumer
 
     def lookup(tps: list[Any]) -> list[Any]:
-        c = Consumer({**broker_config, "group.id": group, "enable.auto.commit": False})
+        c = Consumer(
+            {**broker_config, "logger": CLIENT_LOG, "group.id": group, "enable.auto.commit": False}
+        )
         try:
             return list(c.committed(tps, timeout=10))
         finally:

@@ -15,6 +15,8 @@ import logging
 import threading
 from typing import Any
 
+from schemas.cli import CLIENT_LOG
+
 log = logging.getLogger(__name__)
 
 ALL_TOPICS = "*"
@@ -58,7 +60,7 @@ class TopicIdResolver:
         from confluent_kafka import TopicCollection
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.broker_config)
+        admin = AdminClient({**self.broker_config, "logger": CLIENT_LOG})
         while not self._stop.is_set():
             self._wake.wait(self.retry_s)
             self._wake.clear()

@@ -46,7 +46,15 @@ from pipeline.read.sampling import (
     wall_grid_anchor_ns,
 )
 from schemas import ConfigError, encode, topics
-from schemas.cli import CLIENT_LOG, Parser, add_connection, connect, run
+from schemas.cli import (
+    CLIENT_LOG,
+    Parser,
+    add_connection,
+    connect,
+    run,
+    topic_creation_failed,
+    watch_client_logs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +159,7 @@ class HighWatermarkSource(Source):
         After a tick in which nothing answered, the next one waits for the backoff.
         """
         die_with_parent()  # in Quix's source process: never outlive the pipeline
+        watch_client_logs()  # its producer's client lines are detail here too
         interval_ns = self.sample_interval_ms * NS_PER_MS
         anchor = deadline = wall_grid_anchor_ns(time.monotonic_ns(), time.time_ns(), interval_ns)
         next_refresh = anchor
@@ -411,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sample(args: Any) -> int:
     from quixstreams import Application
+    from quixstreams.models.topics.exceptions import CreateTopicFailure
 
     extra = {**args.kafka, **_key_values(args.config_pairs)}
     source = HighWatermarkSource(
@@ -422,7 +432,7 @@ def _sample(args: Any) -> int:
         sample_interval_ms=args.sample_interval_ms,
         metadata_refresh_ms=args.metadata_refresh_ms,
     )
-    connect(args.bootstrap, extra, args.connect_timeout_s)
+    connect(args.bootstrap, extra, args.connect_timeout_s, topic=args.topic)
     app = Application(
         broker_address=args.bootstrap,
         consumer_group="lagpilot-sampler",
@@ -442,6 +452,8 @@ def _sample(args: Any) -> int:
         app.run()
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         return 130
+    except CreateTopicFailure as exc:
+        raise topic_creation_failed(exc, args.topic, args.bootstrap) from exc
     return 0
 
 

@@ -57,6 +57,16 @@ def test_a_broker_that_is_not_ready_in_time_is_stopped_and_its_log_shown(tmp_pat
         s.bind(("127.0.0.1", PORT))
 
 
+def test_sasl_users_must_be_user_password_pairs(tmp_path: Path) -> None:
+    """The SASL option (a broker with an authorizer, for the ACL tests) refuses what would
+    break its JAAS line, before it starts anything."""
+    for bad in ("admin", "admin:pw,alice", 'admin:p"w'):
+        r = run(tmp_path, "up", LAGPILOT_BROKER_SASL_USERS=bad)
+        assert r.returncode != 0, bad
+        assert "LAGPILOT_BROKER_SASL_USERS" in r.stderr and "user:password" in r.stderr, r.stderr
+    assert run(tmp_path, "status").returncode != 0  # nothing was started
+
+
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     r = run(tmp_path, "up", "--brokers", "2")
     assert r.returncode != 0 and "--brokers must be 1 or 3" in r.stderr

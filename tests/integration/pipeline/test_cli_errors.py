@@ -10,39 +10,19 @@ broker's PLAINTEXT listener.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import orjson
 import pytest
+from support.cli import LAGPILOT, lagpilot, one_clean_line
 
-LAGPILOT = str(Path(sys.executable).parent / "lagpilot")
 KEY = "k" * 32
 UNREACHABLE = "127.0.0.1:1"
-
-
-def lagpilot(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith("LAGPILOT_") and k != "KAFKA_BOOTSTRAP"}  # fmt: skip
-    base["LAGPILOT_CONNECT_TIMEOUT_S"] = "1"
-    return subprocess.run(
-        [LAGPILOT, *args], env={**base, **env}, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def one_clean_line(r: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
-    err = r.stderr
-    assert r.returncode == code, (r.returncode, r.stdout, err)
-    assert "Traceback" not in err and "%3|" not in err and "FAIL" not in err, err
-    lines = [line for line in err.splitlines() if not line.startswith(("usage:", " "))]
-    assert len(lines) == 1, err
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -111,7 +91,9 @@ def test_run_says_in_its_own_words_it_keeps_retrying() -> None:
     assert not any("ERROR" in line or "%3|" in line for line in lines), lines
 
 
-@pytest.mark.parametrize("cmd", ["status", "control tail", "sample", "actuate", "doctor", "run"])
+@pytest.mark.parametrize(
+    "cmd", ["status", "control tail", "sample", "actuate", "doctor", "run", "scaler"]
+)
 def test_usage_errors_exit_64(cmd: str) -> None:
     r = lagpilot(*cmd.split(), "--no-such-option")
     one_clean_line(r, 64, "unrecognized arguments: --no-such-option", "--help")
@@ -122,7 +104,7 @@ def test_unknown_command_exits_64() -> None:
 
 
 def test_help_has_an_example_and_every_variable() -> None:
-    for cmd in ("status", "control", "sample", "actuate", "doctor", "run"):
+    for cmd in ("status", "control", "sample", "actuate", "doctor", "run", "scaler"):
         r = lagpilot(cmd, "--help")
         text = " ".join(r.stdout.split())
         assert r.returncode == 0 and "example" in text, cmd
@@ -176,6 +158,12 @@ def test_doctor_on_the_real_broker(kafka_bootstrap: str) -> None:
     assert time.monotonic() - started < 15
     assert {row["status"] for row in rows.values()} == {"ok"}, rows
     assert "READ allowed" in rows["__consumer_offsets"]["detail"]
+    # the version from ApiVersions: a KRaft Kafka names its release, anything else its APIs
+    assert re.search(
+        r": (Apache Kafka \d+\.\d+ \(metadata\.version \d+\.\d+-IV\d\)|"
+        r"Kafka protocol, \d+ APIs)",
+        rows["broker"]["detail"],
+    ), rows["broker"]
     assert "against the broker" in rows["clock skew"]["detail"]
     # a bad policy and an unreachable Admin API fail, each with its code; the broker is fine
     r = lagpilot("doctor", KAFKA_BOOTSTRAP=kafka_bootstrap, LAGPILOT_SIGNING_KEY=KEY,

@@ -4,6 +4,7 @@ flag, then environment, then the config file, then the default."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,100 @@ def test_actuate_reads_the_config_file_under_the_same_names(
     assert from_env(args.env, max_batch=args.max_batch).max_batch == 8
     args = _parser().parse_args(["--config", str(cfg), "--max-batch", "4"])
     assert from_env(args.env, max_batch=args.max_batch).max_batch == 4
+
+
+def _parsers() -> dict[str, object]:
+    from pipeline import doctor, status
+    from pipeline.decide import control
+    from pipeline.keda import server
+    from pipeline.read import watermarks
+
+    return {
+        "status": status._parser(),
+        "control": control._parser(),
+        "doctor": doctor._parser(),
+        "sample": watermarks.build_parser(),
+        "scaler": server._parser(),
+    }
+
+
+@pytest.mark.parametrize("command", ["status", "control", "doctor", "sample", "scaler"])
+def test_every_option_of_every_command_reads_flag_env_config_default(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each option the command resolves itself, one by one: the default alone, then the
+    config file, the environment over it, the flag over both. (``run`` and ``actuate`` hand
+    theirs to their settings loaders: the two tests above.)"""
+    from schemas.cli import CONFIG_ENV, Parser
+
+    parser = _parsers()[command]
+    assert isinstance(parser, Parser)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    checked = 0
+    for opt in parser.options:
+        if opt.fill and opt.type is not bool and opt.dest not in ("config", "log_level"):
+            monkeypatch.delenv(opt.env, raising=False)
+            _check_precedence(parser, command, opt, tmp_path / f"{opt.dest}.toml", monkeypatch)
+            checked += 1
+    assert checked >= 2, command
+
+
+def _check_precedence(
+    parser: Any, command: str, opt: Any, cfg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    top = {a.dest for a in parser._actions}
+    owners = [name for name, p in _subparsers(parser).items()
+              if any(a.dest == opt.dest for a in p._actions)]  # fmt: skip
+    sub = owners[:1] or (["tail"] if command == "control" else [])  # control needs one
+    own = opt.dest in top
+    action = next(a for p in [parser, *_subparsers(parser).values()] for a in p._actions
+                  if a.dest == opt.dest)  # fmt: skip
+    flag = action.option_strings[-1]
+    values = [_sample(opt.type, i) for i in range(3)]
+    key = "bootstrap" if opt.env == "KAFKA_BOOTSTRAP" else opt.env.lower()[len("lagpilot_") :]
+    cfg.write_text(f"{key} = {values[0]!r}\n".replace("'", '"'))
+
+    def parsed(*extra: str, config: bool = True) -> Any:
+        head = ["--config", str(cfg)] if config else []
+        argv = [*head, *(extra if own else ()), *sub, *(() if own else extra)]
+        got = getattr(parser.parse_args(argv), opt.dest)
+        return got[0] if opt.many and got else got
+
+    assert parsed(config=False) == opt.default, opt
+    assert parsed() == values[0], (opt, "config file")
+    monkeypatch.setenv(opt.env, str(values[1]))
+    assert parsed() == values[1], (opt, "environment over the config file")
+    assert parsed(flag, str(values[2])) == values[2], (opt, "flag over the environment")
+
+
+def _subparsers(parser: Any) -> dict[str, Any]:
+    import argparse
+
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name: p for s in subs for name, p in s.choices.items()}
+
+
+def _sample(typ: object, i: int) -> object:
+    if typ is int:
+        return 7 + i
+    if typ is float:
+        return 1.5 + i
+    return f"v{i}x"
+
+
+def test_every_option_of_every_command_shows_its_variable_and_default() -> None:
+    import argparse
+
+    from actuators.__main__ import _parser as actuate_parser
+    from pipeline.__main__ import _parser as run_parser
+
+    parsers = {**_parsers(), "run": run_parser(), "actuate": actuate_parser()}
+    for command, parser in parsers.items():
+        for p in [parser, *_subparsers(parser).values()]:
+            for action in p._actions:
+                if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                    continue
+                assert "[env " in (action.help or ""), (command, action.option_strings)
+                assert "; default " in action.help or "<NAME>" in action.help, (
+                    command, action.option_strings)  # fmt: skip
+        assert "example" in (parser.epilog or ""), command

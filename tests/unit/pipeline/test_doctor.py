@@ -129,3 +129,12 @@ def test_local_failures_key_policy_admin_api() -> None:
     assert exit_code(rows) == EX_NOPERM  # the first failure in table order: the Admin API
     text = render(rows)
     assert "fix: set LAGPILOT_REDPANDA_ADMIN_USERNAME" in text
+
+
+def test_the_broker_row_names_the_version_or_why_it_is_unknown() -> None:
+    row = by_check(evaluate(healthy(broker_version="Apache Kafka 4.1 (metadata.version 4.1-IV1)")))
+    assert row["broker"].status == OK
+    assert row["broker"].detail.startswith("b:9092: Apache Kafka 4.1 (metadata.version 4.1-IV1)")
+    row = by_check(evaluate(healthy(version_error="ApiVersions failed: timed out")))
+    assert row["broker"].status == OK  # reachable is what the deployment needs
+    assert "version unknown (ApiVersions failed: timed out)" in row["broker"].detail

@@ -219,3 +219,51 @@ def test_librdkafka_lines_reach_lagpilot_kafka_at_debug_only(
     assert not [r for r in caplog.records if r.name == quix.name]
     quix.error("Kafka consumer error: x")  # Quix's own sentence is not swallowed
     assert [r.levelno for r in caplog.records if r.name == quix.name] == [logging.ERROR]
+
+
+def test_the_broker_going_mid_run_is_said_once_in_lagpilots_words_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What Quix's clients log when the broker goes (librdkafka's FAIL line through Quix's
+    logger, Quix's error callback at ERROR, its ALL_BROKERS_DOWN warning) reaches the user
+    as lagpilot's one sentence, then the detail at DEBUG on ``lagpilot.kafka``."""
+    import logging
+
+    from schemas.cli import BrokerWatch
+
+    quix = logging.getLogger("test.quix.client")
+    watch = BrokerWatch("b:9092", repeat_s=60)
+    quix.addFilter(watch)
+    caplog.set_level(logging.DEBUG)
+    try:
+        refused = "Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
+        fail = ("FAIL", "rdkafka#consumer-3", f"[thrd:b:9092/1]: b:9092/1: {refused} (after 0ms)")
+        quix.error("%s [%s] %s", *fail)
+        quix.error('Kafka consumer error: 1/1 brokers are down code="-187"')
+        quix.warning("1/1 brokers are down")
+        quix.error("Kafka consumer error: Broker: Group authorization failed code=30")
+    finally:
+        quix.removeFilter(watch)
+    seen = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert seen[0] == (
+        "lagpilot",
+        "WARNING",
+        "cannot reach the broker at b:9092 (b:9092/1: Connect to ipv4#10.0.0.1:9092 failed: "
+        "Connection refused); retrying, /readyz is false",
+    )
+    assert [s[1] for s in seen[1:4]] == ["DEBUG"] * 3  # once, then detail only
+    assert {s[0] for s in seen[1:4]} == {"lagpilot.kafka"}
+    denied = "Kafka consumer error: Broker: Group authorization failed code=30"
+    assert seen[4] == ("test.quix.client", "ERROR", denied)  # not the broker going: unchanged
+    assert len(seen) == 5
+
+
+def test_a_reader_that_stops_reading_is_not_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    """``lagpilot status --json | head -1``: the pipe closes under the command; it ends
+    quietly with 0, not with "unexpected error: BrokenPipeError"."""
+
+    def body(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    assert run("lagpilot status", _parser(), body, []) == 0
+    assert capsys.readouterr().err == ""

@@ -97,3 +97,43 @@ def test_halt_resume_spread_restore_within_one_second(
         if loader.is_alive():
             loader.join(5)
         worker.stop()
+
+
+def test_a_starting_worker_obeys_the_unexpired_commands_published_before_it(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """A member restarted after a command (its predecessor died before obeying it) obeys it;
+    an expired command is counted and skipped, and a worker told not to replay sees none."""
+    topic, control, group = unique_name, f"{unique_name}.control", f"{unique_name}-g"
+    create_topics(kafka_bootstrap, (topic, 2), (control, 1))
+    now = int(time.time() * 1000)
+    spread = {"group": group, "topic": topic, "partition": 1, "lanes": 4}
+    publish(
+        kafka_bootstrap,
+        control,
+        control_event("spread_partition", spread, expires_at=now - 1),  # expired
+        control_event("spread_partition", spread),
+    )
+
+    def worker(replay_s: float) -> Worker:  # dynamic membership: each leaves on stop
+        return Worker(bootstrap=kafka_bootstrap, group=group, topics=[topic],
+                      handler=lambda msg, ctx: None, instance_id="",
+                      dedupe=MemoryDedupeStore(), control_topic=control, signing_key=KEY,
+                      outcomes_topic=None, control_replay_s=replay_s)  # fmt: skip
+
+    fresh = worker(0)
+    fresh.start()
+    try:
+        wait_until(lambda: fresh.assignment() == {(topic, 0), (topic, 1)}, 20, "assignment")
+        time.sleep(0.5)
+        assert fresh.lanes(topic, 1) == 1 and "obeyed_spread_partition" not in fresh.stats()
+    finally:
+        fresh.stop()
+    w = worker(60.0)
+    w.start()
+    try:
+        wait_until(lambda: w.lanes(topic, 1) == 4, 20, "the replayed spread obeyed")
+        assert w.stats().get("control_expired") == 1
+        assert w.stats().get("obeyed_spread_partition") == 1
+    finally:
+        w.stop()

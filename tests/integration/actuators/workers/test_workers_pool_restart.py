@@ -55,6 +55,9 @@ def test_pool_restart_resumes_what_it_held(
         wait_until(lambda: pool.held() == {(topic, 0)}, 10, "the pool to take the partition")
         produce(50)
         wait_until(lambda: processed() >= 70, 15, "the pool to make progress")
+        # the owner group's commits follow the pool (its lag drains), under the marker
+        wait_until(lambda: committed(kafka_bootstrap, group, topic, 1)[0] >= 70, 5, "mirror")
+        assert owner.stats()["handoff_mirrored"] >= 1 and owner.paused() == {(topic, 0)}
         pool.stop()  # graceful: commits its progress under its taken marker
         produce(30)
         pool = make_worker(args, "pool-2", pool="big")

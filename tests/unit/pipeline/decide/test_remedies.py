@@ -391,3 +391,45 @@ def test_the_example_policy_spells_the_built_in_ladders() -> None:
     assert config.diagnose
     for cause, steps in DEFAULT_LADDER.items():
         assert config.ladders.for_group("any-group", cause) == steps
+
+
+def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() -> None:
+    loop = Loop(cfg())
+    calm = [wp(p, 0.5, produce=100.0, consume=100.0) for p in range(4)]
+    loop.feed(gl(calm, parts=4), 70)  # the usual rates: 100/s in, 100/s out
+    slow = [wp(p, 20.0, produce=150.0, consume=100.0) for p in range(4)]
+    loop.feed(gl(slow, parts=4, rate=5.0), 3)
+    assert [lad["cause"] for lad in loop.state.ladders.values()] == ["slow_group"]
+    rising = [wp(p, 30.0, produce=400.0, consume=100.0) for p in range(4)]
+    d = diagnose(gl(rising, parts=4, rate=5.0), EXIT_S, [], D,
+                 baseline=next(iter(loop.state.baselines.values())))  # fmt: skip
+    assert d.cause == "inflow_burst" and d.evidence["source"] == "partition_rates"
+    loop.feed(gl(rising, parts=4, rate=5.0), 3)  # 4x the usual inflow, no producer named
+    assert [lad["cause"] for lad in loop.state.ladders.values()] == ["slow_group"]
+    assert "throttle_producer" not in kinds(loop.actions)
+    loop.rates(**{"ingest-1": 1000.0})
+    loop.rates(**{"ingest-1": 9000.0})  # a named producer's burst still takes over
+    loop.feed(gl(rising, parts=4, rate=5.0), 3)
+    assert [lad["cause"] for lad in loop.state.ladders.values()] == ["inflow_burst"]
+
+
+def test_a_storms_hand_off_is_kept_when_the_incident_clears_a_hotspots_spread_is_not() -> None:
+    storm = {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
+             "members": [], "rebalances_per_min": 6.0, "commits_stalled": False,
+             "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
+                       "client_host": "host-a", "instance_id": None, "leaves": 3,
+                       "partitions": [{"topic": "docs", "topic_id": None,
+                                       "partitions": [3]}]}}  # fmt: skip
+    ok = {**storm, "status": "OK", "storm": None}
+    kept = Loop(cfg())
+    kept.state = remedies.fold_health(kept.state, storm)
+    kept.feed(gl(HOT), 3)
+    assert kinds(kept.actions) == ["spread_partition"]
+    kept.state = remedies.fold_health(kept.state, ok)  # the storm ended: it is in the pool
+    kept.feed(gl(CALM), 80)
+    assert kinds(kept.actions) == ["spread_partition"]  # never given back to the members
+    assert kept.verdicts and kept.verdicts[0]["result"] == "verified"
+    spread = Loop(cfg(ladders={"default": {"hotspot": ["spread_partition:5"]}}))
+    spread.feed(gl(HOT), 3)
+    spread.feed(gl(CALM), 80)
+    assert kinds(spread.actions) == ["spread_partition", "restore_partition"]

@@ -272,3 +272,53 @@ def test_a_kip848_member_that_keeps_leaving_is_a_storm_with_its_resolved_partiti
     )
     assert storm["partitions"] == [{"topic": "orders", "topic_id": TID, "partitions": [2, 3]}]
     assert [m["member_id"] for m in ev["members"]] == ["steady"]
+
+
+def _poisoned(h: GroupHealth, cycles: int, every_ms: int = 3 * S) -> int:
+    """Whoever takes partition 3 dies on it; partitions 0..2 keep committing all along."""
+    t, gen, off = T0, 1, 0
+    members = ["a", "b", "c"]
+    h.apply(_gm(gen, _member("a-0", "a", (0, 3)), _member("b-0", "b", (1,)),
+                _member("c-0", "c", (2,))), t)  # fmt: skip
+    for p in range(4):
+        h.apply(OffsetCommit("g", "orders", p, 10, t), t)
+    for n in range(cycles):
+        dead = members[n % 3]
+        alive = [m for m in members if m != dead]
+        t += every_ms
+        gen += 1
+        h.apply(_gm(gen, _member(f"{alive[0]}-{n}", alive[0], (0, 3)),
+                    _member(f"{alive[1]}-{n}", alive[1], (1, 2))), t)  # fmt: skip
+        off += 5
+        for p in range(3):
+            h.apply(OffsetCommit("g", "orders", p, 10 + off, t), t)
+        h.apply(OffsetCommit("g", "orders", 3, 10, t), t)  # committed, never advancing
+        members = [*alive, dead]  # restarted: joins again, last
+    return t
+
+
+def test_a_partition_that_kills_each_member_taking_it_is_a_storm_while_others_commit() -> None:
+    h = GroupHealth(HealthConfig(storm_rebalances=3, storm_window_s=60, stall_s=10))
+    t = _poisoned(h, cycles=3)
+    assert h.status("g", t) == "REBALANCING"  # partition 3 stuck for 9 s only
+    h = GroupHealth(HealthConfig(stall_s=10))
+    t = _poisoned(h, cycles=4)  # stuck for 12 s
+    ev = h.event("g", t)
+    assert ev is not None
+    validate(ev)
+    assert ev["status"] == "STORM" and ev["commits_stalled"] is False
+    assert ev["storm"]["partitions"] == [{"topic": "orders", "topic_id": None, "partitions": [3]}]
+
+
+def test_members_leaving_with_partitions_that_keep_advancing_are_no_storm() -> None:
+    h = GroupHealth(HealthConfig(stall_s=10))
+    t, gen = T0, 1
+    h.apply(_gm(gen, _member("a-0", "a", (0,)), _member("b-0", "b", (1,))), t)
+    for i in range(1, 9):  # a rolling restart: each member leaves in turn, all commit on
+        t += 3 * S
+        gen += 1
+        h.apply(_gm(gen, _member(f"a-{i}", "a", (0,)) if i % 2 else _member("a-0", "a", (0,)),
+                    _member(f"b-{i}", "b", (1,))), t)  # fmt: skip
+        for p in range(2):
+            h.apply(OffsetCommit("g", "orders", p, 100 * i, t), t)
+    assert h.status("g", t) == "REBALANCING"

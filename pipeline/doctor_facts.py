@@ -1,25 +1,57 @@
-"""``lagpilot doctor``'s I/O: gather the facts once (local files, the Admin API, the
-broker's metadata, ACLs and clock skew); ``pipeline.doctor`` judges them (pure).
+"""``lagpilot doctor``'s I/O half: what the broker, the Admin API and the local files say.
+
+:func:`gather` asks once (one metadata request, one ApiVersions, one DescribeCluster and one
+DescribeTopics with authorized operations, validate-only CreateTopics for missing topics, one
+HTTP request per Admin API URL, one produce for the clock) and returns plain :class:`Facts`;
+``pipeline/doctor.py`` judges them (pure).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.doctor import (
-    DOCTOR_TOPIC,
-    LAGPILOT_TOPICS,
-    Facts,
-)
 from schemas import ConfigError, load_signing_key, topics
 from schemas.cli import (
     CommandError,
     client_config,
     connect,
+    is_denied,
 )
 from schemas.runtime.env import parse_bool_or_path
+
+LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
+DOCTOR_TOPIC = "lagpilot.doctor"
+
+
+@dataclass
+class Facts:
+    """What the broker, the Admin API and the local files said (plain data)."""
+
+    bootstrap: str
+    broker_error: CommandError | None = None
+    brokers: int = 0
+    cluster_id: str | None = None
+    broker_version: str | None = None  # e.g. "Apache Kafka 4.1 (metadata.version 4.1-IV1)"
+    version_error: str | None = None
+    offsets_partitions: int | None = None
+    offsets_ops: frozenset[str] | None = None  # None: the broker did not say
+    cluster_ops: frozenset[str] | None = None
+    topic_partitions: dict[str, int] = field(default_factory=dict)
+    topic_ops: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    create_errors: dict[str, str | None] = field(default_factory=dict)  # missing: why not
+    replication_factor: int = 1
+    admin_urls: tuple[str, ...] = ()
+    admin_results: dict[str, tuple[int, str]] = field(default_factory=dict)  # url: code, text
+    key_error: str | None = None
+    policy: Any = None  # PolicyConfig
+    policy_error: str | None = None
+    settings_error: str | None = None
+    skew_s: float | None = None
+    skew_rtt_s: float | None = None
+    skew_error: str | None = None
 
 
 def gather(
@@ -35,9 +67,19 @@ def gather(
         return f
     f.brokers = len(md.brokers)
     f.cluster_id = md.cluster_id
+    _gather_version(f, kafka, timeout_s)
     _gather_broker(f, md, kafka, timeout_s)
     _gather_skew(f, kafka, timeout_s)
     return f
+
+
+def _gather_version(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> None:
+    from pipeline.broker_version import DecodeError, describe, fetch
+
+    try:
+        f.broker_version = describe(fetch(f.bootstrap, kafka, timeout_s))
+    except (OSError, DecodeError) as exc:
+        f.version_error = f"ApiVersions failed: {exc}"
 
 
 def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
@@ -106,8 +148,10 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
             include_authorized_operations=True, request_timeout=timeout_s
         ).result()
         f.cluster_ops = _ops(cluster.authorized_operations)
-    except KafkaException:
-        f.cluster_ops = None
+    except KafkaException as exc:  # denied DESCRIBE on the cluster: nothing is allowed there
+        f.cluster_ops = frozenset() if is_denied(exc) else None
+    if f.cluster_ops is None and (f.broker_version or "").startswith("Apache Kafka"):
+        f.cluster_ops = frozenset()  # Kafka reports them (KIP-430): none is "none allowed"
     policy = f.policy
     wanted = [topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS]
     if policy is not None and policy.partition_topics:
@@ -116,7 +160,9 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
         wanted += sorted(
             t for t in md.topics if any(fnmatch.fnmatchcase(t, g) for g in policy.partition_topics)
         )[:20]
-    existing = [t for t in dict.fromkeys(wanted) if t in md.topics]
+    # __consumer_offsets is asked for by name: a listing leaves out what DESCRIBE denies
+    named = {topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS}
+    existing = [t for t in dict.fromkeys(wanted) if t in md.topics or t in named]
     if existing:
         futures = admin.describe_topics(
             TopicCollection(existing), include_authorized_operations=True, request_timeout=timeout_s
@@ -124,13 +170,15 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
         for name, fut in futures.items():
             try:
                 desc = fut.result()
-            except KafkaException:
+            except KafkaException as exc:
+                if is_denied(exc):
+                    f.topic_ops[name] = frozenset()  # not even DESCRIBE
                 continue
             f.topic_partitions[name] = len(desc.partitions)
             f.topic_ops[name] = _ops(desc.authorized_operations)
     f.offsets_partitions = f.topic_partitions.pop(topics.CONSUMER_OFFSETS, None)
     f.offsets_ops = f.topic_ops.pop(topics.CONSUMER_OFFSETS, None)
-    missing = [t for t in LAGPILOT_TOPICS if t not in f.topic_partitions]
+    missing = [t for t in LAGPILOT_TOPICS if t not in f.topic_partitions and t not in f.topic_ops]
     if missing:
         new = [NewTopic(t, 1, f.replication_factor) for t in missing]
         for name, fut in admin.create_topics(
