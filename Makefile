@@ -9,10 +9,10 @@ BROKERS ?= 1
 PYTEST_ARGS ?=
 export PYTHON := $(abspath $(PY))
 
-.PHONY: install prometheus-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
+.PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
         bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults clean
 
-install: $(VENV)/.installed prometheus-tools
+install: $(VENV)/.installed prometheus-tools postgres-tools
 
 # Prometheus and promtool (Debian's `prometheus` package) for the tests that evaluate the
 # dashboard and the alert rules. Quick when present; as root, apt-get installs them (and
@@ -27,6 +27,22 @@ prometheus-tools:
 	  if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
 	else \
 	  echo "warning: prometheus/promtool not found; the Prometheus tests need them: sudo apt-get install -y --no-install-recommends prometheus (Debian/Ubuntu), or put both binaries from https://prometheus.io/download/ on PATH" >&2; \
+	fi
+
+# PostgreSQL's server binaries (Debian's `postgresql` package: initdb, pg_ctl) for the tests
+# of PostgresDedupeStore, which start their own server in a temp folder
+# (tests/support/postgres.py). As root, apt-get installs them and stops the cluster the
+# package may start: the tests never use it.
+postgres-tools:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && exit 0; command -v initdb >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's postgresql package (initdb, pg_ctl)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }; } || \
+	    { echo "error: apt-get could not install postgresql; run: apt-get update && apt-get install -y --no-install-recommends postgresql" >&2; exit 1; }; \
+	  if command -v systemctl >/dev/null && systemctl is-active --quiet postgresql 2>/dev/null; then systemctl disable --now postgresql >/dev/null 2>&1 || true; fi; \
+	else \
+	  echo "warning: PostgreSQL's initdb/pg_ctl not found; the PostgreSQL dedupe tests need them: sudo apt-get install -y --no-install-recommends postgresql (Debian/Ubuntu)" >&2; \
 	fi
 
 $(VENV)/.installed: pyproject.toml

@@ -16,7 +16,7 @@ from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.errors import ActuatorError
 from actuators.runner import Runner
 from actuators.settings import Settings, from_env, load_policy
-from schemas import load_signing_key, tracing
+from schemas import load_verifier, tracing
 from schemas.cli import (
     EX_CONFIG,
     EX_FAILED,
@@ -101,7 +101,7 @@ def _actuate(args: Any) -> int:
         max_batch=args.max_batch,
     )
     policy = load_policy(settings.policy_file)
-    key = load_signing_key(args.env)
+    key = load_verifier(args.env)
     tracing.setup("lagpilot-actuator")
     for topic in (settings.control_topic, settings.outcomes_topic):
         connect(settings.bootstrap, settings.kafka, args.connect_timeout_s, topic=topic)

@@ -44,23 +44,53 @@ class Backend(Protocol):
 
     def transfer_leadership(self, topic: str, partition: int, target: int) -> str: ...
 
+    # Reads of the state the operations set: what an actuator taking over an action whose
+    # intent has no outcome checks before calling again (actuators/reconcile.py).
+    def producer_rate(self, entity: str, name: str) -> int | None: ...
+
+    def partition_count(self, topic: str) -> int: ...
+
+    def leader(self, topic: str, partition: int) -> int | None: ...
+
     def ping(self) -> bool: ...
 
     def close(self) -> None: ...
 
 
 class DryRunBackend:
-    """Applies nothing; remembers every call (and appends it to ``record_path`` if given)."""
+    """Applies nothing; remembers every call (and appends it to ``record_path`` if given).
+
+    With a record file, the file is its cluster: a new DryRunBackend on the same file starts
+    from the state the calls in it set (quotas, partition counts, leaders), as a restarted
+    actuator finds a real cluster as its predecessor left it.
+    """
 
     name = "dry-run"
 
     def __init__(self, record_path: str | None = None) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.quotas: dict[tuple[str, str], int] = {}
+        self.partitions: dict[str, int] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+        if record_path and Path(record_path).exists():
+            for call in self.read_record(record_path):
+                self._set(call)
         self._file = open(record_path, "ab") if record_path else None  # noqa: SIM115
+
+    def _set(self, call: list[Any] | tuple[Any, ...]) -> None:
+        op, *args = call
+        if op == "throttle":
+            self.quotas[(args[0], args[1])] = int(args[2])
+        elif op == "release":
+            self.quotas.pop((args[0], args[1]), None)
+        elif op == "add_partitions":
+            self.partitions[args[0]] = max(int(args[1]), self.partitions.get(args[0], 0))
+        elif op == "transfer_leadership":
+            self.leaders[(args[0], int(args[1]))] = int(args[2])
 
     def _record(self, *call: Any) -> None:
         self.calls.append(call)
+        self._set(call)
         if self._file is not None:
             # One write + fsync per call: the record survives SIGKILL of the process.
             self._file.write(orjson.dumps(list(call)) + b"\n")
@@ -69,12 +99,10 @@ class DryRunBackend:
 
     def throttle(self, entity: str, name: str, bytes_per_s: int) -> str:
         self._record("throttle", entity, name, bytes_per_s)
-        self.quotas[(entity, name)] = bytes_per_s
         return f"dry-run: would set producer_byte_rate={bytes_per_s} on {entity}={name}"
 
     def release(self, entity: str, name: str) -> str:
         self._record("release", entity, name)
-        self.quotas.pop((entity, name), None)
         return f"dry-run: would remove producer_byte_rate on {entity}={name}"
 
     def add_partitions(self, topic: str, total: int) -> str:
@@ -84,6 +112,15 @@ class DryRunBackend:
     def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
         self._record("transfer_leadership", topic, partition, target)
         return f"dry-run: would move leadership of {topic}/{partition} to broker {target}"
+
+    def producer_rate(self, entity: str, name: str) -> int | None:
+        return self.quotas.get((entity, name))
+
+    def partition_count(self, topic: str) -> int:
+        return self.partitions.get(topic, 0)
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        return self.leaders.get((topic, partition))
 
     def ping(self) -> bool:
         return True
@@ -134,6 +171,16 @@ class KafkaBackend:
     def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
         return self.partitions.transfer_leadership(topic, partition, target)
 
+    def producer_rate(self, entity: str, name: str) -> int | None:
+        return self.quotas.producer_rate(entity, name)
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.partitions.partition_meta(topic))
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        meta = self.partitions.partition_meta(topic).get(partition)
+        return None if meta is None else meta[0]
+
     def ping(self) -> bool:
         return self.partitions.ping()
 
@@ -183,6 +230,15 @@ class RedpandaBackend:
                 f"Redpanda Admin API: {exc}", code=exc.code, retriable=exc.retriable, hint=exc.hint
             ) from None
         return f"{topic}/{partition}: leader {leader} -> {target} (Admin API)"
+
+    def producer_rate(self, entity: str, name: str) -> int | None:
+        return self.kafka.producer_rate(entity, name)
+
+    def partition_count(self, topic: str) -> int:
+        return self.kafka.partition_count(topic)
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        return self.kafka.leader(topic, partition)
 
     def ping(self) -> bool:
         return self.kafka.ping()

@@ -14,7 +14,8 @@ without touching the cluster, or an action to apply. The order, one reason each:
    It runs before the remaining gates because the outcomes topic keeps one outcome per id:
    a later "expired" or "rejected: halted" for an applied id would erase that it was applied.
 5. expiry: an action past ``expires_at`` acted on stale numbers.
-6. kill switch events (``halt``/``resume`` with scope ``all``) are applied in any mode:
+6. kill switch events (``halt``/``resume`` of scope ``actions`` without a group; the older
+   ``all``) are applied in any mode:
    stopping is always safe, and the switch must work when everything else is misconfigured.
 7. mode: a ``recommend`` event is recorded, never applied. Worker actions (spread/restore
    partition, scoped halts) in ``act`` mode are ``delegated``: the SDK workers obey them
@@ -39,10 +40,12 @@ from schemas import (
     EventError,
     Mode,
     OutcomeResult,
+    Verifier,
     decode,
     validate,
     verify,
 )
+from schemas.halts import ACTIONS, HaltScope, halt_scope
 
 #: Control events above this size are rejected unread (the policy's are a few kB).
 MAX_EVENT_BYTES = 64 * 1024
@@ -104,7 +107,7 @@ def check(
     raw: bytes | None,
     *,
     position: str,
-    signing_key: bytes,
+    signing_key: Verifier,
     policy: Policy,
     ledger: Ledger,
     actuator: str,
@@ -161,12 +164,13 @@ def _check_verified(
         late_s = (now_ms - action["expires_at"]) / 1000
         return done(OutcomeResult.EXPIRED, f"expired {late_s:.3f} s before it was read")
     if kind in KILL_SWITCH:
-        if action["params"].get("scope") == "all":
+        scope = halt_scope(action["params"])
+        if scope == HaltScope(ACTIONS, None):
             return Verdict(key=action_id, action=action)
         return done(
             OutcomeResult.DELEGATED if action["mode"] == Mode.ACT else OutcomeResult.RECORDED,
-            f"{kind.value} scope {action['params'].get('scope')!r} is for that group's "
-            "workers; the actuator halts only on scope 'all'",
+            f"{kind.value} scope {scope} is for the workers (and the policy); the actuator "
+            "halts only on scope actions without a group",
         )
     if action["mode"] != Mode.ACT:
         return done(OutcomeResult.RECORDED, "recommend mode: recorded, not applied")

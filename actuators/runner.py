@@ -10,10 +10,12 @@ Exactly-once, thought through:
 - Before applying, the ledger (every applied id, rebuilt from the compacted outcomes topic at
   start and kept current by tailing it, read_committed) is checked: an id applied by anyone
   is a ``duplicate``.
-- What remains is the window between applying and committing: a crash there re-applies the
-  action on replay. Every backend operation sets a state (quota = rate, partitions = total,
-  leader = broker) and checks it first, so that second application changes nothing, and its
-  outcome is still committed exactly once.
+- What remains is the window between applying and committing. Every backend operation sets a
+  state (quota = rate, partitions = total, leader = broker), so a second application would
+  change nothing; it is not even made: before its backend calls the runner writes an
+  ``intent`` per action (one flush per batch), and an actuator that finds an intent with no
+  outcome reads the cluster and records the outcome without calling again when the effect
+  is already there (``actuators/reconcile.py``). The outcome is committed exactly once.
 - ``actuator_id`` is the transactional id: a restarted actuator with the same id fences its
   dead predecessor and aborts its open transaction at once (instead of read_committed
   readers waiting for the transaction timeout).
@@ -44,10 +46,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from actuators.backends import Backend
 from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
 from actuators.errors import ActuatorError
+from actuators.kept_halts import kept_global_halt_ms
 from actuators.ledger import Lease, Ledger
 from actuators.metrics import Metrics, MetricsServer
+from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
-from schemas import ActionType, EventError, OutcomeResult, decode, encode, tracing
+from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
 from schemas.runtime.backoff import jittered_s
 
@@ -125,7 +129,7 @@ class Runner:
         self,
         settings: Settings,
         *,
-        signing_key: bytes,
+        signing_key: Verifier,
         policy: Policy,
         backend: Backend,
         metrics: Metrics | None = None,
@@ -152,6 +156,13 @@ class Runner:
                 "transaction.timeout.ms": 10000,
                 "linger.ms": 1,
             }
+        )
+        # Intents are written outside the transaction: they must be on the topic before the
+        # backend call, whether or not the batch's transaction commits.
+        self._intents = IntentLog(
+            lambda: Producer(base | {"enable.idempotence": True, "acks": "all", "linger.ms": 0}),
+            settings.outcomes_topic,
+            settings.actuator_id,
         )
         self._consumer = Consumer(
             base
@@ -182,12 +193,22 @@ class Runner:
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _adopt_kept_halts(self) -> None:
+        """A halt issued while no actuator ran (actuators/kept_halts.py) holds here too."""
+        config = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka,
+                  "group.id": f"lagpilot-actuator-halts-{self.settings.actuator_id}"}  # fmt: skip
+        at = kept_global_halt_ms(config, self.settings.control_topic, self._key)
+        if at is not None and at >= self.ledger.kill_switch[0]:
+            self.ledger.kill_switch = (at, True)
+            self.metrics.halted.set(1)
+
     def start(self, serve_metrics: bool = True) -> Runner:
         ensure_topics(self._admin, self.settings)
         # First: fence a predecessor with our id and abort its open transaction, so the
         # read_committed rebuild below is not blocked by it.
         self._producer.init_transactions(30)
         self.rebuild_ledger()
+        self._adopt_kept_halts()
         self._consumer.subscribe([self.settings.control_topic])
         if serve_metrics:
             self._server = MetricsServer(
@@ -214,6 +235,7 @@ class Runner:
             self._server.stop()
         self._consumer.close()
         self._tail.close()
+        self._intents.close()
         self.backend.close()
 
     def ready(self) -> bool:
@@ -290,6 +312,7 @@ class Runner:
         records: list[tuple[str, dict[str, Any]]] = []
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
+        self._write_intents([m for m in msgs if m.error() is None])
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -362,6 +385,35 @@ class Runner:
         )
         return verdict.key, result
 
+    def _write_intents(self, msgs: list[Message]) -> None:
+        """An ``intent`` for every action of the batch that will call the backend, flushed
+        (acknowledged by the broker) before the first call. Judged against the ledger as it
+        is now; an action that turns out otherwise gets its intent in ``_apply``."""
+        now_ms = self._now_ms()
+        self._intents.begin()
+        for msg in msgs:
+            verdict = check(msg.value(), position=_position(msg), signing_key=self._key,
+                            policy=self.policy, ledger=self.ledger,
+                            actuator=self.settings.actuator_id, now_ms=now_ms)  # fmt: skip
+            if verdict.action is not None:
+                self._intents.add(verdict.action, now_ms)
+        self._intents.flush()
+
+    def _reconciled(self, action: dict[str, Any]) -> str | None:
+        """For an action whose intent has no outcome (an actuator died between its backend
+        call and its outcome): the reason to record it applied without calling again, when
+        the cluster already shows its effect; None to apply it."""
+        if action["id"] not in self.ledger.intents:
+            return None
+        try:
+            reason = in_effect(action, observe(self.backend, action))
+        except Exception as exc:  # cannot tell: apply (every operation sets a state)
+            log.warning("could not read the state of %s (%s); applying it", action["id"], exc)
+            return None
+        if reason is not None:
+            self.metrics.events.labels(result="reconciled", type=action["type"]).inc()
+        return reason
+
     def _apply(self, action: dict[str, Any]) -> dict[str, Any]:
         actuator = self.settings.actuator_id
         kind = action["type"]
@@ -378,6 +430,15 @@ class Runner:
                 action=action,
                 reason=reason,
             )
+        if self._intents.add(action, self._now_ms()):
+            self._intents.flush()
+        reconciled = self._reconciled(action)
+        if reconciled is not None:
+            now_ms = self._now_ms()
+            leased = kind == ActionType.THROTTLE_PRODUCER
+            lease = lease_expiry_ms(action, now_ms) if leased else None
+            return outcome(OutcomeResult.APPLIED, actuator=actuator, now_ms=now_ms, action=action,
+                           reason=reconciled, lease_expires_at=lease)  # fmt: skip
         started = time.perf_counter()
         try:
             done = with_retries(

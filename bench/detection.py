@@ -3,7 +3,7 @@
 One pipeline process (default 250 ms sampling) watches one topic of P partitions per cell
 of a matrix: consumers that commit every 0.1 s, 1 s and 5 s, each with and without worker
 progress reports (``actuators.workers.ProgressReporter``, what SDK workers publish every
-250 ms). On each partition a producer writes ``--rate`` msgs/s and a scripted consumer
+125 ms by default). On each partition a producer writes ``--rate`` msgs/s and a scripted consumer
 keeps up, committing at the cell's interval. Trials run on the partitions in turn: the
 consumer of one partition stops processing (stall onset; its producer keeps producing),
 the bench waits for the first ``partition_lag`` event of that partition whose status is not
@@ -174,6 +174,7 @@ def run_cell(
                 for k in ("partition", "status", "observed_at_ms", "time_lag_s", "lag_offsets")
             }
             | {"since_first_ms": round(e["observed_at_ms"] - first_ms)}
+            | ({"worker": e["worker"]} if "worker" in e else {})  # what its reports said
             | {  # the stall windows of that partition, relative to the event
                 "windows_ms": [
                     [round(o - e["observed_at_ms"]), round(ok - e["observed_at_ms"])]

@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from schemas import encode
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 DOWN_S = 10.0
+RESTART_TRIES = 3
 
 
 @dataclass
@@ -52,19 +54,25 @@ class OwnBroker:
     """A broker of the benchmark's own: its port, its run folder, its recorded PIDs."""
 
     port: int
+    brokers: int = 1
+    #: more environment for kafka.sh (e.g. LAGPILOT_BROKER_EXTRA_LISTENERS)
+    extra_env: dict[str, str] = field(default_factory=dict)
     run_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="lagpilot-faults-run-"))
     bootstrap: str = ""
+    restarts: int = 0
+    failed_restarts: int = 0  # node starts that exited: a supervisor started them again
 
     @property
     def env(self) -> dict[str, str]:
         return os.environ | {
             "LAGPILOT_BROKER_PORT": str(self.port),
             "LAGPILOT_BROKER_RUN_DIR": self.run_dir,
+            **self.extra_env,
         }
 
     def up(self) -> str:
-        done = subprocess.run([str(KAFKA_SH), "up"], env=self.env, stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+        cmd = [str(KAFKA_SH), "up", "--brokers", str(self.brokers)]
+        done = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"could not start a broker on port {self.port} (see above)")
         self.bootstrap = done.stdout.strip().splitlines()[-1]
@@ -72,12 +80,28 @@ class OwnBroker:
 
     def restart(self) -> None:
         """The killed node again, on its own data (``kafka.sh up`` would format a new one)."""
-        done = subprocess.run([str(KAFKA_SH), "restart"], env=self.env, stdout=subprocess.PIPE)
-        if done.returncode != 0:
-            raise RuntimeError("kafka.sh restart failed (see above)")
+        for _ in range(RESTART_TRIES):
+            self.restarts += 1
+            done = subprocess.run([str(KAFKA_SH), "restart"], env=self.env, stdout=subprocess.PIPE)
+            if done.returncode == 0:
+                return
+            # A node may exit at start under load (KRaft: not caught up with the controller
+            # in time); a supervisor (systemd Restart=on-failure, Kubernetes) starts it again.
+            self.failed_restarts += 1
+        raise RuntimeError(f"kafka.sh restart failed (see above); {self.log_tails()}")
 
-    def kill9(self) -> list[int]:
-        pids = [int(p.read_text()) for p in Path(self.run_dir).glob("node-*.pid")]
+    def log_tails(self, n: int = 12) -> str:
+        """The last lines of each node's broker.log (the run folder goes at the end)."""
+        out = []
+        for log in sorted(Path(self.run_dir).glob("node-*/broker.log")):
+            lines = log.read_text(errors="replace").splitlines()[-n:]
+            out.append(f"{log.parent.name}:\n" + "\n".join(lines))
+        return "\n".join(out)
+
+    def kill9(self, node: int | None = None) -> list[int]:
+        """SIGKILL node ``node`` (1-based), or every node of ours (None)."""
+        pattern = "node-*.pid" if node is None else f"node-{node}.pid"
+        pids = [int(p.read_text()) for p in Path(self.run_dir).glob(pattern)]
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         return pids
@@ -110,19 +134,75 @@ def _send(bootstrap: str, topic: str, event: dict[str, Any]) -> None:
     p.flush(30)
 
 
+@dataclass
+class Scene:
+    """What a fault sees: ``cleared(label)`` to call each time a fault clears (recovery is
+    measured from there), the running pipeline and the control topic."""
+
+    cleared: Callable[[str], None]
+    pipe: PipelineProcess
+    control: str
+
+    def replace_pipeline(self) -> None:
+        """SIGKILL the pipeline (and its sampler); start a replacement on the same state
+        folder and consumer group, as a supervisor would."""
+        old = self.pipe
+        old.kill(signal.SIGKILL)
+        again = PipelineProcess(old.bootstrap, old.include, old.state_dir, **old.extra_env)
+        again.group, again.log_path = old.group, old.log_path
+        self.pipe = again.start()
+
+
+#: ``fault(scene)`` runs a fault and calls ``scene.cleared(label)`` each time one clears.
+Fault = Callable[[Scene], None]
+
+
 def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dict[str, Any]:
-    bootstrap = broker.bootstrap
-    run_id = uuid.uuid4().hex[:6]
+    """Row 1: every node of ours killed (-9), restarted on its own data DOWN_S later."""
+
+    timing: dict[str, float] = {}
+
+    def fault(scene: Scene) -> None:
+        killed = time.monotonic()
+        broker.kill9()
+        time.sleep(DOWN_S)
+        restart = time.monotonic()
+        broker.restart()
+        timing["broker_restart_s"] = round(time.monotonic() - restart, 2)
+        timing["down_s"] = round(time.monotonic() - killed, 2)
+        scene.cleared("broker restarted")
+
+    return under_load(broker.bootstrap, workdir, fault, run_s=run_s) | timing
+
+
+def under_load(
+    bootstrap: str,
+    workdir: Path,
+    fault: Fault,
+    *,
+    run_s: float = 45.0,
+    pipeline_bootstrap: str | None = None,
+    workers_bootstrap: str | None = None,
+    run_id: str | None = None,
+    hot_partition: int | None = None,
+) -> dict[str, Any]:
+    """The swarm, its workers, the pipeline (act) and the actuator on ``bootstrap``; ``fault``
+    runs 10 s in; recovery is measured from each time it clears. The pipeline and the
+    workers may reach the broker by other addresses (a cutting proxy, row 3). The swarm's
+    group is ``agent-workers-<run_id>``. ``hot_partition``: from 8 s in, heavy documents on
+    that partition (an incident: the demo policy spreads it over lanes)."""
+    run_id = run_id or uuid.uuid4().hex[:6]
     cfg = SwarmConfig(
         bootstrap=bootstrap,
+        workers_bootstrap=workers_bootstrap,
         topic=f"faults-stream-{run_id}",
         group=f"agent-workers-{run_id}",
         partitions=8,
-        hot_partitions=(),
+        hot_partitions=() if hot_partition is None else (hot_partition,),
         producers=16,
         rate_per_s=100.0,
-        warmup_s=run_s,
-        avalanche_s=0.0,
+        warmup_s=run_s if hot_partition is None else 8.0,
+        avalanche_s=0.0 if hot_partition is None else run_s - 8.0,
         control_topic=f"lagpilot.control.faults-{run_id}",
     )
     outcomes = f"lagpilot.outcomes.faults-{run_id}"
@@ -133,7 +213,7 @@ def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dic
     policy.write_text('mode = "act"\n[allow]\nthrottle_client_ids = ["faults-*"]\n')
     os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
     pipe = PipelineProcess(
-        bootstrap,
+        pipeline_bootstrap or bootstrap,
         f"{cfg.topic}$",
         workdir / f"state-{run_id}",
         LAGPILOT_RUN_POLICY="true",
@@ -148,6 +228,17 @@ def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dic
     rundir.mkdir()
     swarm = Swarm(cfg, rundir)
     result: dict[str, Any] = {}
+    clears: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+
+    def cleared(label: str) -> None:
+        at_ms = int(time.time() * 1000)
+        clears.append({"label": label, "at_ms": at_ms})
+        probe = throttle(f"faults-probe-{len(probes)}", 2_000_000, key=key, now_ms=at_ms,
+                         lease_s=5.0, ttl_ms=600_000)  # fmt: skip
+        probes.append(probe)
+        _send(bootstrap, cfg.control_topic, probe)
+
     try:
         wait_modelling(pipe)
         swarm.start_workers()
@@ -157,17 +248,11 @@ def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dic
                           lease_s=12.0, ttl_ms=600_000)  # fmt: skip
         _send(bootstrap, cfg.control_topic, before)
         time.sleep(10.0)
-        killed_ms = int(time.time() * 1000)
-        broker.kill9()
-        time.sleep(DOWN_S)
-        restart = time.monotonic()
-        broker.restart()
-        up_ms = int(time.time() * 1000)
-        result["broker_restart_s"] = round(time.monotonic() - restart, 2)
-        result["down_s"] = round((up_ms - killed_ms) / 1000, 2)
-        probe = throttle("faults-probe", 2_000_000, key=key, now_ms=up_ms, lease_s=5.0,
-                         ttl_ms=600_000)  # fmt: skip
-        _send(bootstrap, cfg.control_topic, probe)
+        started_ms = int(time.time() * 1000)
+        scene = Scene(cleared, pipe, cfg.control_topic)
+        fault(scene)
+        pipe = scene.pipe
+        result["fault_s"] = round((clears[-1]["at_ms"] - started_ms) / 1000, 2) if clears else None
         producing.join(run_s + 120)
         result["drained"] = swarm.wait_drained(120)
         time.sleep(8.0)  # the probe's lease (5 s) ends, and its release is retried within 5 s
@@ -177,41 +262,60 @@ def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dic
             "workers": all(t.is_alive() for t in swarm._threads),
         }
     finally:
+        if pipe.proc is None or pipe.proc.poll() is not None:
+            result["pipeline_log_tail"] = pipe.log_tail(25)
         swarm.stop()
         reader.close()
         pipe.stop()
         actuator.terminate()
         actuator.wait(30)
     res = swarm.results()
-    lag_after = [e for e in reader.select(lambda e: e["event"] == "partition_lag")
-                 if e["observed_at_ms"] > up_ms]  # fmt: skip
-    effects_after = [r[4] for r in swarm.ledger.rows() if r[4] > up_ms]
+    processed_ids = {r[0] for r in swarm.ledger.rows()}
+    lag = reader.select(lambda e: e["event"] == "partition_lag")
+    effects = [r[4] for r in swarm.ledger.rows()]
     outs = [o for o in read_topic(bootstrap, outcomes) if o.get("event") == "outcome"]
-    probe_applied = [o["at"] for o in outs if o["action_id"] == probe["id"]
-                     and o["result"] == "applied"]  # fmt: skip
+    names = ["faults-before"] + [p["params"]["name"] for p in probes]
     quotas = QuotaClient(bootstrap, client_id="lagpilot-faults-check")
     try:
-        left = {n: quotas.producer_rate("client-id", n) for n in ("faults-before", "faults-probe")}
+        left = {n: quotas.producer_rate("client-id", n) for n in names}
     finally:
         quotas.close()
-    applied = Counter(
-        o["action_id"] for o in outs if o["result"] == "applied" and o["action_id"] != "unknown"
+    applied = Counter(  # a worker action's "applied" is its delegation
+        o["action_id"]
+        for o in outs
+        if o["result"] in ("applied", "delegated") and o["action_id"] != "unknown"
     )
-    waits = {
-        "detection_s": (min(e["_received_ms"] for e in lag_after) - up_ms) / 1000
-        if lag_after
-        else None,
-        "workers_s": (min(effects_after) - up_ms) / 1000 if effects_after else None,
-        "actuator_s": (min(probe_applied) - up_ms) / 1000 if probe_applied else None,
-    }
+    actions = Counter(a["id"] for a in read_topic(bootstrap, cfg.control_topic)
+                      if a.get("event") == "action")  # fmt: skip
+    for clear, probe in zip(clears, probes, strict=True):
+        up_ms = clear["at_ms"]
+        after = [e["_received_ms"] for e in lag if e["observed_at_ms"] > up_ms]
+        done = [e for e in effects if e > up_ms]
+        probe_applied = [o["at"] for o in outs if o["action_id"] == probe["id"]
+                         and o["result"] == "applied"]  # fmt: skip
+        clear["detection_s"] = (min(after) - up_ms) / 1000 if after else None
+        clear["workers_s"] = (min(done) - up_ms) / 1000 if done else None
+        clear["actuator_s"] = (min(probe_applied) - up_ms) / 1000 if probe_applied else None
+    waits: dict[str, float | None] = {}
+    for k in ("detection_s", "workers_s", "actuator_s"):
+        got = [c[k] for c in clears]
+        waits[k] = None if not got or None in got else max(got)
     return result | {
+        "clears": clears,
         "recover_s": waits,
         "alive_at_end": alive,
         "produced": res["produced"],
         "processed": res["processed"],
         "lost": res["lost"],
+        "lost_by_partition": dict(
+            Counter(part for mid, part in swarm.produced.ids.items() if mid not in processed_ids)
+        ),
         "duplicate_side_effects": res["duplicates"],
+        "rebalances": res["rebalances"],
         "duplicate_actions": sum(1 for n in applied.values() if n > 1),
+        "actions_published": sum(actions.values()),
+        "action_ids": len(actions),
+        "published_again": sum(1 for n in actions.values() if n > 1),
         "quotas_left": left,
         "stuck_throttles": sum(1 for v in left.values() if v is not None),
         "outcomes": dict(Counter(o["result"] for o in outs)),

@@ -33,20 +33,28 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from bench import (
+    fault_cluster,
+    fault_control,
+    fault_decoder,
+    fault_garbage,
+    fault_network,
+    fault_process,
+)
+from bench.fault_broker import OwnBroker, broker_kill
+from bench.fault_doc import RECOVER_TARGET_S, _cell, render_doc
+
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench import fault_control, fault_decoder, fault_garbage, fault_process  # noqa: E402
-from bench.fault_broker import OwnBroker, broker_kill  # noqa: E402
-
 OWN_BROKER_PORT = 23092
-RECOVER_TARGET_S = 30.0
+CLUSTER_PORT = 26092  # the 3-broker cluster of row 2: 26092..26097
 FUZZ_RECORDS = 1_000_000
 OUTAGE_S = 60.0
 KILL_EVENTS = 300
@@ -55,26 +63,18 @@ GARBAGE_RECORDS = 20_000
 BROKER_KILL_TITLE = "1. single broker killed (-9), restarted 10 s later"
 GARBAGE_TITLE = "6b. a real offsets topic full of garbage records, read by the running pipeline"
 PROCESS_KILL_TITLE = (
-    "4. actuator SIGKILLed between apply and outcome (the pipeline's SIGKILL mid-incident: "
-    "not measured)"
+    "4. pipeline SIGKILLed mid-incident; actuator SIGKILLed between apply and outcome"
 )
-NOT_MEASURED = {
-    "cluster_leader_kill": (
-        "2. 3 brokers: __consumer_offsets leader, then controller, killed and restarted",
-        "not run by this benchmark yet (needs BROKERS=3 runs of the same scenario)",
-    ),
-    "network_cut": (
-        "3. network cut pipeline-broker, then workers-broker, 15 s each",
-        "not run by this benchmark yet: needs a cutting TCP proxy and a broker whose "
-        "advertised listener is the proxy (kafka.sh has no override for it yet)",
-    ),
-}
+CLUSTER_TITLE = "2. 3 brokers: __consumer_offsets leader, then controller, killed and restarted"
+NETWORK_TITLE = "3. network cut pipeline-broker, then workers-broker, 15 s each"
+NOT_MEASURED: dict[str, tuple[str, str]] = {}
 
 
 @contextmanager
-def own_broker(port: int) -> Iterator[OwnBroker]:
-    """A broker of our own on ``port`` with its own run folder; stopped (only it) on exit."""
-    broker = OwnBroker(port)
+def own_broker(port: int, brokers: int = 1, **env: str) -> Iterator[OwnBroker]:
+    """A broker (or ``brokers`` nodes) of our own on ``port`` with its own run folder;
+    stopped (only it) on exit."""
+    broker = OwnBroker(port, brokers=brokers, extra_env=env)
     try:
         broker.up()
         yield broker
@@ -197,8 +197,8 @@ def admin_row(bootstrap: str, outage_s: float, timeout_faults: bool) -> dict[str
     )
 
 
-def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
-    got = broker_kill(broker, tmp)
+def load_row(fault: str, title: str, got: dict[str, Any], what: str) -> dict[str, Any]:
+    """A row of a fault run under load (``fault_broker.under_load``): rows 1, 2 and 3."""
     waits = got["recover_s"]
     recovered = all(v is not None for v in waits.values()) and all(got["alive_at_end"].values())
     slowest = max((v for v in waits.values() if v is not None), default=None)
@@ -210,12 +210,12 @@ def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
         and got["stuck_throttles"] == 0
     )
     dead = [k for k, v in got["alive_at_end"].items() if not v]
-    why = (
-        f"broker down {got['down_s']} s (restart took {got['broker_restart_s']} s); after it "
-        f"served again: detection {_cell(waits['detection_s'])} s, workers "
-        f"{_cell(waits['workers_s'])} s, actuator {_cell(waits['actuator_s'])} s; "
-        f"{got['produced']} produced, {got['processed']} processed"
+    after = "; ".join(
+        f"after {c['label']}: detection {_cell(c['detection_s'])} s, workers "
+        f"{_cell(c['workers_s'])} s, actuator {_cell(c['actuator_s'])} s"
+        for c in got["clears"]
     )
+    why = f"{what}; {after}; {got['produced']} produced, {got['processed']} processed"
     if dead:
         why += f"; dead at the end (needed a restart): {', '.join(dead)}"
     if got["duplicate_side_effects"]:
@@ -224,8 +224,8 @@ def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
             "message(s) twice"
         )
     return _row(
-        "broker_kill",
-        BROKER_KILL_TITLE,
+        fault,
+        title,
         recovered=recovered,
         recover_s=slowest,
         lost=got["lost"],
@@ -239,36 +239,94 @@ def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
     )
 
 
+def broker_kill_row(broker: OwnBroker, tmp: Path) -> dict[str, Any]:
+    got = broker_kill(broker, tmp)
+    what = f"broker down {got['down_s']} s (restart took {got['broker_restart_s']} s)"
+    return load_row("broker_kill", BROKER_KILL_TITLE, got, what)
+
+
+def cluster_row(tmp: Path) -> dict[str, Any]:
+    # a node restarted under load takes long to catch up: give it 4 minutes, not 90 s
+    ready = {"LAGPILOT_BROKER_READY_TIMEOUT_S": "240"}
+    with own_broker(CLUSTER_PORT, brokers=fault_cluster.BROKERS, **ready) as cluster:
+        got = fault_cluster.leader_then_controller(cluster, tmp)
+    k = got["killed"]
+    got["broker_failed_restarts"] = cluster.failed_restarts
+    what = (
+        f"3 nodes; killed -9 and restarted {fault_cluster.DOWN_S:g} s later: node "
+        f"{k.get('offsets_leader')} (the swarm group's coordinator, leading its "
+        f"__consumer_offsets partition), then node {k.get('controller')} (the KRaft controller)"
+    )
+    if cluster.failed_restarts:
+        what += (
+            f"; {cluster.failed_restarts} node start(s) exited (not caught up with the "
+            "controller in time, a loaded machine) and were started again, as a supervisor would"
+        )
+    return load_row("cluster_leader_kill", CLUSTER_TITLE, got, what)
+
+
+def network_row(tmp: Path) -> dict[str, Any]:
+    env = {"LAGPILOT_BROKER_EXTRA_LISTENERS": fault_network.EXTRA_LISTENERS}
+    with own_broker(fault_network.PORT, **env) as broker:
+        got = fault_network.cut_pipeline_then_workers(broker, tmp)
+    what = (
+        f"cuts of {fault_network.CUT_S:g} s by a proxy holding every byte (the broker "
+        "advertises the proxy to the pipeline and to the workers; producers and actuator direct)"
+    )
+    return load_row("network_cut", NETWORK_TITLE, got, what)
+
+
 def process_kill_row(bootstrap: str, tmp: Path, n: int) -> dict[str, Any]:
     got = fault_process.actuator_kill(bootstrap, tmp, n)
-    recovered = got["recover_s"] is not None and got["outcomes_applied"] == n
+    pk = fault_process.pipeline_kill(bootstrap, tmp)
+    twice = got["reapplied"] + got["released_twice"]
+    pk_waits = [v for v in pk["recover_s"].values()]
+    pk_recover = None if None in pk_waits else max(pk_waits)
+    recovered = (
+        got["recover_s"] is not None
+        and got["outcomes_applied"] == n
+        and pk["killed_mid_incident"]
+        and pk_recover is not None
+        and all(pk["alive_at_end"].values())
+    )
+    slowest = max((v for v in (got["recover_s"], pk_recover) if v is not None), default=None)
     ok = (
         recovered
-        and got["recover_s"] <= RECOVER_TARGET_S
-        and got["lost"] == got["duplicate_actions"] == got["stuck_throttles"] == 0
-        and got["reapplied"] == 0
+        and slowest is not None
+        and slowest <= RECOVER_TARGET_S
+        and got["lost"] == got["duplicate_actions"] == got["stuck_throttles"] == twice == 0
+        and pk["lost"] == pk["duplicate_actions"] == pk["stuck_throttles"] == 0
+        and pk["duplicate_side_effects"] == 0
     )
+    w = pk["recover_s"]
     why = (
-        f"{n} leased throttles, killed after {got['applied_before_kill']} reached the backend; "
-        f"the replacement committed each once ({got['outcomes_applied']} applied outcomes), "
-        f"re-applied {got['reapplied']} calls of the uncommitted batch (max {got['max_batch']}"
-        "): each sets the same quota again, a no-op on the cluster, counted as duplicate side "
-        "effects all the same; every lease released. The pipeline's SIGKILL is not measured "
-        "here (tests/integration/pipeline covers a kill -9 without figures)"
+        f"actuator: {n} leased throttles, killed after {got['applied_before_kill']} reached "
+        f"the backend; the replacement committed each once ({got['outcomes_applied']} applied "
+        f"outcomes, {got['reconciled']} of them reconciled: an intent without outcome, the "
+        f"quota already set, not set again), backend calls made twice {twice}, every lease "
+        f"released (recovered in {_cell(got['recover_s'])} s). Pipeline: killed mid-incident "
+        f"after its first {pk.get('actions_before_kill', 0)} action(s) (a hot partition); "
+        f"from its replacement's start (same state, same group): detection "
+        f"{_cell(w['detection_s'])} s, workers {_cell(w['workers_s'])} s, actuator "
+        f"{_cell(w['actuator_s'])} s; {pk['actions_published']} actions published, "
+        f"{pk['action_ids']} ids, {pk['published_again']} published again (same id), outcomes "
+        f"{pk['outcomes']}; {pk['produced']} produced, {pk['processed']} processed"
     )
+    if not pk["killed_mid_incident"]:
+        why += "; no action came before the kill: not mid-incident"
     return _row(
         "process_kill",
         PROCESS_KILL_TITLE,
         recovered=recovered,
-        recover_s=got["recover_s"],
-        lost=got["lost"],
-        duplicate_side_effects=got["reapplied"],
-        duplicate_actions=got["duplicate_actions"],
-        stuck_throttles=got["stuck_throttles"],
+        recover_s=slowest,
+        lost=got["lost"] + pk["lost"],
+        duplicate_side_effects=twice + pk["duplicate_side_effects"],
+        duplicate_actions=got["duplicate_actions"] + pk["duplicate_actions"],
+        stuck_throttles=got["stuck_throttles"] + pk["stuck_throttles"],
         needed_a_person=not recovered,
         targets_met=ok,
         why=why,
-        details=got,
+        details=got | {"pipeline": pk},
     )
 
 
@@ -306,10 +364,34 @@ def garbage_row(bootstrap: str, tmp: Path, garbage: int) -> dict[str, Any]:
     )
 
 
-def not_measured_rows() -> list[dict[str, Any]]:
-    return [
-        _row(fault, title, measured=False, why=why) for fault, (title, why) in NOT_MEASURED.items()
-    ]
+ORDER = ["broker_kill", "cluster_leader_kill", "network_cut", "process_kill",
+         "admin_api_faults", "decoder_fuzz", "garbage_topic", "bad_control_input"]  # fmt: skip
+TITLES = {
+    "broker_kill": BROKER_KILL_TITLE,
+    "cluster_leader_kill": CLUSTER_TITLE,
+    "network_cut": NETWORK_TITLE,
+    "process_kill": PROCESS_KILL_TITLE,
+    "garbage_topic": GARBAGE_TITLE,
+} | {fault: title for fault, (title, _) in NOT_MEASURED.items()}
+
+
+def _commit() -> str | None:
+    """The commit measured (with ``+dirty`` when the tree has changes), or None."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
+                                "actuators", "pipeline", "schemas", "bench", "deploy"],
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def run(
@@ -320,34 +402,49 @@ def run(
     timeout_faults: bool,
     kill_events: int | None,
     broker: OwnBroker | None,
+    only: set[str] | None = None,
+    previous: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The rows; ``broker`` (ours, to kill) None skips row 1, ``kill_events`` None row 4."""
+    """The rows; ``broker`` (ours, to kill) None skips row 1, ``kill_events`` None (a smoke
+    run) the long rows. ``only``: measure these rows, take the others from ``previous``."""
+    full = kill_events is not None
+    makers: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "admin_api_faults": lambda t: admin_row(bootstrap, outage_s, timeout_faults),
+        "decoder_fuzz": lambda t: decoder_row(fuzz_records),
+        "bad_control_input": lambda t: control_row(bootstrap, t),
+    }
+    if full:
+        assert kill_events is not None
+        makers["garbage_topic"] = lambda t: garbage_row(bootstrap, t, GARBAGE_RECORDS)
+        makers["process_kill"] = lambda t: process_kill_row(bootstrap, t, kill_events)
+        makers["cluster_leader_kill"] = cluster_row
+        makers["network_cut"] = network_row
+        for fault in NOT_MEASURED:
+            makers.pop(fault, None)
+    if broker is not None:
+        makers["broker_kill"] = lambda t: broker_kill_row(broker, t)
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="lagpilot-faults-") as tmp:
-        measured = [
-            admin_row(bootstrap, outage_s, timeout_faults),
-            decoder_row(fuzz_records),
-            control_row(bootstrap, Path(tmp)),
-        ]
-        if kill_events:
-            measured.append(garbage_row(bootstrap, Path(tmp), GARBAGE_RECORDS))
-            measured.append(process_kill_row(bootstrap, Path(tmp), kill_events))
-        else:
-            for fault, title in (
-                ("garbage_topic", GARBAGE_TITLE),
-                ("process_kill", PROCESS_KILL_TITLE),
-            ):
-                measured.append(_row(fault, title, measured=False,
-                                     why="not run in this (smoke) run"))  # fmt: skip
-        if broker is not None:
-            measured.append(broker_kill_row(broker, Path(tmp)))
-        else:
-            measured.append(_row("broker_kill", BROKER_KILL_TITLE, measured=False,
+        for fault in ORDER:
+            if only is not None and fault not in only and previous and fault in previous:
+                rows.append(previous[fault])
+            elif fault in makers and (only is None or fault in only):
+                print(f"measuring {fault} ...", flush=True)
+                try:
+                    rows.append(makers[fault](Path(tmp)) | {"commit": _commit()})
+                except Exception as exc:  # one row's failure must not lose the others
+                    rows.append(_row(fault, TITLES.get(fault, fault), measured=False,
+                                     why=f"the run of this row failed: {type(exc).__name__}: "
+                                     f"{str(exc)[:300]}"))  # fmt: skip
+            elif fault in NOT_MEASURED:
+                rows.append(_row(fault, TITLES[fault], measured=False, why=NOT_MEASURED[fault][1]))
+            elif fault == "broker_kill" and broker is None:
+                rows.append(_row(fault, TITLES[fault], measured=False,
                                  why="not run: the broker was not the benchmark's own "
                                  "(--bootstrap), and it kills only its own"))  # fmt: skip
-    rows = measured + not_measured_rows()
-    order = ["broker_kill", "cluster_leader_kill", "network_cut", "process_kill",
-             "admin_api_faults", "decoder_fuzz", "garbage_topic", "bad_control_input"]  # fmt: skip
-    rows.sort(key=lambda r: order.index(r["fault"]))
+            else:
+                rows.append(_row(fault, TITLES.get(fault, fault), measured=False,
+                                 why="not run in this (smoke) run"))  # fmt: skip
     return {
         "rows": rows,
         "targets": {
@@ -365,137 +462,6 @@ def run(
     }
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if value is True:
-        return "yes"
-    if value is False:
-        return "no"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _missed(row: dict[str, Any]) -> str:
-    """Which targets a measured row missed, named from its own figures."""
-    if not row["measured"] or row["targets_met"]:
-        return ""
-    missed = [f"{k} {row[k]}" for k in ("lost", "duplicate_side_effects", "duplicate_actions",
-              "stuck_throttles") if row[k]]  # fmt: skip
-    if row["recover_s"] is not None and row["recover_s"] > RECOVER_TARGET_S:
-        missed.append(f"recovery {row['recover_s']} s")
-    if not row["recovered"]:
-        missed.append("not recovered")
-    return f". **Targets missed**: {', '.join(missed) or 'see the notes'}"
-
-
-def render_doc(result: dict[str, Any]) -> str:
-    """docs/reliability.md, written from the JSON: no figure in it comes from anywhere else."""
-    lines = [
-        "# Reliability: faults survived",
-        "",
-        "Written by `make bench-faults` (`bench/faults.py`) from `bench/results/faults.json`;",
-        "do not edit by hand. Targets: lost 0, duplicate side effects 0, duplicate actions 0,",
-        f"stuck throttles 0, recovery within {RECOVER_TARGET_S:g} s of the fault clearing.",
-        f"Rows measured: {result['measured']} of {result['of']}; a row marked *not measured*",
-        "has no figures, and says why.",
-        "",
-        "| fault | measured | recovered | time to recover (s) | lost | duplicate side effects "
-        "| duplicate actions | stuck throttles | needed a person | targets met | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        cells = [
-            r["title"],
-            "yes" if r["measured"] else "*not measured*",
-            *(
-                _cell(r[k])
-                for k in (
-                    "recovered",
-                    "recover_s",
-                    "lost",
-                    "duplicate_side_effects",
-                    "duplicate_actions",
-                    "stuck_throttles",
-                    "needed_a_person",
-                    "targets_met",
-                )
-            ),
-            (r["why"] + _missed(r)).replace("|", "/"),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "How each measured row is run:",
-        "",
-        "- **5, Admin API faults**: `lagpilot actuate`'s Runner with the Redpanda backend built",
-        "  by `make_backend` (as the CLI builds it) against the Admin API contract stub",
-        "  (`bench/support/redpanda_admin_stub.py`), on the benchmark's own broker. For each",
-        "  fault one `transfer_leadership` is sent while the stub misbehaves on every request;",
-        "  every HTTP request is counted (bounded retries, no hot loop), the outcome must be",
-        "  `failed` with the error, and one outcome per action id (a budget is spent once).",
-        "  When the fault clears one more transfer is sent: its `applied` outcome is recovery.",
-        "  Slow answers (below the client's timeout) must still apply.",
-        "- **6a, decoder fuzz**: real-shaped records (commits v1/v3, group metadata, KIP-848",
-        "  and share-group keys, tombstones) mutated 0 to 3 times each (bytes flipped,",
-        "  truncated, junk appended, record types and versions rewritten, length fields",
-        "  absurd, invalid UTF-8, null or empty key/value, random bytes) through",
-        "  `pipeline.read.offsets.decode_record`: a raise is a crash, a result of no known",
-        "  class is unclassified.",
-        "- **1, broker kill**: `bench/fault_broker.py`. A swarm of 16 producers (100 msg/s over",
-        "  8 partitions) and its SDK workers (exactly-once side effects in a ledger), `lagpilot",
-        "  run` in act mode (`deploy/policy.demo.toml`) and `lagpilot actuate` (Kafka backend)",
-        "  run on the benchmark's own broker; it is killed with SIGKILL, restarted 10 s later",
-        "  on its own data (`kafka.sh restart`). Recovery, from the broker serving again: the",
-        "  first lag event, the first worker side effect, and a leased throttle's `applied`",
-        "  outcome (its quota and that of a throttle whose lease ended during the outage must",
-        "  be gone at the end). No process is restarted by the benchmark.",
-        "- **4, actuator kill**: `bench/fault_process.py`. `lagpilot actuate` (dry-run backend,",
-        "  every call fsynced) reads 300 leased throttles and is SIGKILLed once a third reached",
-        "  the backend; a replacement with the same id finishes. Each id must have one",
-        "  committed `applied` outcome; calls made again on replay are counted as duplicate",
-        "  side effects (each sets the same quota: a no-op on a cluster); every lease released.",
-        "- **6b, garbage topic**: `bench/fault_garbage.py`. `lagpilot run` reads its commits",
-        "  from a topic of the benchmark's own (`LAGPILOT_OFFSETS_TOPIC`) holding 400 true",
-        "  commits of one group, each followed by mutated records from 6a's corpus. Every",
-        "  record the decoder skips must be counted (`lagpilot_decode_skipped_total`), the",
-        "  last `partition_lag` of every partition must carry the last true commit, and the",
-        "  pipeline must stay up.",
-        "- **7, bad control input**: a running actuator (dry-run backend that fsyncs every",
-        "  call) reads, on a fresh control topic, one real throttle and then each bad event;",
-        "  each must get an outcome other than `applied`, and the backend must have seen",
-        "  exactly one call (the real throttle; its replay is a `duplicate`).",
-        "",
-        "Found by this benchmark and fixed (each with a test):",
-        "",
-        "- `lagpilot run` ended after a broker restart (`CheckpointConsumerCommitError`,",
-        "  UNKNOWN_MEMBER_ID: the restarted broker forgot the group): it now builds a new app",
-        "  and runs again, with the same policy operator (`pipeline/__main__.py`).",
-        "- The Redpanda backend retried inside the runner's retries: one action made 20 Admin",
-        "  API requests (120 against a 307 loop). Retries now live in the runner only.",
-        "- A signed, allow-listed control event padded to 256 KiB was applied, and its outcome",
-        "  echoed it: events over 64 KiB are now rejected unread (`oversized`).",
-        "- 6b: a garbage record can decode as a well-formed commit to an absurd partition (an",
-        "  int32 up to 2,147,483,647): the model asked for 270 GiB, skipped the whole message",
-        "  with the true commits beside it, and a large but allocatable width grew the state",
-        "  past the broker's message size. A commit is now accepted only below twice the",
-        "  topic's sampled width (4,096 before its first sample), the others counted in",
-        '  `lagpilot_model_inputs_total{event="commit_rejected"}` (`pipeline/model/lag.py`).',
-        "",
-        "Found by this benchmark and not fixed:",
-        "",
-        "- 1: in development runs of this row the workers' exactly-once ledger",
-        "  (`ctx.once_sql`) twice held one message twice across the broker restart; the run",
-        "  above shows its own count. Intermittent, not diagnosed here (`actuators/workers/`).",
-        "",
-        "Regenerate: `make bench-faults` (about 5 minutes; it starts and stops its own broker",
-        "on port 23092, and kills only that one).",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a run of well under a minute")
@@ -503,6 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "faults.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument("--render", action="store_true", help="only rewrite --doc from --out")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated rows to measure again ({', '.join(ORDER)}); the others are "
+        "kept from --out",
+    )
     args = parser.parse_args(argv)
     if args.render:
         args.doc.write_text(render_doc(orjson.loads(args.out.read_bytes())))
@@ -514,6 +485,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else {"fuzz_records": FUZZ_RECORDS, "outage_s": OUTAGE_S, "timeout_faults": True,
               "kill_events": KILL_EVENTS}
     )  # fmt: skip
+    if args.only:
+        params["only"] = set(args.only.split(","))
+        unknown = params["only"] - set(ORDER)
+        if unknown:
+            parser.error(f"--only: unknown rows {sorted(unknown)}; use some of {ORDER}")
+        if args.out.exists():
+            kept = orjson.loads(args.out.read_bytes())["rows"]
+            params["previous"] = {r["fault"]: r for r in kept}
     if args.bootstrap:
         result = run(args.bootstrap, broker=None, **params)
     else:

@@ -5,9 +5,12 @@
 ``warmup_s``, agent 0 writes ``flood_factor`` times that for ``flood_s``. Worker SDK workers
 (``max_workers`` threads, ``work_ms`` a record) can process less than the flood. Off: the
 pipeline models lag, the policy is off. On: the policy runs in act mode with a generated
-policy file whose ``[producers]`` map names every agent as a writer of the topic (the
-fallback that exists today) and whose allow-list admits them; the actuator applies quotas
-through the Kafka protocol, leased.
+policy file (diagnosis on: ``inflow_burst`` -> ``throttle_producer``) whose ``[producers]``
+map names every agent as a writer of the topic (the fallback for producers that do not
+report rates) and whose allow-list admits them; the pipeline reads the run's producer rates
+topic (``LAGPILOT_PRODUCERS_TOPIC``), so the throttle goes to the client whose rate rose,
+and the run's outcomes topic (``LAGPILOT_OUTCOMES_TOPIC``), so it verifies the throttle; the
+actuator applies quotas through the Kafka protocol, leased.
 
 Reported per run: the worst time lag, p99 latency, lost and duplicates, each producer's
 achieved rate before and during the flood, and, for the on run, which client ids were
@@ -30,6 +33,7 @@ import orjson
 from actuators.workers import RateProducer, Worker
 from bench.support.harness import LagReader, PipelineProcess
 from bench.support.swarm import Ledger, ensure_topic
+from bench.support.verdicts import verdicts_by_target, verified_of
 from bench.war_story import DEMO_KEY, read_topic, start_actuator, wait_modelling
 
 
@@ -190,6 +194,7 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
         bootstrap, f"{topic}$", workdir / f"state-{run}",
         LAGPILOT_RUN_POLICY="true" if on else "false", LAGPILOT_POLICY_FILE=str(policy),
         LAGPILOT_CONTROL_TOPIC=control, LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
+        LAGPILOT_OUTCOMES_TOPIC=outcomes, LAGPILOT_PRODUCERS_TOPIC=rates_topic,
     ).start()  # fmt: skip
     actuator = start_actuator(bootstrap, control, outcomes, workdir / f"actuator-{run}.log",
                               policy=policy) if on else None  # fmt: skip
@@ -238,9 +243,14 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
     events = reader.select(lambda e: e["event"] == "partition_lag")
     detected = [e for e in events if e["status"] != "OK" and e["observed_at_ms"] >= start]
     actions = [a for a in read_topic(bootstrap, control) if a.get("event") == "action"]
-    results = (
-        [o for o in read_topic(bootstrap, outcomes) if o.get("event") == "outcome"] if on else []
-    )
+    reported_outcomes = read_topic(bootstrap, outcomes) if on else []
+    results = [o for o in reported_outcomes if o.get("event") == "outcome"]
+    verifications = [
+        {k: v.get(k) for k in ("result", "action_type", "target", "cause", "step", "why",
+                               "time_lag_at_apply_s", "time_lag_now_s")}
+        | {"at_ms": v["at"] - start}
+        for v in reported_outcomes if v.get("event") == "verification"
+    ]  # fmt: skip
     throttles = [a for a in actions if a["type"] == "throttle_producer"]
     by_target: dict[str, int] = {}
     for a in throttles:
@@ -264,6 +274,7 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
                 "type": a["type"],
                 "target": a["target"],
                 "mode": a["mode"],
+                "cause": a["reason"].get("cause"),
             }
             for a in actions
         ],
@@ -271,6 +282,7 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
             {"result": o["result"], "type": o.get("action_type"), "target": o.get("target")}
             for o in results
         ],
+        "verifications": verifications,
         "throttled": sorted(by_target),
         "throttle_actions_per_client": by_target,
         "released": released,
@@ -302,7 +314,9 @@ def flood(
         "remedy": seen,
         "detection_ms": on["detection_ms"],
         "first_action_ms": first,
-        "verified": None,  # nothing verifies actions in this build (see bench/incidents.py)
+        "verified": verified_of(on["actions"], on["verifications"]),
+        "verdicts": verdicts_by_target(on["actions"], on["verifications"]),
+        "cause": sorted({a["cause"] for a in on["actions"] if a.get("cause")}),
         "off_p99_ms": off["p99_ms"],
         "on_p99_ms": on["p99_ms"],
         "ratio": round(off["p99_ms"] / on["p99_ms"], 2) if off["p99_ms"] and on["p99_ms"] else None,

@@ -18,10 +18,11 @@ Scenarios (``--scenarios``, comma-separated; all by default):
 Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
 ``first_action_ms``, ``verified``, ``off_p99_ms``, ``on_p99_ms``, ``ratio``, ``lost``,
 ``duplicates`` (of the lagpilot run; each baseline has its own) and its ``shape``, under
-``scenarios.<name>`` in ``bench/results/incidents.json`` (merged: the scenarios of a run
-replace theirs, the others' entries are kept), with a PNG per scenario.
-``verified`` is null when no action's outcome says verified or undone (this build of the
-decide stage does not verify yet): the suite reports what the policy does, not what it should.
+``scenarios.<name>`` in ``bench/results/incidents.json``, with a PNG per scenario. The
+scenarios run are merged into the file: other scenarios' entries (written by other modules)
+are kept, and each entry has its own ``measured_at`` and ``commit``. ``verified``: every
+target an action changed ended ``verified`` by the policy's verification events, or was
+undone (bench/support/verdicts.py); ``verdicts`` gives each target's.
 
     .venv/bin/python -m bench.incidents [--scenarios avalanche,flood,storm,slow_group] [--smoke]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
@@ -37,49 +38,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 ROOT = Path(__file__).resolve().parents[1]
 
 from bench.support import broker  # noqa: E402
 from bench.support.swarm import SwarmConfig  # noqa: E402
+from bench.support.verdicts import (  # noqa: E402
+    git_commit,
+    merge_results,
+    remedy_of,
+    verdicts_by_target,
+    verified_of,
+)
 from bench.war_story import one_run  # noqa: E402
 
 SCENARIOS = ("avalanche", "flood", "storm", "slow_group")
-VERIFY_RESULTS = ("verified", "no_effect", "undone", "restored", "released")
-
-
-def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
-    """Action types in the order they were first issued (repeats, e.g. renewals, once)."""
-    seen: list[str] = []
-    for a in sorted(actions, key=lambda a: a["at_ms"]):
-        if a["type"] not in seen:
-            seen.append(a["type"])
-    return seen
-
-
-def verified_of(outcomes: list[dict[str, Any]]) -> bool | None:
-    """True if every applied or delegated action ended verified or undone; None if no outcome
-    says either way (nothing verifies actions in this build)."""
-    if not any(o.get("result") in VERIFY_RESULTS for o in outcomes):
-        return None
-    acted = [o for o in outcomes if o.get("result") in ("applied", "delegated")]
-    ended = [o for o in outcomes if o.get("result") in VERIFY_RESULTS]
-    return len(ended) >= len(acted)
-
-
-def merge_results(out: Path, result: dict[str, Any]) -> dict[str, Any]:
-    """``result``'s scenarios over those already in ``out`` (a run of some scenarios keeps the
-    others' entries); ``took_s`` per scenario run is the caller's."""
-    old: dict[str, Any] = {}
-    if out.exists():
-        try:
-            old = orjson.loads(out.read_bytes())
-        except orjson.JSONDecodeError:
-            old = {}
-    merged = {**old, **{k: v for k, v in result.items() if k != "scenarios"}}
-    merged["scenarios"] = {**old.get("scenarios", {}), **result["scenarios"]}
-    return merged
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -108,6 +80,7 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
             "drained": r["drained"],
             "max_time_lag_s": r["max_time_lag_s"],
             "consumer": r["consumer"],
+            "p99_tail": r.get("p99_tail"),
         }
         for name, r in runs.items()
     }
@@ -115,7 +88,8 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
         "remedy": remedy_of(actions),
         "detection_ms": on["detection_ms"],
         "first_action_ms": min((a["at_ms"] for a in actions), default=None),
-        "verified": verified_of(on["outcomes"]),
+        "verified": verified_of(actions, on["verifications"]),
+        "verdicts": verdicts_by_target(actions, on["verifications"]),
         "off_p99_ms": runs["naive"]["p99_ms"],
         "sdk_p99_ms": runs["sdk"]["p99_ms"],
         "on_p99_ms": on["p99_ms"],
@@ -126,6 +100,7 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
         "duplicates": on["duplicates"],
         "baselines": baselines,
         "outcomes": on["outcomes"],
+        "verifications": on["verifications"],
         "worker_outcomes": on["worker_outcomes"],
         "shape": {
             "partitions": cfg.partitions,
@@ -216,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                               warmup_s=3, avalanche_s=5, heavy_rate_per_s=12,
                               naive_members=2)  # fmt: skip
             summary, runs = avalanche(cfg, Path(tmp))
+            summary["took_s"] = round(time.monotonic() - t0, 1)
             result["scenarios"]["avalanche"] = summary
             plot_avalanche(runs, cfg.hot_partitions, out.with_name("incidents_avalanche.png"))
             print(f"avalanche: p99 naive {summary['off_p99_ms']} ms, sdk {summary['sdk_p99_ms']}"
@@ -224,11 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         if "flood" in wanted:
             from bench.incident_flood import FloodShape, flood, plot_flood
 
+            t1 = time.monotonic()
+
             shape = FloodShape(producers=args.producers, flood_s=args.flood_s,
                                flood_factor=args.flood_factor)  # fmt: skip
             if args.smoke:
                 shape = replace(shape, warmup_s=6, flood_s=8, cooldown_s=6)
             summary, runs = flood(args.bootstrap, shape, Path(tmp))
+            summary["took_s"] = round(time.monotonic() - t1, 1)
             result["scenarios"]["flood"] = summary
             plot_flood(runs, out.with_name("incidents_flood.png"))
             print(f"flood: worst time lag off {summary['off_max_time_lag_s']} s, on "
@@ -237,11 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         if "storm" in wanted:
             from bench.incident_storm import StormShape, plot_storm, storm
 
+            t1 = time.monotonic()
+
             storm_shape = StormShape(storm_s=args.storm_s)
             if args.smoke:
                 # too short for the storm to be detected: the mechanics only
                 storm_shape = replace(storm_shape, warmup_s=4, storm_s=10, drain_s=3)
             summary, runs = storm(args.bootstrap, storm_shape, Path(tmp))
+            summary["took_s"] = round(time.monotonic() - t1, 1)
             result["scenarios"]["storm"] = summary
             plot_storm(runs, out.with_name("incidents_storm.png"))
             print(f"storm: rebalances/min off {summary['off_rebalances_per_min']}, on "
@@ -250,17 +232,19 @@ def main(argv: list[str] | None = None) -> int:
         if "slow_group" in wanted:
             from bench.incident_slow_group import SlowShape, plot_slow_group, slow_group
 
+            t1 = time.monotonic()
+
             slow_shape = SlowShape(peak_s=args.slow_peak_s)
             if args.smoke:
                 slow_shape = replace(slow_shape, warmup_s=4, ramp_s=3, peak_s=6, cooldown_s=1)
             summary, runs = slow_group(args.bootstrap, slow_shape, Path(tmp))
+            summary["took_s"] = round(time.monotonic() - t1, 1)
             result["scenarios"]["slow_group"] = summary
             plot_slow_group(runs, out.with_name("incidents_slow_group.png"))
             print(f"slow_group: p99 off {summary['off_p99_ms']} ms, on {summary['on_p99_ms']} "
                   f"ms; workers {summary['workers_on']}; remedy {summary['remedy']}")  # fmt: skip
-    result["took_s"] = round(time.monotonic() - t0, 1)
-    merged = merge_results(out, result)
-    out.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2) + b"\n")
+    # merged: the scenarios run here replace their entries, the others' are kept
+    merge_results(out, result["scenarios"], commit=git_commit(ROOT))
     return 0
 
 

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from bench.support import broker  # noqa: E402
 from bench.support.harness import LagReader, PipelineProcess, free_port  # noqa: E402
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
+from bench.support.verdicts import p99_tail  # noqa: E402
 
 DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
 DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"
@@ -117,6 +118,7 @@ def one_run(
         LAGPILOT_RUN_POLICY="true" if balancer else "false",
         LAGPILOT_POLICY_FILE=str(DEMO_POLICY),
         LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
+        LAGPILOT_OUTCOMES_TOPIC=outcomes,  # the policy verifies from the run's own outcomes
         LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
     ).start()
     actuator = start_actuator(cfg.bootstrap, cfg.control_topic, outcomes,
@@ -159,21 +161,35 @@ def one_run(
     ]
     res["actions"] = [
         {"at_ms": a["issued_at"] - start, "type": a["type"], "target": a["target"],
-         "mode": a["mode"]} for a in actions
+         "mode": a["mode"], "id": a["id"], "cause": a["reason"].get("cause"),
+         "evidence": a["reason"].get("evidence"), "params": a["params"]} for a in actions
     ]  # fmt: skip
     reported = read_topic(cfg.bootstrap, outcomes) if balancer else []
     res["outcomes"] = [
-        {"result": o["result"], "type": o.get("action_type")}
+        {"action_id": o.get("action_id"), "result": o["result"], "type": o.get("action_type")}
         for o in reported if o.get("event") == "outcome"
     ]  # fmt: skip
+    res["verifications"] = [
+        {k: v.get(k) for k in ("action_id", "result", "action_type", "target", "cause", "step",
+                               "why", "time_lag_at_apply_s", "time_lag_now_s")}
+        | {"at_ms": v["at"] - start}
+        for v in reported if v.get("event") == "verification"
+    ]  # fmt: skip
     res["worker_outcomes"] = [
-        {"action_type": o["action_type"], "did": o["did"], "instance": o["instance"],
-         "partition": o.get("partition"), "lanes": o.get("lanes")}
+        {"action_id": o.get("action_id"), "action_type": o["action_type"], "did": o["did"],
+         "instance": o["instance"], "partition": o.get("partition"), "lanes": o.get("lanes")}
         for o in reported if o.get("event") == "worker_outcome"
     ]  # fmt: skip
+    first_spread: dict[int, int] = {}
+    for a in actions:
+        part = a["params"].get("partition")
+        if a["type"] == "spread_partition" and isinstance(part, int):
+            first_spread[part] = min(first_spread.get(part, a["issued_at"]), a["issued_at"])
+    res["p99_tail"] = p99_tail(swarm.ledger.rows(), hot, first_spread)
     log(f"balancer {'on ' if balancer else 'off'}: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
         f"max {res['max_ms']} ms, lost {res['lost']}, duplicates {res['duplicates']}, "
-        f"detection {res['detection_ms']} ms, actions {len(res['actions'])}")  # fmt: skip
+        f"detection {res['detection_ms']} ms, actions {len(res['actions'])}, verdicts "
+        f"{[v['result'] for v in res['verifications']]}")  # fmt: skip
     return res
 
 

@@ -8,7 +8,7 @@
     lagpilot.control (halt/resume) -+
     lagpilot.outcomes (outcome) ----+--> lagpilot.policy (one key) --> PolicyOperator
     lagpilot.producers (rates) -----+        actions --> lagpilot.control
-                                             verification --> lagpilot.outcomes
+    lagpilot.requests (mcp) --------+        verification, request verdicts --> outcomes
 
 Commits are re-keyed into ``lagpilot.watermarks`` itself, so the model reads ONE topic in
 which a topic's samples and commits share a key and a partition: no stream join and no
@@ -251,38 +251,54 @@ def build_app(
             config=cfg(1, **{"cleanup.policy": "compact"}),
         )
         producers_topic = app.topic(
-            topics.PRODUCERS,
+            settings.producers_topic,
             key_serializer="str",
             key_deserializer="str",
             config=cfg(settings.topic_partitions, **{"retention.ms": str(3_600_000)}),
         )
-        summaries = lag_events.filter(lambda v: v["event"] in ("group_lag", "group_health"))
-        summaries.to_topic(policy_topic, key=lambda _: "policy")
         control_in = app.dataframe(topic=control_topic)
         control_in = control_in.filter(
             lambda v: isinstance(v, dict) and v.get("type") in ("halt", "resume")
         )
         control_in.to_topic(policy_topic, key=lambda _: "policy")
-        # outcomes start the verification of a step; only those of actions (not our own
-        # verification events, nor duplicates) are forwarded; ``delegated``: the actuator
-        # handed a consumer-side action (spread, hand-off) to the SDK workers
-        outcomes_in = app.dataframe(topic=outcomes_topic).filter(
-            lambda v: (
-                isinstance(v, dict)
-                and v.get("event") == "outcome"
-                and v.get("result")
-                in ("applied", "recorded", "delegated", "failed", "rejected", "expired")
+        # in observe mode the operator only answers requests: no summary, outcome or rate
+        # takes the extra hop through the policy topic
+        if getattr(policy, "decides", True):
+            summaries = lag_events.filter(lambda v: v["event"] in ("group_lag", "group_health"))
+            summaries.to_topic(policy_topic, key=lambda _: "policy")
+            # outcomes start the verification of a step; only those of actions (not our own
+            # verification events, nor duplicates) are forwarded; ``delegated``: the actuator
+            # handed a consumer-side action (spread, hand-off) to the SDK workers
+            outcomes_in = app.dataframe(topic=outcomes_topic).filter(
+                lambda v: (
+                    isinstance(v, dict)
+                    and v.get("event") == "outcome"
+                    and v.get("result")
+                    in ("applied", "recorded", "delegated", "failed", "rejected", "expired")
+                )
             )
+            outcomes_in.to_topic(policy_topic, key=lambda _: "policy")
+            rates_in = app.dataframe(topic=producers_topic).filter(
+                lambda v: isinstance(v, dict) and v.get("event") == "producer_rates"
+            )
+            rates_in.to_topic(policy_topic, key=lambda _: "policy")
+        # action requests (lagpilot mcp): evaluated with every rail by the same operator
+        requests_topic = app.topic(
+            settings.requests_topic,
+            key_serializer="str",
+            key_deserializer="str",
+            config=cfg(1, **{"retention.ms": str(3_600_000)}),
         )
-        outcomes_in.to_topic(policy_topic, key=lambda _: "policy")
-        rates_in = app.dataframe(topic=producers_topic).filter(
-            lambda v: isinstance(v, dict) and v.get("event") == "producer_rates"
+        requests_in = app.dataframe(topic=requests_topic).filter(
+            lambda v: isinstance(v, dict) and v.get("event") == "action_request"
         )
-        rates_in.to_topic(policy_topic, key=lambda _: "policy")
+        requests_in.to_topic(policy_topic, key=lambda _: "policy")
         decisions = app.dataframe(topic=policy_topic)
         out = decisions.apply(policy, stateful=True, metadata=True, expand=True)
         verdicts = out.filter(lambda v: v.get("event") == "verification")
         verdicts.to_topic(outcomes_topic, key=lambda v: f"{v['action_id']}@verify")
+        answers = out.filter(lambda v: v.get("event") == "request_verdict")
+        answers.to_topic(outcomes_topic, key=lambda v: f"{v['request_id']}@request")
         actions = out.filter(lambda v: v.get("event") == "action")
         if tracing.on():  # the action's traceparent header (no step at all when off)
             actions = actions.set_headers(tracing.action_headers)

@@ -22,7 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("pipeline.status", "print the current lag table from lagpilot.lag"),
     "control": ("pipeline.decide.control", "kill switch and control topic: halt | resume | tail"),
     "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),
+    "mcp": ("pipeline.mcp.server", "MCP server for agents: lag, explain, actions, requests"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
+    "keys": ("pipeline.keys", "make an Ed25519 role key pair: keys new --role R --out DIR"),
     "doctor": (
         "pipeline.doctor",
         "check broker, permissions, topics, Admin API, key, policy, clock",

@@ -267,7 +267,9 @@ def _local_rows(f: Facts) -> list[Row]:
     if f.key_error:
         rows.append(Row("signing key", FAIL, f.key_error, "see the message", EX_CONFIG))
     else:
-        rows.append(Row("signing key", OK, "readable, at least 16 bytes"))
+        rows.append(
+            Row("signing key", OK, "the decide key (or shared key) and the trusted keys load")
+        )
     if f.settings_error:
         rows.append(Row("settings", FAIL, f.settings_error, "see the message", EX_CONFIG))
     if f.policy_error:

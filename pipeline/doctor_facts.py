@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import ConfigError, load_signing_key, topics
+from schemas import ConfigError, load_signer, load_verifier, topics
 from schemas.cli import (
     CommandError,
     client_config,
     connect,
     is_denied,
 )
+from schemas.keys import DECIDE
 from schemas.runtime.env import parse_bool_or_path
 
 LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
@@ -91,7 +92,8 @@ def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
     except ConfigError as exc:
         f.settings_error = str(exc)
     try:
-        load_signing_key(env)
+        load_signer(env, DECIDE)
+        load_verifier(env)
     except ConfigError as exc:
         f.key_error = str(exc)
     try:

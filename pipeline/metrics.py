@@ -196,6 +196,15 @@ class PipelineMetrics:
             ["group"],
             registry=r,
         )
+        self.silent_workers = Gauge(
+            "lagpilot_silent_worker_partitions",
+            "Partitions whose SDK worker stopped reporting (hung or dead), by the member and "
+            "host of its last report (0 once it reports again or its partitions are OK).",
+            ["group", "member", "host"],
+            registry=r,
+        )
+        # (group, topic, partition) -> (group, member, host) of a silent worker
+        self._silent: dict[tuple[str, str, int], tuple[str, str, str]] = {}
         self._rebalances_seen: dict[str, int] = {}
         self._last_sample_wall = 0.0
         self.last_sample_age.set_function(
@@ -208,6 +217,22 @@ class PipelineMetrics:
             (e["event"], e.get("status", "")) for e in events
         ).items():
             self.lag_events.labels(event, status).inc(n)
+        touched: set[tuple[str, str, str]] = set()
+        for e in events:
+            if e["event"] != "partition_lag":
+                continue
+            key = (e["group"], e["topic"], e["partition"])
+            worker = e.get("worker")
+            before = self._silent.pop(key, None)
+            if before is not None:
+                touched.add(before)
+            if worker and worker.get("silent") and e["status"] != "OK":
+                self._silent[key] = (e["group"], worker["member"], worker["host"])
+                touched.add(self._silent[key])
+        if touched:
+            counts = collections.Counter(self._silent.values())
+            for labels in touched:
+                self.silent_workers.labels(*labels).set(counts.get(labels, 0))
 
     def group_health(self, event: dict[str, Any]) -> None:
         """One ``group_health`` event into the group gauges; a deleted group's are removed."""

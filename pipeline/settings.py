@@ -15,7 +15,9 @@ from typing import Any
 
 from pipeline.model.config import LagConfig
 from pipeline.model.group_health import HealthConfig
+from pipeline.model.progress import ProgressConfig
 from schemas import ConfigError
+from schemas import topics as topic_names
 from schemas.runtime import env as env_values
 
 ENV_PREFIX = "LAGPILOT_"
@@ -61,6 +63,21 @@ class Settings:
     record_reads_per_s: float = 20.0
     record_read_interval_s: float = 30.0
     worst_n: int = 5
+    # SDK workers' progress reports (pipeline/model/progress.py, docs/lag-model.md): where a
+    # worker reports, WARN after progress_warn_min_s without progress while data waits
+    # (or 1.5 x its usual time per message, if longer); a worker silent for
+    # progress_missed_reports of its reports plus progress_grace_s counts as stopped from
+    # then on; a report older than progress_expire_s is dropped (commits judge again)
+    progress_warn_min_s: float = 0.15
+    # ...or this, where every partition of one worker (two at least) paused at once
+    progress_whole_worker_min_s: float = 0.4
+    progress_whole_worker_stop_s: float = 1.0  # and STALL/STOP there after this long
+    progress_missed_reports: int = 2
+    progress_grace_s: float = 0.4
+    progress_expire_s: float = 60.0
+    # a healthy worker's pauses (below the WARN threshold, ended in progress) lift its
+    # usual interval; the learned pause halves every this many seconds
+    progress_pause_half_life_s: float = 60.0
     # group health (pipeline/model/group_health.py): a group whose generation moves
     # storm_rebalances times within storm_window_s while no commit advances for
     # group_stall_s is in a rebalance STORM; unchanged groups are re-published every
@@ -73,9 +90,12 @@ class Settings:
     replication_factor: int = 1
     metrics_port: int = 9101  # 0 disables /metrics, /healthz, /readyz
     control_topic: str = "lagpilot.control"  # the actuator and workers must read the same
-    # outcomes the verification of a step reads (the actuator's and workers') and where its
-    # verdicts go: the actuator's LAGPILOT_OUTCOMES_TOPIC must name the same topic
-    outcomes_topic: str = "lagpilot.outcomes"
+    # where the actuator and the workers report outcomes (the policy verifies from them and
+    # writes its verification events there) and where SDK producers report their rates;
+    # the actuator's LAGPILOT_OUTCOMES_TOPIC and the producers' rates topic must match
+    outcomes_topic: str = topic_names.OUTCOMES
+    producers_topic: str = topic_names.PRODUCERS
+    requests_topic: str = "lagpilot.requests"  # lagpilot mcp publishes action requests here
     policy_file: str = ""  # empty: built-in policy defaults (mode recommend)
     run_sampler: bool = True
     run_policy: bool = True
@@ -110,6 +130,15 @@ class Settings:
             warn_time_lag_s=self.warn_time_lag_s,
             err_time_lag_s=self.err_time_lag_s,
             worst_n=self.worst_n,
+            progress=ProgressConfig(
+                warn_min_s=self.progress_warn_min_s,
+                whole_worker_min_s=self.progress_whole_worker_min_s,
+                whole_worker_stop_s=self.progress_whole_worker_stop_s,
+                missed_reports=self.progress_missed_reports,
+                grace_s=self.progress_grace_s,
+                expire_s=self.progress_expire_s,
+                pause_half_life_s=self.progress_pause_half_life_s,
+            ),
         )
 
 
@@ -130,6 +159,13 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "record_reads_per_s": (0, 10_000),
     "record_read_interval_s": (1, 86_400),
     "worst_n": (1, 100),
+    "progress_warn_min_s": (0.02, 60),
+    "progress_whole_worker_min_s": (0.02, 60),
+    "progress_whole_worker_stop_s": (0.1, 600),
+    "progress_missed_reports": (0, 100),
+    "progress_grace_s": (0, 60),
+    "progress_expire_s": (1, 86_400),
+    "progress_pause_half_life_s": (0, 86_400),
     "storm_rebalances": (2, 1_000),
     "storm_window_s": (1, 3_600),
     "group_stall_s": (0.1, 3_600),
@@ -210,6 +246,12 @@ def validate_settings(s: Settings) -> None:
         raise ConfigError(
             f"{ENV_PREFIX}WINDOW_S={s.window_s} holds fewer than 3 samples at "
             f"{ENV_PREFIX}SAMPLE_INTERVAL_MS={s.sample_interval_ms}; widen the window"
+        )
+    if s.progress_expire_s * 1000 <= 2 * s.sample_interval_ms:
+        raise ConfigError(
+            f"{ENV_PREFIX}PROGRESS_EXPIRE_S={s.progress_expire_s} drops worker reports before "
+            f"two samples of {ENV_PREFIX}SAMPLE_INTERVAL_MS={s.sample_interval_ms} can use "
+            "them; raise it (default 60)"
         )
     for pattern_key in ("include", "exclude"):
         pattern = getattr(s, pattern_key)

@@ -94,6 +94,12 @@ def read_latest(
 
 
 def _owner(p: dict[str, Any]) -> str:
+    """Who consumes the partition: the SDK worker that reports it (flagged SILENT when it
+    stopped reporting: hung or dead), else the member group health knows."""
+    w = p.get("worker")
+    if w:
+        silent = f" SILENT {w['report_age_s']:.1f}s" if w.get("silent") else ""
+        return f"{w['member']}@{w['host']}{silent}"
     o = p.get("owner")
     return f"{o['client_id']}@{o['client_host']} ({o['member_id']})" if o else "-"
 

@@ -2,9 +2,10 @@
 
 Every event that crosses a lagpilot topic is a JSON object with two envelope fields:
 ``event`` (its kind, e.g. ``"action"``) and ``v`` (its schema version). Its JSON Schema is
-``schemas/<event>.v<v>.json``. Payloads are encoded with orjson; signatures are
-HMAC-SHA256 over the canonical JSON (sorted keys, no whitespace) of the event without its
-``signature`` field.
+``schemas/<event>.v<v>.json``. Payloads are encoded with orjson; signatures are made over
+the canonical JSON (sorted keys, no whitespace) of the event without its ``signature``
+field: Ed25519 with a role key (``schemas/keys.py``, the event names its ``key_id``), or
+HMAC-SHA256 with the shared key (no ``key_id``; kept for the migration to role keys).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from schemas.runtime.errors import ConfigError, LagpilotError
+
+if TYPE_CHECKING:
+    from schemas.keys import Keyring, SigningKey
 
 SIGNATURE_FIELD = "signature"
 SIGNING_KEY_ENV = "LAGPILOT_SIGNING_KEY"
@@ -70,8 +74,11 @@ def canonical(event: Mapping[str, Any]) -> bytes:
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
-def sign(event: Mapping[str, Any], key: bytes) -> dict[str, Any]:
-    """A copy of ``event`` with ``signature`` = hex HMAC-SHA256 of its canonical JSON."""
+def sign(event: Mapping[str, Any], key: bytes | SigningKey) -> dict[str, Any]:
+    """A copy of ``event``, signed: with a role key (``key_id`` + hex Ed25519), or with the
+    shared key (``signature`` = hex HMAC-SHA256 of its canonical JSON)."""
+    if not isinstance(key, bytes | bytearray):
+        return key.sign_event(event)
     if not key:
         raise ConfigError(f"empty signing key: set {SIGNING_KEY_ENV} or {SIGNING_KEY_FILE_ENV}")
     signed = {k: v for k, v in event.items() if k != SIGNATURE_FIELD}
@@ -79,8 +86,13 @@ def sign(event: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     return signed
 
 
-def verify(event: Mapping[str, Any], key: bytes) -> None:
-    """Raise ``EventError`` unless ``event`` carries a valid signature made with ``key``."""
+def verify(event: Mapping[str, Any], key: bytes | Keyring) -> str:
+    """The signer's role; raise ``EventError`` unless ``event`` is validly signed by a key
+    that ``key`` trusts (a ``Keyring``; bytes: the shared HMAC key, role ``shared``) and
+    that key's role may issue it (reasons: unsigned, unknown_key, bad_signature,
+    role_forbidden)."""
+    if not isinstance(key, bytes | bytearray):
+        return key.verify_event(event)
     got = event.get(SIGNATURE_FIELD)
     if not got or not isinstance(got, str):
         raise EventError("unsigned", "event has no signature")
@@ -89,6 +101,7 @@ def verify(event: Mapping[str, Any], key: bytes) -> None:
         raise EventError(
             "bad_signature", "signature does not match (forged, altered, or another key)"
         )
+    return "shared"
 
 
 def load_signing_key(env: Mapping[str, str] | None = None) -> bytes:

@@ -108,3 +108,13 @@ def cluster_bootstrap() -> Iterator[str]:
 def unique_name() -> str:
     """A fresh name for topics and groups, so tests never see each other's data."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A real PostgreSQL server for the session (tests/support/postgres.py); each test that
+    needs isolation uses its own table or database."""
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as dsn:
+        yield dsn

@@ -20,6 +20,7 @@ from actuators.workers.dedupe import (
     SQLiteDedupeStore,
     idempotency_key,
 )
+from actuators.workers.dedupe_pg import PostgresDedupeStore
 from actuators.workers.lanes import lane_for
 from actuators.workers.metrics import WorkerMetrics, serve_metrics
 from actuators.workers.pool import PoolWorker
@@ -39,6 +40,7 @@ __all__ = [
     "OffsetTracker",
     "PartitionProgress",
     "PoolWorker",
+    "PostgresDedupeStore",
     "ProgressReporter",
     "RateCounter",
     "RateProducer",

@@ -3,7 +3,8 @@
 ``read_command`` is pure: bytes in, a ``Command`` or a rejection reason out, with ``now``
 passed in. Every worker reads every control event (no consumer group: each instance must
 obey, not one of them) and keeps only signed, schema-valid, unexpired ``act``-mode worker
-actions addressed to its own group (or ``scope: "all"``). Anything else is counted by reason
+actions addressed to its own group (halts and resumes: their scope covers the group, see
+schemas/halts.py). Anything else is counted by reason
 and skipped; a forged or malformed event never changes what a worker does.
 """
 
@@ -22,11 +23,14 @@ from schemas import (
     ActionType,
     ConfigError,
     EventError,
+    Verifier,
     decode,
+    encode,
     tracing,
     validate,
     verify,
 )
+from schemas.halts import halt_scope, halts_topic_for, read_in_force
 from schemas.runtime.backoff import backoff_s
 from schemas.runtime.kafka import kafka_error
 
@@ -44,6 +48,12 @@ class Command:
     lanes: int | None = None
     pool: str | None = None  # spread_partition with a pool = hand the partition off to it
     expires_at: int = 0  # epoch ms; a remembered command is not obeyed after this
+    scope: str | None = None  # halt/resume: its state key, e.g. "actions", "workload:<group>"
+
+    @property
+    def scope_kind(self) -> str | None:
+        """``actions`` or ``workload`` for a halt/resume (schemas/halts.py), else None."""
+        return None if self.scope is None else self.scope.split(":", 1)[0]
 
 
 # why an event was not obeyed; each is a stats counter "control_<reason>"
@@ -55,7 +65,7 @@ NOT_FOR_WORKERS = "not_for_workers"
 OTHER_GROUP = "other_group"
 
 
-def read_command(payload: bytes | None, *, group: str, key: bytes, now_ms: int) -> Command | str:
+def read_command(payload: bytes | None, *, group: str, key: Verifier, now_ms: int) -> Command | str:
     """A ``Command`` for ``group``, or the reason the event is not for us / not acceptable.
 
     Order matters: authenticity before anything is read from the event, so a forged event
@@ -79,9 +89,10 @@ def read_command(payload: bytes | None, *, group: str, key: bytes, now_ms: int) 
         return EXPIRED
     params: dict[str, Any] = event["params"]
     if kind in (ActionType.HALT, ActionType.RESUME):
-        if params["scope"] not in ("all", group):
+        scope = halt_scope(params)
+        if not scope.covers(group):
             return OTHER_GROUP
-        return Command(event["id"], kind, expires_at=event["expires_at"])
+        return Command(event["id"], kind, expires_at=event["expires_at"], scope=scope.state_key)
     if params["group"] != group:
         return OTHER_GROUP
     return Command(
@@ -123,10 +134,20 @@ class ControlReader:
     replay it took the partition again and died again.
     """
 
-    def __init__(self, bootstrap: str, topic: str, group: str, key: bytes,
-                 replay_s: float = 60.0, **config: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        key: Verifier,
+        replay_s: float = 60.0,
+        halts_topic: str | None = None,
+        **config: Any,
+    ) -> None:
         self.topic = topic
         self.replay_s = replay_s
+        self.halts_topic = halts_topic or halts_topic_for(topic)
+        self._pending: list[Command] = []  # halts in force at start, obeyed on the first poll
         self._group = group
         self._key = key
         self._config = {
@@ -163,12 +184,34 @@ class ControlReader:
             tps = _replay_from(consumer, tps, int(time.time() * 1000 - self.replay_s * 1000))
         consumer.assign(tps)
         self._consumer = consumer
+        self._pending = self._halts_in_force()
+
+    def _halts_in_force(self) -> list[Command]:
+        """The halts kept on the halts topic that still hold for this group: a worker started
+        after a halt obeys it (schemas/halts.py)."""
+        now_ms = int(time.time() * 1000)
+
+        def accept(event: dict[str, Any]) -> dict[str, Any] | None:
+            got = read_command(encode(event), group=self._group, key=self._key, now_ms=now_ms)
+            return event if isinstance(got, Command) else None
+
+        try:
+            events = read_in_force(self._config, self.halts_topic, accept)
+        except KafkaException as exc:
+            raise ConnectionError(f"cannot read the halts in {self.halts_topic}: {exc}") from exc
+        out = []
+        for event in events:
+            got = read_command(encode(event), group=self._group, key=self._key, now_ms=now_ms)
+            if isinstance(got, Command) and self._seen.add(got.action_id):
+                out.append(got)
+                self.counts["replayed_halt"] += 1
+        return out
 
     def poll(self, now_ms: int, max_events: int = 100) -> list[Command]:
         """Commands that arrived since the last call (non-blocking)."""
         if self._consumer is None:
             return []
-        out: list[Command] = []
+        out, self._pending = self._pending, []
         for msg in self._consumer.consume(num_messages=max_events, timeout=0):
             if msg.error() is not None:
                 self.counts["error"] += 1

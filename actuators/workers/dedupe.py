@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from schemas.runtime.errors import LagpilotError
 
@@ -291,6 +291,16 @@ class SQLiteDedupeStore:
             self._cond.notify_all()
 
 
+def open_store(where: str | os.PathLike[str]) -> DedupeStore:
+    """A ``postgresql://`` (or ``postgres://``) URL: ``PostgresDedupeStore``; else a SQLite path."""
+    text = os.fspath(where)
+    if text.startswith(("postgresql://", "postgres://")):
+        from actuators.workers.dedupe_pg import PostgresDedupeStore
+
+        return PostgresDedupeStore(text)
+    return SQLiteDedupeStore(Path(text))
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -333,12 +343,14 @@ class Context:
         self.store.complete(self.key)
         return True
 
-    def once_sql(self, fn: Callable[[sqlite3.Connection], object]) -> bool:
-        """Exactly once for effects written through the SQLite store's connection."""
-        if not isinstance(self.store, SQLiteDedupeStore):
+    def once_sql(self, fn: Callable[[Any], object]) -> bool:
+        """Exactly once for effects written through the store's own connection: ``fn(db)``
+        gets a ``sqlite3.Connection`` (SQLite store) or a psycopg connection (PostgreSQL)."""
+        once_sql = getattr(self.store, "once_sql", None)
+        if once_sql is None:
             raise TypeError(
-                "ctx.once_sql needs the SQLite dedupe store "
-                "(Worker(dedupe=SQLiteDedupeStore(path)), the default); "
+                "ctx.once_sql needs a transactional dedupe store: SQLiteDedupeStore (the "
+                "default) or PostgresDedupeStore; "
                 f"this worker uses {type(self.store).__name__}; use ctx.once for other stores"
             )
-        return self.store.once_sql(self.key, fn)
+        return bool(once_sql(self.key, fn))

@@ -13,7 +13,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -23,18 +22,14 @@ from actuators.workers.dedupe import (
     Context,
     DedupeStore,
     InDoubtError,
-    SQLiteDedupeStore,
     idempotency_key,
+    open_store,
 )
 from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
-from actuators.workers.progress import (
-    DEFAULT_INTERVAL_MS,
-    DEFAULT_LEAD_MS,
-    PartitionProgress,
-    ProgressReporter,
-)
-from schemas import ConfigError, load_signing_key, tracing
+from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
+from schemas import ConfigError, Verifier, load_verifier, tracing
+from schemas.halts import ACTIONS, WORKLOAD
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
@@ -43,6 +38,8 @@ Handler = Callable[[Message, Context], None]
 FailureHook = Callable[[Message, BaseException], None]
 
 DEDUPE_PATH_ENV = "LAGPILOT_DEDUPE_PATH"
+#: a postgresql:// URL: the PostgreSQL dedupe store, shared by every host of the group
+DEDUPE_URL_ENV = "LAGPILOT_DEDUPE_URL"
 #: settings the SDK owns: changing them would break the commit-what-is-done guarantee
 _OWNED = ("enable.auto.commit", "enable.auto.offset.store", "group.id", "on_commit")
 
@@ -68,15 +65,15 @@ class Engine(abc.ABC):
         dedupe: DedupeStore | str | os.PathLike[str] | None = None,
         control_topic: str = CONTROL,
         outcomes_topic: str | None = OUTCOMES,
-        signing_key: bytes | None = None,
+        signing_key: Verifier | None = None,
         commit_interval_s: float = 0.5,
         close_timeout_s: float = 10.0,
         max_attempts: int = 3,
         retry_backoff_s: float = 0.2,
         on_failure: FailureHook | None = None,
         consumer_config: dict[str, Any] | None = None,
-        progress_interval_ms: int = DEFAULT_INTERVAL_MS,
-        progress_lead_ms: int = DEFAULT_LEAD_MS,
+        progress_interval_ms: int | None = None,
+        progress_lead_ms: int | None = None,
         progress_topic: str = PROGRESS,
         control_replay_s: float = 60.0,
     ) -> None:
@@ -115,13 +112,14 @@ class Engine(abc.ABC):
         self._retry_backoff_s = retry_backoff_s
         self._on_failure = on_failure
         self._extra = extra
-        self._signing_key = signing_key if signing_key is not None else load_signing_key()
+        self._signing_key = signing_key if signing_key is not None else load_verifier()
         tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
         if dedupe is None:
-            dedupe = os.environ.get(DEDUPE_PATH_ENV) or f"lagpilot-dedupe-{group}.sqlite"
+            dedupe = (os.environ.get(DEDUPE_URL_ENV) or os.environ.get(DEDUPE_PATH_ENV)
+                      or f"lagpilot-dedupe-{group}.sqlite")  # fmt: skip
         self._owns_store = isinstance(dedupe, str | os.PathLike)
         self.dedupe: DedupeStore = (
-            SQLiteDedupeStore(Path(dedupe)) if isinstance(dedupe, str | os.PathLike) else dedupe
+            open_store(dedupe) if isinstance(dedupe, str | os.PathLike) else dedupe
         )
         self._dispatcher = LaneExecutor(
             self._process,
@@ -136,17 +134,16 @@ class Engine(abc.ABC):
         self._consumer: Consumer | None = None
         self._control: ControlReader | None = None
         self._assigned: set[TopicPart] = set()
+        # actions halts in force for this group (state keys): spreads restored and refused
+        self.actions_halts: set[str] = set()
         self._paused: set[TopicPart] = set()
         self._acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
         self._last_commit = 0.0
         self.error: BaseException | None = None
-        if progress_interval_ms != 0 and (
-            not isinstance(progress_interval_ms, int) or progress_interval_ms < 10
-        ):
-            raise ConfigError(
-                f"progress_interval_ms={progress_interval_ms!r}: must be an integer >= 10 "
-                "(the pipeline's sample_interval_ms, 250 by default), or 0 to disable"
-            )
+        # the argument, else LAGPILOT_PROGRESS_INTERVAL_MS / _LEAD_MS, else 125 / 40 ms
+        progress_interval_ms, progress_lead_ms = progress_timing(
+            progress_interval_ms, progress_lead_ms
+        )
         self._progress_interval_ms = progress_interval_ms
         self._progress_lead_ms = progress_lead_ms
         self._progress_topic = progress_topic
@@ -214,6 +211,7 @@ class Engine(abc.ABC):
                 topic=self._progress_topic,
             )
             self._progress.start()
+        log.info("%s of group %s connected: obeying %s", self.kind, self.group, self.control_topic)
 
     def member_id(self) -> str:
         """Who this worker is in its progress reports: its static membership id, else
@@ -294,14 +292,35 @@ class Engine(abc.ABC):
         from schemas import ActionType
 
         if cmd.type is ActionType.HALT:
-            self._dispatcher.halt()
+            if cmd.scope_kind == WORKLOAD:  # pause processing, explicitly
+                self._dispatcher.halt()
+            else:  # lagpilot stops acting: undo its spreads, keep processing
+                self.actions_halts.add(cmd.scope or ACTIONS)
+                self._restore_all()
             self._report(cmd, HALTED)
         elif cmd.type is ActionType.RESUME:
-            self._dispatcher.resume()
+            if cmd.scope_kind == WORKLOAD:
+                self._dispatcher.resume()
+            elif cmd.scope == ACTIONS:  # lifting the global halt lifts every actions halt
+                self.actions_halts.clear()
+            else:
+                self.actions_halts.discard(cmd.scope or ACTIONS)
             self._report(cmd, RESUMED)
+        elif cmd.type is ActionType.SPREAD_PARTITION and self.actions_halts:
+            self._count("refused_spread_halted")
+            log.info("%s refused %s: halted (%s)", self.kind, cmd, sorted(self.actions_halts))
+            return
         else:
             self._apply(cmd)
         self._count(f"obeyed_{cmd.type.value}")
+
+    def _restore_all(self) -> None:
+        """An actions halt: every spread partition back to the default lanes (subclasses also
+        return hand-offs)."""
+        for tp in list(self._assigned):
+            if self._dispatcher.lanes(tp) != self._default_lanes:
+                self._dispatcher.set_lanes(tp, self._default_lanes)
+                self._count("restored_on_halt")
 
     def _shutdown(self) -> None:
         try:

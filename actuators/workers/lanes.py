@@ -52,7 +52,8 @@ class _Part:
     running: dict[int, int] = field(default_factory=dict)  # lane -> offset running there
     target_lanes: int | None = None  # a lane change waiting for the running work to finish
     closing: bool = False  # being revoked or handed off: accept nothing, start nothing
-    advanced_ms: int = 0  # epoch ms when the processed prefix last advanced (or first delivery)
+    # epoch ms when the processed prefix last advanced, or work arrived while none was held
+    advanced_ms: int = 0
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues)
@@ -103,11 +104,14 @@ class LaneExecutor:
             pos = part.tracker.position
             if pos is not None and offset < pos:
                 return False  # an old fetch after a seek: already done or redelivered later
+            idle = part.tracker.in_flight == 0
             try:
                 part.tracker.delivered(offset)
             except ValueError:
                 return False  # a repeat of an offset already queued: never run it twice
-            if pos is None:
+            if idle:
+                # work arrived at an idle partition: "no progress" counts from now, not from
+                # the last message hours ago (the progress reports' since-progress clock)
                 part.advanced_ms = int(time.time() * 1000)
             lane = lane_for(message.key(), offset, part.lanes)
             part.queues[lane].append(message)

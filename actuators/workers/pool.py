@@ -20,9 +20,8 @@ from confluent_kafka.admin import AdminClient
 from actuators.workers.control import Command
 from actuators.workers.engine import Engine
 from actuators.workers.handoff import (
-    HANDOFF,
+    HANDOFF_MARGIN_MS,
     TAKEN,
-    Marker,
     OffsetPeek,
     check_pool_name,
     parse_marker,
@@ -31,7 +30,7 @@ from actuators.workers.handoff import (
     taken_marker,
 )
 from actuators.workers.lanes import TopicPart
-from schemas import ActionType
+from schemas import ActionType, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +40,9 @@ class PoolWorker(Engine):
 
     ``take_timeout_s``: how long to wait for the owner's hand-off marker before giving up on
     a hand-off (the owner may have lost the partition before recording it).
+    ``lease_s``: how long each ``taken`` commit lets the pool hold a partition; renewed every
+    third of it while the owner's marker still names this hand-off. A pool that dies holds
+    nothing longer than this: the owner takes the partition back (see handoff).
     """
 
     kind = "pool"
@@ -51,6 +53,7 @@ class PoolWorker(Engine):
         pool: str,
         take_timeout_s: float = 60.0,
         check_s: float = 0.1,
+        lease_s: float = 10.0,
         **settings: Any,
     ) -> None:
         super().__init__(**settings)
@@ -64,6 +67,10 @@ class PoolWorker(Engine):
         self._return_asked: set[TopicPart] = set()
         self._return_pos: dict[TopicPart, int] = {}  # fixed once running work ended
         self._last_check = 0.0
+        if lease_s < 1.0:
+            raise ConfigError(f"lease_s={lease_s}: use at least 1 s (10 s is the default)")
+        self._lease_ms = int(lease_s * 1000)
+        self._last_renew = 0.0
         self._peek = OffsetPeek(self.base_config())
 
     def consumer_config(self) -> dict[str, Any]:
@@ -88,6 +95,9 @@ class PoolWorker(Engine):
         for tp in result.topic_partitions or []:
             marker = parse_marker(tp.metadata)
             if marker is not None and marker.kind == TAKEN and tp.offset >= 0:
+                if not self._still_ours((tp.topic, tp.partition), marker.action_id):
+                    self._count("lease_lost")  # the owner took it back while we were down
+                    continue
                 self._assign((tp.topic, tp.partition), tp.offset, marker.action_id)
 
     # -- control -------------------------------------------------------------------------------
@@ -106,22 +116,75 @@ class PoolWorker(Engine):
             elif tp in self._taking:
                 self._return_asked.add(tp)
 
+    def _restore_all(self) -> None:
+        """An actions halt: give back every partition held or being taken."""
+        super()._restore_all()
+        for tp in list(self._held_ids):
+            if tp not in self._returning:
+                self._begin_return(tp)
+        self._return_asked.update(self._taking)
+
     def _held(self, tp: TopicPart) -> bool:
         return tp in self._returning
 
     def _metadata(self, tp: TopicPart) -> str:
         action_id = self._held_ids.get(tp)
-        return taken_marker(action_id) if action_id else ""
+        lease = int(time.time() * 1000) + self._lease_ms
+        return taken_marker(action_id, lease) if action_id else ""
+
+    def _still_ours(self, tp: TopicPart, action_id: str) -> bool:
+        """The owner's committed marker still names this pool's hand-off ``action_id``."""
+        _, marker = self._peek.committed(self.group, *tp)
+        return marker is not None and marker.is_handoff(action_id, self.pool)
+
+    def _renew(self) -> None:
+        """Renew the lease of every held partition, or let go of one the owner took back."""
+        for tp, action_id in list(self._held_ids.items()):
+            if tp in self._returning:
+                continue
+            if not self._still_ours(tp, action_id):
+                self._let_go(tp)
+                continue
+            pos = self._dispatcher.positions().get(tp)
+            if pos is None:
+                pos = self._current_position(tp)
+            if pos is not None:
+                self._commit({tp: pos}, asynchronous=False)
+
+    def _let_go(self, tp: TopicPart) -> None:
+        """The owner took the partition back (our lease had run out): stop, commit nothing."""
+        assert self._consumer is not None
+        self._dispatcher.close([tp], 0)
+        self._consumer.incremental_unassign([TopicPartition(*tp)])
+        for held in (self._held_ids, self._return_pos):
+            held.pop(tp, None)
+        self._assigned.discard(tp)
+        self._paused.discard(tp)
+        self._count("lease_lost")
+        log.warning("pool %s lost %s: the owner took it back", self.pool, tp)
 
     # -- the protocol --------------------------------------------------------------------------
 
     def _tick(self, now_ms: int) -> None:
         now = time.monotonic()
+        if self._held_ids and now - self._last_renew >= self._lease_ms / 3000:
+            self._last_renew = now
+            self._renew()
         if self._taking and now - self._last_check >= self._check_s:
             self._last_check = now
             for tp, (action_id, deadline) in list(self._taking.items()):
                 offset, marker = self._peek.committed(self.group, *tp)
-                if offset is not None and marker == Marker(HANDOFF, action_id, self.pool):
+                mine = marker is not None and marker.is_handoff(action_id, self.pool)
+                if (
+                    mine
+                    and marker is not None
+                    and marker.until_ms is not None
+                    and (now_ms > marker.until_ms - HANDOFF_MARGIN_MS)
+                ):  # too late: the owner takes it back at its deadline
+                    del self._taking[tp]
+                    self._return_asked.discard(tp)
+                    self._count("take_too_late")
+                elif offset is not None and mine:
                     del self._taking[tp]
                     self._commit({tp: offset}, asynchronous=False, metadata=taken_marker(action_id))
                     self._assign(tp, offset, action_id)

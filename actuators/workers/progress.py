@@ -2,16 +2,20 @@
 
 A consumer's commits are lagpilot's only view of its progress unless it says more: a group
 that commits every 5 s (Kafka's and Quix Streams' default) shows a stall only once its next
-commit is overdue, 7.5 s later. So SDK workers publish, every ``interval_ms`` (250 ms, the
-pipeline's sampling cadence), one small ``progress`` event (``schemas/progress.v1.json``) to
-``lagpilot.progress``: per owned partition, the contiguous processed prefix, when it last
-advanced, and how many messages are queued and running. The lag model judges the status
-from it (``pipeline/model/progress.py``) and sees a stall within half a second.
+commit is overdue, 7.5 s later. So SDK workers publish, every ``interval_ms`` (125 ms, half
+the pipeline's sampling cadence; ``LAGPILOT_PROGRESS_INTERVAL_MS``), one small ``progress``
+event (``schemas/progress.v1.json``) to ``lagpilot.progress``: per owned partition, the
+contiguous processed prefix, when it last advanced, and how many messages are queued and
+running. The lag model judges the status from it (``pipeline/model/progress.py``) and sees a
+stall within half a second.
 
-Reports go out ``lead_ms`` before each wall-clock multiple of the interval, where the
-pipeline's sampler ticks: a sample then finds every report a few milliseconds old rather
-than up to one interval. Clocks must be in sync (NTP) for that, and for the model's reading
-of ``progress_ms``; a report that misses its sample costs detection time, not a false alarm.
+The model judges a report that shows a stalled worker the moment it lands, so a stall is
+seen one report interval (at most) after it shows, whatever the sampler's phase. Reports
+also go out ``lead_ms`` (``LAGPILOT_PROGRESS_LEAD_MS``) before each wall-clock multiple of
+the interval, where the pipeline's sampler ticks: a sample then finds every report a few
+milliseconds old rather than up to one interval. Clocks must be in sync (NTP) for that, and
+for the model's reading of ``progress_ms``; a late report costs detection time, not a false
+alarm.
 
 A worker that stops reporting while its partitions' watermarks move is itself the signal
 (hung or dead): the model reports those partitions STOP, naming the member and host of the
@@ -23,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +41,59 @@ from schemas import ConfigError, topics
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_MS = 250
+# Half the pipeline's sampling interval: the model judges a report that shows a stalled
+# worker the moment it lands (not at the next sample), so the report cadence, not the
+# sampler's, bounds detection: 125 ms puts its p99 well under half a second (250 ms left
+# ~30 ms of margin at p99). One small message per worker every 125 ms.
+DEFAULT_INTERVAL_MS = 125
 # before the sampler's tick: room for a thread that wakes late on a busy host and for the
 # trip through the broker to the pipeline's reader (20 ms missed the sample ~10% of the time)
 DEFAULT_LEAD_MS = 40
+INTERVAL_ENV = "LAGPILOT_PROGRESS_INTERVAL_MS"
+LEAD_ENV = "LAGPILOT_PROGRESS_LEAD_MS"
+
+
+def progress_timing(
+    interval_ms: int | None = None,
+    lead_ms: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, int]:
+    """The reporting cadence and lead: the argument, else ``LAGPILOT_PROGRESS_INTERVAL_MS``
+    / ``LAGPILOT_PROGRESS_LEAD_MS``, else the defaults (125, 40); validated. An interval
+    of 0 turns the reports off (the lead is then ignored)."""
+    env = os.environ if env is None else env
+
+    def pick(value: int | None, key: str, name: str, default: int) -> int:
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name}={value!r}: expected a whole number of milliseconds")
+            return value
+        raw = (env.get(key) or "").strip()
+        if not raw:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"{key}={raw!r}: expected a whole number of milliseconds (default {default})"
+            ) from None
+
+    interval = pick(interval_ms, INTERVAL_ENV, "progress_interval_ms", DEFAULT_INTERVAL_MS)
+    lead = pick(lead_ms, LEAD_ENV, "progress_lead_ms", DEFAULT_LEAD_MS)
+    if interval == 0:
+        return 0, 0
+    if not 10 <= interval <= 60_000:
+        raise ConfigError(
+            f"progress_interval_ms / {INTERVAL_ENV}={interval}: must be between 10 and 60000 "
+            f"(default {DEFAULT_INTERVAL_MS}; at most the pipeline's sample_interval_ms for "
+            "sub-second detection), or 0 to turn the reports off"
+        )
+    if not 0 <= lead < interval:
+        raise ConfigError(
+            f"progress_lead_ms / {LEAD_ENV}={lead}: must be >= 0 and below the interval "
+            f"({interval} ms); default {DEFAULT_LEAD_MS}"
+        )
+    return interval, lead
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +166,15 @@ class ProgressReporter:
         producer_config: dict[str, Any] | None = None,
         producer: Any = None,
         host: str | None = None,
-        interval_ms: int = DEFAULT_INTERVAL_MS,
-        lead_ms: int = DEFAULT_LEAD_MS,
+        interval_ms: int | None = None,
+        lead_ms: int | None = None,
         topic: str = topics.PROGRESS,
     ) -> None:
-        if not isinstance(interval_ms, int) or interval_ms < 10:
+        interval_ms, lead_ms = progress_timing(interval_ms, lead_ms)
+        if interval_ms == 0:
             raise ConfigError(
-                f"progress_interval_ms={interval_ms!r}: must be an integer >= 10 "
-                "(the pipeline's sample_interval_ms, 250 by default), or 0 to disable"
+                "progress_interval_ms=0 turns the reports off: do not build a ProgressReporter"
             )
-        if not isinstance(lead_ms, int) or not 0 <= lead_ms < interval_ms:
-            raise ConfigError(f"progress_lead_ms={lead_ms!r}: must be >= 0 and < the interval")
         if producer is None and producer_config is None:
             raise ConfigError("ProgressReporter needs producer_config or producer")
         self.group, self.member = group, member

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -21,6 +22,7 @@ from actuators.workers.control import Command
 from actuators.workers.engine import Engine
 from actuators.workers.handoff import (
     HANDOFF,
+    HANDOFF_MARGIN_MS,
     RETURNED,
     TAKEN,
     Marker,
@@ -56,6 +58,7 @@ class Worker(Engine):
         topics: list[str],
         instance_id: str | None = None,
         handoff_check_s: float = 0.25,
+        handoff_confirm_s: float = 10.0,
         **settings: Any,
     ) -> None:
         super().__init__(**settings)
@@ -71,6 +74,13 @@ class Worker(Engine):
             instance_id = os.environ.get(INSTANCE_ID_ENV) or f"{socket.gethostname()}-{self.group}"
         self.instance_id = instance_id
         self._handoff_check_s = handoff_check_s
+        if handoff_confirm_s * 1000 <= 2 * HANDOFF_MARGIN_MS:
+            raise ConfigError(
+                f"handoff_confirm_s={handoff_confirm_s}: must be over "
+                f"{2 * HANDOFF_MARGIN_MS / 1000:g} s (the pool takes a hand-off only "
+                f"{HANDOFF_MARGIN_MS / 1000:g} s before it); 10 s is the default"
+            )
+        self._handoff_confirm_ms = int(handoff_confirm_s * 1000)
         self._handing: dict[TopicPart, Marker] = {}  # waiting for running messages to finish
         self._handed: dict[TopicPart, Marker] = {}  # out with a pool
         self._handoff_pos: dict[TopicPart, int] = {}  # position fixed when running work ended
@@ -184,6 +194,17 @@ class Worker(Engine):
                 self._dispatcher.set_lanes(tp, self._default_lanes)
                 self._report(cmd, RESTORED, tp, lanes=self._default_lanes)
 
+    def _restore_all(self) -> None:
+        """An actions halt: lanes back to the default, and no remembered spread is re-applied
+        by a later owner. Handed-off partitions come back when their pool, which obeys the
+        same halt, writes its RETURNED marker."""
+        super()._restore_all()
+        for tp, intent in list(self._intents.items()):
+            if intent.type is ActionType.SPREAD_PARTITION:
+                del self._intents[tp]
+        for tp in self._handed:
+            self._last_check.pop(tp, None)  # look for the pool's return now
+
     def _held(self, tp: TopicPart) -> bool:
         return tp in self._handing or tp in self._handed
 
@@ -197,31 +218,41 @@ class Worker(Engine):
             self._last_check[tp] = now
             assert marker.pool is not None
             offset, theirs = self._peek.committed(pool_group_id(self.group, marker.pool), *tp)
-            if offset is not None and theirs == Marker(RETURNED, marker.action_id):
-                self._take_back(tp, offset)
-            elif (
-                offset is not None
-                and theirs == Marker(TAKEN, marker.action_id)
-                and offset > self._mirrored.get(tp, -1)
-            ):
-                self._mirror(tp, marker, offset)
+            if theirs is not None and theirs.action_id == marker.action_id:
+                if offset is not None and theirs.kind == RETURNED:
+                    self._take_back(tp, offset)
+                elif offset is not None and theirs.kind == TAKEN and theirs.expired(now_ms):
+                    # the pool died (or cannot reach the broker): its lease ran out
+                    self._take_back(tp, offset, why="lease_expired")
+                elif (
+                    offset is not None
+                    and theirs.kind == TAKEN
+                    and offset > self._mirrored.get(tp, -1)
+                ):
+                    self._mirror(tp, marker, offset)
+            elif marker.expired(now_ms):  # the pool never confirmed: it has nothing
+                own, _ = self._peek.committed(self.group, *tp)
+                if own is not None:
+                    self._take_back(tp, own, why="unconfirmed")
 
     def _mirror(self, tp: TopicPart, marker: Marker, offset: int) -> None:
         """Commit the pool's processed position in this group, under the same hand-off
         marker: the group's lag (lagpilot's model, KEDA, Burrow: anything that reads this
         group's commits) shows the partition draining in the pool instead of a position
         frozen at the hand-off. Nothing is lost: the pool processed everything below it,
-        and the partition stays the pool's until its ``returned`` marker."""
+        and the partition stays the pool's until its ``returned`` marker (or its lease ends)."""
         assert marker.pool is not None
-        if self._commit(
-            {tp: offset}, asynchronous=False, metadata=handoff_marker(marker.pool, marker.action_id)
-        ):
+        metadata = handoff_marker(marker.pool, marker.action_id, marker.until_ms)
+        if self._commit({tp: offset}, asynchronous=False, metadata=metadata):
             self._mirrored[tp] = offset
             self._count("handoff_mirrored")
 
     def _finish_handoff(self, tp: TopicPart, timeout_s: float) -> None:
         """Step 1 of the protocol: commit the processed prefix with the hand-off marker."""
         marker = self._handing[tp]
+        if marker.until_ms is None:  # the pool must confirm by then, counted from now
+            marker = replace(marker, until_ms=int(time.time() * 1000) + self._handoff_confirm_ms)
+            self._handing[tp] = marker
         assert marker.pool is not None
         pos = self._handoff_pos.get(tp)
         if pos is None:
@@ -231,7 +262,9 @@ class Worker(Engine):
             assert pos is not None
             self._handoff_pos[tp] = pos  # a failed marker commit retries with the same position
         if self._commit(
-            {tp: pos}, asynchronous=False, metadata=handoff_marker(marker.pool, marker.action_id)
+            {tp: pos},
+            asynchronous=False,
+            metadata=handoff_marker(marker.pool, marker.action_id, marker.until_ms),
         ):
             del self._handing[tp]
             del self._handoff_pos[tp]
@@ -243,8 +276,9 @@ class Worker(Engine):
             )
             log.info("handed %s off to pool %s at offset %d", tp, marker.pool, pos)
 
-    def _take_back(self, tp: TopicPart, offset: int) -> None:
-        """Step 3, owner side: continue exactly where the pool stopped."""
+    def _take_back(self, tp: TopicPart, offset: int, why: str | None = None) -> None:
+        """Step 3, owner side: continue exactly where the pool stopped (``why``: the pool
+        returned it (None), its lease ran out, or it never confirmed)."""
         assert self._consumer is not None
         target = TopicPartition(tp[0], tp[1], offset)
         try:
@@ -269,7 +303,9 @@ class Worker(Engine):
                     marker.pool,
                 )
             self._count("taken_back")
-            log.info("took %s back from the pool at offset %d", tp, offset)
+            if why is not None:
+                self._count(f"taken_back_{why}")
+            log.info("took %s back from the pool at offset %d (%s)", tp, offset, why or "returned")
 
     def _report_step(
         self,

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from actuators.backends import Backend, DryRunBackend
 from actuators.runner import Runner
 from actuators.settings import AllowList, Policy, Settings
-from schemas import Mode, encode, sign
+from schemas import Mode, Signer, Verifier, encode, sign
 
 
 def action(
@@ -27,7 +27,7 @@ def action(
     target: str,
     params: dict[str, Any],
     *,
-    key: bytes,
+    key: Signer,
     now_ms: int,
     mode: str = "act",
     ttl_ms: int = 60_000,
@@ -57,7 +57,7 @@ def throttle(
     name: str,
     bytes_per_s: int,
     *,
-    key: bytes,
+    key: Signer,
     now_ms: int,
     lease_s: float = 60.0,
     entity: str = "client-id",
@@ -68,17 +68,17 @@ def throttle(
 
 
 def release(
-    name: str, *, key: bytes, now_ms: int, entity: str = "client-id", **kw: Any
+    name: str, *, key: Signer, now_ms: int, entity: str = "client-id", **kw: Any
 ) -> dict[str, Any]:
     params = {"entity": entity, "name": name}
     return action("release_producer", f"{entity}:{name}", params, key=key, now_ms=now_ms, **kw)
 
 
-def halt(*, key: bytes, now_ms: int, scope: str = "all", **kw: Any) -> dict[str, Any]:
+def halt(*, key: Signer, now_ms: int, scope: str = "all", **kw: Any) -> dict[str, Any]:
     return action("halt", f"scope:{scope}", {"scope": scope}, key=key, now_ms=now_ms, **kw)
 
 
-def resume(*, key: bytes, now_ms: int, scope: str = "all", **kw: Any) -> dict[str, Any]:
+def resume(*, key: Signer, now_ms: int, scope: str = "all", **kw: Any) -> dict[str, Any]:
     return action("resume", f"scope:{scope}", {"scope": scope}, key=key, now_ms=now_ms, **kw)
 
 
@@ -120,11 +120,12 @@ class Harness:
         backend: Backend | None = None,
         policy: Policy = ACT_POLICY,
         actuator_id: str = "a1",
+        verifier: Verifier = KEY,
         **kw: Any,
     ) -> Runner:
         runner = Runner(
             self.settings(actuator_id, **kw),
-            signing_key=KEY,
+            signing_key=verifier,
             policy=policy,
             backend=backend or DryRunBackend(),
         ).start()
@@ -154,6 +155,7 @@ class Harness:
         self, until: int, timeout_s: float = 20.0, group: str | None = None
     ) -> list[dict[str, Any]]:
         """Committed outcomes from the beginning, until ``until`` are read or time is up.
+        Intents (written before each backend call, superseded by the outcome) are left out.
 
         The partitions are assigned, not subscribed: a group join takes a second or more on a
         loaded broker, and a short read would end before its first fetch."""
@@ -176,7 +178,9 @@ class Harness:
             while partitions and len(got) < until and time.monotonic() < deadline:
                 for msg in consumer.consume(500, timeout=0.1):
                     if msg.error() is None and msg.value() is not None:
-                        got.append(orjson.loads(msg.value()))
+                        event = orjson.loads(msg.value())
+                        if event.get("event") != "intent":
+                            got.append(event)
         finally:
             consumer.close()
         return got

@@ -210,6 +210,11 @@ class ScriptedCommitter:
     def commit(self, topic: str, partition: int, offset: int) -> None:
         self._c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
 
+    def commit_many(self, topic: str, offsets: list[tuple[int, int]]) -> None:
+        """One OffsetCommit request for several partitions, as a consumer sends it."""
+        tps = [TopicPartition(topic, p, o) for p, o in offsets]
+        self._c.commit(offsets=tps, asynchronous=False)
+
     def close(self) -> None:
         self._c.close()
 
@@ -251,7 +256,8 @@ class ScriptedLoad:
     ``consume_rate`` msgs/s (``None``: keeps up with the producer) and commits what it
     processed every ``commit_every_s`` (0.1 s). With ``progress``, it also reports its
     processed positions as an SDK worker does (``actuators.workers.ProgressReporter``,
-    every 250 ms on the sampler's grid). ``stall(p)`` freezes one partition's processing
+    every 125 ms, on the sampler's grid), with the messages it holds (produced, not
+    processed) in flight. ``stall(p)`` freezes one partition's processing
     (its producer goes on) and returns the onset; ``resume(p)`` lets it catch up;
     ``stop_consuming()`` stalls them all.
     """
@@ -287,9 +293,18 @@ class ScriptedLoad:
             from actuators.workers import PartitionProgress, ProgressReporter
 
             def snapshot() -> list[PartitionProgress]:
+                # what an SDK worker holds: the messages produced and not processed (a
+                # consumer fetches them while its handler is stuck)
                 with self._lock:
                     return [
-                        PartitionProgress(topic, p, self.processed[p], self.progress_ms[p])
+                        PartitionProgress(
+                            topic,
+                            p,
+                            self.processed[p],
+                            self.progress_ms[p],
+                            in_flight=max(0, self.produced[p] - self.processed[p]),
+                            running=int(p in self.stalled and self.produced[p] > self.processed[p]),
+                        )
                         for p in range(partitions)
                     ]
 
@@ -354,8 +369,11 @@ class ScriptedLoad:
                 if now < next_commit:
                     continue
                 next_commit += self.commit_every_s
+                if todo:
+                    # one request for all partitions (four round trips in a row, on a busy
+                    # host, held up this thread's processing for half a second)
+                    c.commit_many(self.topic, todo)
                 for part, target in todo:
-                    c.commit(self.topic, part, target)
                     self.committed[part] = target
         finally:
             c.close()

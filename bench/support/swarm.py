@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from actuators.workers import Worker  # noqa: E402
+from actuators.workers import IDEMPOTENCY_HEADER, Worker  # noqa: E402
 from bench.support import broker  # noqa: E402
 from bench.support.naive import NaiveGroup  # noqa: E402
 
@@ -43,6 +43,7 @@ from bench.support.naive import NaiveGroup  # noqa: E402
 @dataclass
 class SwarmConfig:
     bootstrap: str = "127.0.0.1:21092"
+    workers_bootstrap: str | None = None  # the workers' own way to the broker (None: bootstrap)
     topic: str = "agent-perception-stream"
     group: str = "agent-workers"
     partitions: int = 16
@@ -138,7 +139,7 @@ class Swarm:
             self._threads = []
             return
         self.worker = Worker(
-            bootstrap=cfg.bootstrap,
+            bootstrap=cfg.workers_bootstrap or cfg.bootstrap,
             group=cfg.group,
             topics=[cfg.topic],
             handler=self._handle,
@@ -180,8 +181,11 @@ class Swarm:
 
     def run_producers(self, on_tick: Callable[[float], None] | None = None) -> None:
         cfg, rng = self.cfg, self._rng
+        # Idempotent, and each message's id as its idempotency key: a produce retried across
+        # a broker crash (its ack lost) is written once, and if a copy ever lands twice the
+        # workers' dedupe sees one key (bench/faults.py row 1 once saw an effect twice).
         p = Producer({"bootstrap.servers": cfg.bootstrap, "linger.ms": 5,
-                      "message.max.bytes": 2_000_000})  # fmt: skip
+                      "message.max.bytes": 2_000_000, "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         sent = heavy_sent = 0
         end_s = cfg.warmup_s + cfg.avalanche_s + 5.0
@@ -208,9 +212,8 @@ class Swarm:
                 head = {"id": mid, "agent": agent, "heavy": False, "work_ms": round(work, 2),
                         "produced_ms": int(time.time() * 1000)}  # fmt: skip
                 part = agent_partition[agent]
-                p.produce(
-                    cfg.topic, self._payload(head, size), key=f"agent-{agent}", partition=part
-                )
+                p.produce(cfg.topic, self._payload(head, size), key=f"agent-{agent}",
+                          partition=part, headers=[(IDEMPOTENCY_HEADER, mid.encode())])  # fmt: skip
                 self.produced.ids[mid] = part
                 sent += 1
             in_avalanche = cfg.warmup_s <= now_s < cfg.warmup_s + cfg.avalanche_s
@@ -231,7 +234,8 @@ class Swarm:
                         head = {"id": mid, "agent": -1, "heavy": True, "work_ms": round(work, 2),
                                 "produced_ms": int(time.time() * 1000)}  # fmt: skip
                         p.produce(cfg.topic, self._payload(head, cfg.heavy_size_bytes), key=mid,
-                                  partition=part)  # fmt: skip
+                                  partition=part,
+                                  headers=[(IDEMPOTENCY_HEADER, mid.encode())])  # fmt: skip
                         self.produced.ids[mid] = part
                     heavy_sent += 1
             p.poll(0)

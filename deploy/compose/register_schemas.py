@@ -39,9 +39,10 @@ TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
     topics.WATERMARKS: ("watermarks", "commits", "owners"),
     topics.LAG: ("partition_lag", "group_lag", "group_health"),
     topics.CONTROL: ("action",),
-    topics.OUTCOMES: ("outcome", "verification", "worker_outcome"),
+    topics.OUTCOMES: ("outcome", "verification", "worker_outcome", "request_verdict", "intent"),
     topics.PRODUCERS: ("producer_rates",),
     topics.PROGRESS: ("progress",),
+    topics.REQUESTS: ("action_request",),
 }
 #: Decoded from __consumer_offsets but published on no topic (docs/events.md says so).
 UNPUBLISHED_EVENTS = ("commit", "offset_deleted", "group_metadata", "group_removed")

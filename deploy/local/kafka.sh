@@ -7,6 +7,7 @@
 #                                                the last `up` whose process is gone (a broker
 #                                                a fault test killed comes back as itself)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
+#   deploy/local/kafka.sh config [--brokers 1|3] print node 1's server.properties (no Java)
 #
 # `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
 # Maven, Java) goes to stderr, with or without a terminal. The address `up` records in the
@@ -18,6 +19,10 @@
 # LAGPILOT_BROKER_SASL_USERS ("admin:pw,alice:pw"; unset: PLAINTEXT, no authorizer): every
 # listener speaks SASL_PLAINTEXT with PLAIN and those users, StandardAuthorizer checks ACLs,
 # and the first user is the only super user (brokers and the readiness probe log in as it).
+# LAGPILOT_BROKER_EXTRA_LISTENERS (one broker only): more PLAINTEXT listeners on 127.0.0.1,
+# "NAME:PORT:ADVERTISED_PORT ..." (comma- or space-separated), each bound to PORT and
+# advertised as 127.0.0.1:ADVERTISED_PORT: clients that bootstrap through a proxy on
+# ADVERTISED_PORT keep going through it (bench/support/netproxy.py cuts, delays).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -71,6 +76,27 @@ running_pids() {
   done
 }
 
+# Sets EXTRA_LISTENERS, EXTRA_ADVERTISED, EXTRA_MAP (each starting with a comma, or empty)
+# and EXTRA_PORTS from LAGPILOT_BROKER_EXTRA_LISTENERS; dies naming the entry and the fix.
+parse_extra_listeners() { # brokers
+  EXTRA_LISTENERS="" EXTRA_ADVERTISED="" EXTRA_MAP="" EXTRA_PORTS=""
+  local spec=${LAGPILOT_BROKER_EXTRA_LISTENERS:-} entry name port adv
+  [ -n "$spec" ] || return 0
+  [ "$1" = 1 ] || die "LAGPILOT_BROKER_EXTRA_LISTENERS works with one broker only (--brokers 1), not $1: unset it for a cluster"
+  [ -z "${SASL_USERS:-}" ] || die "LAGPILOT_BROKER_EXTRA_LISTENERS are PLAINTEXT: unset it or LAGPILOT_BROKER_SASL_USERS"
+  for entry in ${spec//,/ }; do
+    IFS=: read -r name port adv <<<"$entry"
+    if ! [[ $name =~ ^[A-Z][A-Z0-9_]*$ && $port =~ ^[0-9]+$ && $adv =~ ^[0-9]+$ ]] ||
+      [ "$name" = PLAINTEXT ] || [ "$name" = CONTROLLER ]; then
+      die "LAGPILOT_BROKER_EXTRA_LISTENERS: bad entry '$entry': write NAME:PORT:ADVERTISED_PORT (NAME in capitals, not PLAINTEXT or CONTROLLER; ports numbers), e.g. PIPELINE:27094:27192"
+    fi
+    EXTRA_LISTENERS+=",$name://127.0.0.1:$port"
+    EXTRA_ADVERTISED+=",$name://127.0.0.1:$adv"
+    EXTRA_MAP+=",$name:PLAINTEXT"
+    EXTRA_PORTS+=" $port"
+  done
+}
+
 sasl_check() { # the users must fit a JAAS line unquoted: refuse anything else up front
   [ -z "$SASL_USERS" ] && return 0
   local pair
@@ -116,11 +142,11 @@ write_config() { # node_id brokers cluster_dir
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=$client://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport
-advertised.listeners=$client://127.0.0.1:$cport
+listeners=$client://127.0.0.1:$cport,CONTROLLER://127.0.0.1:$kport$EXTRA_LISTENERS
+advertised.listeners=$client://127.0.0.1:$cport$EXTRA_ADVERTISED
 controller.listener.names=CONTROLLER
 $(if [ -n "$SASL_USERS" ]; then sasl_config; else
-  printf '%s\n' inter.broker.listener.name=PLAINTEXT listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+  printf '%s\n' inter.broker.listener.name=PLAINTEXT listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$EXTRA_MAP
 fi)
 log.dirs=$dir/data
 num.partitions=1
@@ -175,6 +201,7 @@ up() {
     esac
   done
   [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
+  parse_extra_listeners "$n"
   if [ -n "$(running_pids)" ]; then
     say "already running at $(cat "$RUN/bootstrap")"; cat "$RUN/bootstrap" >&3; return 0
   fi
@@ -187,6 +214,9 @@ up() {
   for ((i = 0; i < 2 * n; i++)); do
     p=$((PORT0 + i))
     port_busy "$p" && die "port 127.0.0.1:$p is already in use. Stop what holds it, or choose other ports: LAGPILOT_BROKER_PORT=<first port> make broker-up"
+  done
+  for p in $EXTRA_PORTS; do
+    port_busy "$p" && die "port 127.0.0.1:$p (LAGPILOT_BROKER_EXTRA_LISTENERS) is already in use: choose another PORT in it"
   done
   rm -rf "$RUN"; mkdir -p "$RUN"
   local t0=$SECONDS cluster_id
@@ -260,6 +290,24 @@ down() {
   say "stopped pids $(echo $pids)"
 }
 
+config() {
+  local n=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --brokers) n=$2; shift 2 ;;
+      --brokers=*) n=${1#*=}; shift ;;
+      *) die "unknown option $1 (use --brokers 1|3)" ;;
+    esac
+  done
+  [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
+  parse_extra_listeners "$n"
+  local tmp
+  tmp=$(mktemp -d)
+  write_config 1 "$n" "$tmp"
+  cat "$tmp/server.properties"
+  rm -rf "$tmp"
+}
+
 status() {
   if [ -n "$(running_pids)" ]; then cat "$RUN/bootstrap"; else say "no local broker running"; return 1; fi
 }
@@ -270,5 +318,6 @@ case $cmd in
   down) down ;;
   restart) restart ;;
   status) status ;;
-  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status" >&2; exit 2 ;;
+  config) config "$@" ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3]" >&2; exit 2 ;;
 esac

@@ -1,11 +1,14 @@
 """The control topic's edge: publish signed actions, and the kill-switch CLI.
 
-``lagpilot control halt [--scope all|GROUP]`` stops every actuator and worker (and the
-policy) from changing anything; ``lagpilot control resume`` lifts it; ``lagpilot control
-tail`` prints control and outcome events as a table. Halts and resumes are signed with the
-shared key (``LAGPILOT_SIGNING_KEY`` or ``LAGPILOT_SIGNING_KEY_FILE``), schema-checked
-before they are sent, and keyed by their target, so a halt and its resume land on the same
-partition and are read in order.
+``lagpilot control halt [--scope actions|workload] [--group G]``: ``actions`` (the default)
+stops lagpilot acting (actuators, the policy; workers restore spreads and keep processing),
+``workload --group G`` pauses that group's workers (schemas/halts.py); ``lagpilot control
+resume`` lifts it; ``lagpilot control tail`` prints control and outcome events as a table.
+Halts and resumes are signed with the operator's role key (``LAGPILOT_PRIVATE_KEY_FILE``;
+the shared ``LAGPILOT_SIGNING_KEY`` until the migration to role keys is done),
+schema-checked before they are sent, and keyed by their target, so a halt and its resume
+land on the same partition and are read in order. Each is also kept on the compacted
+``lagpilot.halts`` (keyed by scope), which processes that start later read.
 
 A halt is always published with mode ``act``: a kill switch marked as a recommendation would
 be recorded and ignored by the actuator.
@@ -31,9 +34,12 @@ from schemas import (
     ConfigError,
     EventError,
     Mode,
+    Signer,
+    Verifier,
     decode,
     encode,
-    load_signing_key,
+    load_signer,
+    load_verifier,
     sign,
     validate,
     verify,
@@ -53,6 +59,8 @@ from schemas.cli import (
     explain_kafka,
     run,
 )
+from schemas.halts import halt_params, halt_scope, halts_topic_for
+from schemas.keys import OPERATOR
 from schemas.runtime.errors import LagpilotError
 from schemas.topics import CONTROL, OUTCOMES
 
@@ -83,8 +91,11 @@ class PublishError(LagpilotError, RuntimeError):
         self.denied = denied  # an ACL refused the write: exit 77, not "try again"
 
 
-def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) -> dict[str, Any]:
-    """An unsigned halt or resume for ``scope`` ("all" or a consumer group).
+def control_action(
+    kind: ActionType, scope: str, *, now_ms: int, reason: str, group: str | None = None
+) -> dict[str, Any]:
+    """An unsigned halt or resume for ``scope`` (``actions`` or ``workload``, optionally of
+    one ``group``; the older ``all`` and ``<group>`` are read as ``actions``).
 
     Its id is new for every press of the switch (the window is the time it was issued); it
     holds until the opposite event, so ``expires_at`` is a year out.
@@ -92,11 +103,15 @@ def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) ->
     if kind not in (ActionType.HALT, ActionType.RESUME):
         raise ValueError(f"control_action builds halt or resume, not {kind!r}")
     if not scope:
-        raise ConfigError("--scope: must be 'all' or a consumer group name; pass e.g. --scope all")
+        raise ConfigError("--scope: must be actions or workload; pass e.g. --scope actions")
+    try:
+        params = halt_params(scope, group)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return build_action(
         kind,
-        f"scope:{scope}",
-        {"scope": scope},
+        f"scope:{halt_scope(params).state_key}",
+        params,
         {"rule": "operator", "why": reason, "by": os.environ.get("USER", "unknown")},
         mode=Mode.ACT,
         issued_at_ms=now_ms,
@@ -109,16 +124,18 @@ def control_action(kind: ActionType, scope: str, *, now_ms: int, reason: str) ->
 def publish_actions(
     producer: ProducerLike,
     actions: Iterable[Mapping[str, Any]],
-    key: bytes,
+    key: Signer,
     *,
     topic: str = CONTROL,
     timeout_s: float = 10.0,
+    key_of: Any = None,
 ) -> list[dict[str, Any]]:
     """Sign, validate and produce ``actions`` keyed by their target; wait for delivery.
 
-    ``key`` is the HMAC signing key. Returns the signed events as sent. An action that
-    fails its schema raises ``EventError`` before anything is produced (a bug in the
-    caller, never retriable); a delivery failure raises ``PublishError``.
+    ``key`` is the operator's role key (or, until the migration is done, the shared key).
+    Returns the signed events as sent. An action that fails its schema raises ``EventError``
+    before anything is produced (a bug in the caller, never retriable); a delivery failure
+    raises ``PublishError``.
     """
     signed = [sign(a, key) for a in actions]
     for event in signed:
@@ -130,7 +147,8 @@ def publish_actions(
             failures.append(err)
 
     for event in signed:
-        producer.produce(topic, encode(event), event["target"].encode(), on_delivery=delivered)
+        k = key_of(event) if key_of is not None else event["target"]
+        producer.produce(topic, encode(event), k.encode(), on_delivery=delivered)
         producer.poll(0)
     left = producer.flush(timeout_s)
     if failures:
@@ -159,9 +177,11 @@ def publish_actions(
 def _switch(args: argparse.Namespace, kind: ActionType) -> int:
     from confluent_kafka import KafkaException, Producer
 
-    key = load_signing_key(args.env)
+    key = load_signer(args.env, OPERATOR)
     now_ms = int(time.time() * 1000)
-    action = control_action(kind, args.scope, now_ms=now_ms, reason=args.reason)
+    action = control_action(
+        kind, args.scope, now_ms=now_ms, reason=args.reason, group=args.scope_group
+    )
     connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=args.topic)
     errors = ClientErrors()  # a fatal idempotence error says why only through error_cb
     producer = Producer(
@@ -173,12 +193,31 @@ def _switch(args: argparse.Namespace, kind: ActionType) -> int:
     )
     try:
         [event] = publish_actions(producer, [action], key, topic=args.topic, timeout_s=args.timeout)
+        scope = halt_scope(event["params"])
+        # the kept state: a worker, actuator or pipeline that starts later reads it
+        args.halts_topic = args.halts_topic or halts_topic_for(args.topic)
+        _ensure_halts_topic(args)
+        publish_actions(producer, [event], key, topic=args.halts_topic, timeout_s=args.timeout,
+                        key_of=lambda _: scope.state_key)  # fmt: skip
     except KafkaException as exc:
         producer.poll(0)
         err = explain_kafka(exc, bootstrap=args.bootstrap, topic=args.topic, seen=errors.errors)
         raise err from exc
-    print(f"{kind} scope={args.scope} id={event['id']} published to {args.topic}")
+    print(f"{kind} scope={scope} id={event['id']} published to {args.topic} and {args.halts_topic}")
     return 0
+
+
+def _ensure_halts_topic(args: argparse.Namespace) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(client_config(args.bootstrap, args.kafka))
+    new = NewTopic(args.halts_topic, 1, -1, config={"cleanup.policy": "compact"})
+    try:
+        admin.create_topics([new])[args.halts_topic].result(timeout=args.timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
 
 
 def format_row(cells: Sequence[str]) -> str:
@@ -212,7 +251,9 @@ def _worker_row(event: Mapping[str, Any], applied_by: int) -> tuple[str, str, st
     return target, str(event.get("did", "?")), detail
 
 
-def _row(topic: str, event: Mapping[str, Any], key: bytes | None, applied_by: int = 0) -> list[str]:
+def _row(
+    topic: str, event: Mapping[str, Any], key: Verifier | None, applied_by: int = 0
+) -> list[str]:
     """One table row: when, what, target, result or mode, id, detail."""
     if event.get("event") == "worker_outcome":
         at, what = event.get("at", 0), str(event.get("action_type", "?"))
@@ -321,7 +362,7 @@ def _tail(args: argparse.Namespace) -> int:
     if args.since is not None:
         parse_since(args.since)  # a usage error before any I/O
     try:
-        key: bytes | None = load_signing_key(args.env)
+        key: Verifier | None = load_verifier(args.env)
     except ConfigError:
         key = None  # the table still shows events; the sig column says "?"
     for name in (args.topic, args.outcomes_topic):
@@ -386,7 +427,23 @@ def _parser() -> Parser:
     for name, help_ in (("halt", "stop all changes"), ("resume", "lift a halt")):
         s = sub.add_parser(name, help=help_, epilog=EXAMPLE)
         s.option(
-            "--scope", env="LAGPILOT_CONTROL_SCOPE", default="all", help="'all' or a consumer group"
+            "--scope",
+            env="LAGPILOT_CONTROL_SCOPE",
+            default="actions",
+            help="actions: lagpilot stops acting, workers restore spreads and keep processing; "
+            "workload: the --group's workers pause processing (docs/runbook.md)",
+        )
+        s.option(
+            "--group",
+            env="LAGPILOT_CONTROL_GROUP",
+            dest="scope_group",
+            help="limit it to one consumer group (required for --scope workload)",
+        )
+        s.option(
+            "--halts-topic",
+            env="LAGPILOT_HALTS_TOPIC",
+            help="compacted topic keeping the halts in force (default: lagpilot.halts, or "
+            "<--topic>.halts for another control topic)",
         )
         s.option(
             "--reason",

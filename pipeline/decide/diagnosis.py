@@ -48,6 +48,9 @@ BASELINE_ALPHA = 0.1
 #: summaries a usual rate needs before it can name a burst (the model's rates ramp up over
 #: its window after a start: an early mean is too low)
 MIN_BASELINE_SAMPLES = 60
+#: reports (one a second) a producer's usual rate is the plain mean of, before its rate
+#: can name a burst (its first second is often partial)
+RATE_WARMUP_REPORTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,18 +145,28 @@ def diagnose(
         return Diagnosis(SKEW, skew)
     # 5. hotspot
     if hot:
-        rest = max((w.time_lag_s for w in s.worst if w not in hot), default=0.0)
-        return Diagnosis(HOTSPOT, {
-            "partitions": [w.partition for w in hot],
-            "partition_time_lag_s": [_r(w.time_lag_s) for w in hot],
-            "next_worst_time_lag_s": _r(rest), "hot_ratio": cfg.hot_ratio,
-        })  # fmt: skip
+        return Diagnosis(HOTSPOT, hotspot_evidence(s, hot, cfg.hot_ratio))
     # 6. slow group
     evidence = {"lagging_partitions": len(lagging), "topic_partitions": s.topic_partitions,
                 "produce_rate_per_s": _r(produce), "consume_rate_per_s": _r(consume)}  # fmt: skip
     if consume < produce or s.lag_rate_per_s > 0:
         return Diagnosis(SLOW, evidence)
     return Diagnosis(DRAINING, evidence)
+
+
+def hotspot_evidence(
+    s: GroupLag, hot: Sequence[WorstPartition], hot_ratio: float, *, only: int | None = None
+) -> dict[str, Any]:
+    """The hot partitions' time lag against the worst partition that is not hot
+    (``next_worst``); ``only``: the evidence of that one hot partition."""
+    hot_parts = {w.partition for w in hot}
+    rest = max((w.time_lag_s for w in s.worst if w.partition not in hot_parts), default=0.0)
+    named = [w for w in hot if only is None or w.partition == only]
+    return {
+        "partitions": [w.partition for w in named],
+        "partition_time_lag_s": [_r(w.time_lag_s) for w in named],
+        "next_worst_time_lag_s": _r(rest), "hot_ratio": hot_ratio,
+    }  # fmt: skip
 
 
 def _burst(

@@ -4,8 +4,9 @@ A step is written ``"<step>:<deadline_s>"`` or ``"<step>:<deadline_s>:recommend"
 step's actions are published as recommendations whatever the policy's mode). Steps:
 
 ===================== ==================================================================
-``spread_partition``  spread the hottest partition over key-ordered lanes
-``handoff_partition`` hand the hottest partition to the dedicated pool (``hotspot.pool``)
+``spread_partition``  spread a hot partition over key-ordered lanes (each hot partition
+                      climbs its own ladder: ``pipeline.remedies``)
+``handoff_partition`` hand a hot partition to the dedicated pool (``hotspot.pool``)
 ``handoff_member``    hand off the partitions of the member that keeps leaving (storm)
 ``scale_consumers``   ask the autoscaler for consumers, up to the partition count
 ``add_partitions``    add partitions to an allow-listed topic

@@ -51,6 +51,7 @@ from pipeline.decide.state import (
     incident_key,
 )
 from schemas import ActionType, GroupLag, Mode
+from schemas.halts import ACTIONS, halt_scope
 from schemas.lag import WorstPartition
 
 # -- one decision: the summary, the config, the state being built, the actions so far -------
@@ -463,7 +464,9 @@ def _prune(c: _Ctx, acting: bool) -> None:
     s.scale_hints = {g: r for g, r in s.scale_hints.items() if g in live_groups}
     # what diagnosis keeps: bounded by the groups and producers seen lately
     s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
-    s.ladders = {k: lad for k, lad in s.ladders.items() if k in s.incidents}
+    # a hot partition's ladder is keyed "<incident key>\x00<partition>" (pipeline.remedies)
+    s.ladders = {k: lad for k, lad in s.ladders.items()
+                 if "\x00".join(k.split("\x00", 2)[:2]) in s.incidents}  # fmt: skip
     s.health = {g: h for g, h in s.health.items() if now - h.get("at", 0) < forget_ms}
     s.producer_rates = {k: r for k, r in s.producer_rates.items() if now - r[2] < forget_ms}
 
@@ -508,7 +511,8 @@ def decide(
 def apply_control(state: PolicyState, action: dict[str, Any], now_ms: int) -> PolicyState:
     """Fold a (verified) halt or resume from ``lagpilot.control`` into the state.
 
-    Scope is ``"all"`` or a group; ``resume`` of ``"all"`` lifts every halt. Events are
+    Only ``actions`` halts stop the policy (schemas/halts.py): of every group (kept as
+    ``"all"``) or of one group; ``resume`` of ``"all"`` lifts every halt. Events are
     ordered by ``issued_at``: one older than the last event for its scope (or for
     ``"all"``) is a replay and ignored, and one stamped more than ``MAX_CONTROL_SKEW_MS``
     after ``now_ms`` is ignored as a bad clock. Other action types leave the state as is.
@@ -518,9 +522,12 @@ def apply_control(state: PolicyState, action: dict[str, Any], now_ms: int) -> Po
     at = action.get("issued_at")
     if kind not in (ActionType.HALT, ActionType.RESUME) or not isinstance(params, dict):
         return state
-    scope = params.get("scope")
-    if not isinstance(scope, str) or not scope or not isinstance(at, int):
+    if not isinstance(params.get("scope"), str) or not isinstance(at, int):
         return state
+    hs = halt_scope(params)
+    if hs.kind != ACTIONS:
+        return state  # a workload halt pauses the group's workers; the policy keeps deciding
+    scope = hs.group or "all"
     if at > now_ms + MAX_CONTROL_SKEW_MS:
         return state
     if at < state.control_ms.get(scope, -1) or at < state.control_ms.get("all", -1):

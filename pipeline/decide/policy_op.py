@@ -4,9 +4,11 @@ Every ``group_lag`` summary and ``group_health`` event, every halt/resume from
 ``lagpilot.control``, the actuators' ``outcome`` events and the producers'
 ``producer_rates`` arrive under the single key ``POLICY_KEY``, so one replica decides with
 one state: the global action budget, cooldowns and throttles it issued, the ladders and
-their verification survive restarts in the state store. Actions leave signed;
-halt/resume events are verified before they move the kill switch; ``verification`` events
-leave as they are (for ``lagpilot.outcomes``).
+their verification survive restarts in the state store. Action requests from
+``lagpilot.requests`` (``lagpilot mcp``) arrive under the same key and spend the same
+cooldowns and budget (``pipeline.decide.requests``); their verdicts go to ``lagpilot.outcomes``.
+Actions leave signed; halt/resume events are verified before they move the kill switch;
+``verification`` events leave as they are (for ``lagpilot.outcomes``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pipeline.decide import remedies
+from pipeline.decide import remedies, requests
 from pipeline.decide.policy import PolicyState, apply_control, decide
 from pipeline.decide.policy_config import PolicyConfig
-from schemas import EventError, group_lag_from_dict, sign, tracing, validate, verify
+from schemas import (
+    ConfigError,
+    EventError,
+    Mode,
+    Signer,
+    Verifier,
+    group_lag_from_dict,
+    sign,
+    tracing,
+    validate,
+    verify,
+)
+from schemas.halts import halts_topic_for, read_in_force
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +44,25 @@ class PolicyOperator:
     def __init__(
         self,
         config: PolicyConfig,
-        signing_key: bytes,
+        signing_key: Signer,
         metrics: Any = None,
         persist_interval_ms: int = 1000,
+        verifier: Verifier | None = None,
     ) -> None:
         self.config = config
         self._key = signing_key
+        # halts and resumes on the control topic are the operator's: checked against the
+        # trusted public keys (the shared key alone before the migration to role keys)
+        if verifier is None:
+            if not isinstance(signing_key, bytes):
+                raise ConfigError(
+                    "a policy signing with a role key needs verifier= (the trusted keys)"
+                )
+            verifier = signing_key
+        self._verifier: Verifier = verifier
         self.metrics = metrics
         self.rejected_control = 0
+        self.rejected_requests = 0  # unsigned, forged or malformed action requests
         self.skipped_rates = 0
         self.persist_interval_ms = persist_interval_ms
         # The state lives in memory between messages and is written to the store when an
@@ -45,8 +70,33 @@ class PolicyOperator:
         # throttles), else at most every persist_interval_ms (hysteresis counters: a
         # restart loses under a second of them). ``gen`` tells a stale cache apart.
         self._cached: PolicyState | None = None
+        self._kept_halts: list[dict[str, Any]] = []  # folded into the state on first load
         self._gen = 0
         self._saved_ms = 0
+
+    @property
+    def decides(self) -> bool:
+        """False in observe mode: the operator then only answers action requests."""
+        return self.config.mode is not Mode.OBSERVE
+
+    def adopt_kept_halts(self, config: dict[str, Any], control_topic: str) -> int:
+        """Read the halts in force from the halts topic (schemas/halts.py): a pipeline whose
+        state never saw a halt (new, or its state lost) obeys it from its first message.
+        Folded like any halt (a stale one, older than what the state holds, changes
+        nothing). Returns how many."""
+
+        def accept(event: dict[str, Any]) -> dict[str, Any] | None:
+            try:
+                validate(event)
+                verify(event, self._verifier)
+            except EventError:
+                self.rejected_control += 1
+                return None
+            return event
+
+        config = {**config, "group.id": "lagpilot-pipeline-halts"}  # assigned, never committed
+        self._kept_halts = read_in_force(config, halts_topic_for(control_topic), accept)
+        return len(self._kept_halts)
 
     def _load(self, state: Any) -> PolicyState:
         gen = state.get("gen", 0)
@@ -54,6 +104,10 @@ class PolicyOperator:
             raw = state.get("state")
             self._cached = PolicyState.from_dict(raw) if raw else PolicyState()
             self._gen = gen
+        if self._kept_halts:
+            for halt in self._kept_halts:
+                self._cached = apply_control(self._cached, halt, int(halt["issued_at"]))
+            self._kept_halts = []
         return self._cached
 
     def _save(self, state: Any, new: PolicyState, now_ms: int) -> None:
@@ -71,7 +125,7 @@ class PolicyOperator:
         if value.get("event") == "action":
             try:
                 validate(value)
-                verify(value, self._key)
+                verify(value, self._verifier)
             except EventError as exc:
                 self.rejected_control += 1
                 log.warning("ignored a %s on the control topic: %s", value.get("type"), exc)
@@ -84,6 +138,8 @@ class PolicyOperator:
                     self.metrics.policy_halted.set(1 if new.halted else 0)
             return []
         kind = value.get("event")
+        if kind == "action_request":
+            return self._request(value, current, state, timestamp)
         if kind in ("outcome", "group_health", "producer_rates"):
             self._fold(kind, value, current, state)
             return []
@@ -113,6 +169,35 @@ class PolicyOperator:
         for v in verdicts:
             log.info("%s %s %s on %s: %s", v["result"], v["cause"], v["action_type"],
                      v["target"], v["why"])  # fmt: skip
+        _log_diagnosis(current, new)
+        return [*signed, *verdicts]
+
+    def _request(
+        self, value: dict[str, Any], current: PolicyState, state: Any, timestamp: int
+    ) -> list[dict[str, Any]]:
+        """A person's or agent's request, through every rail (``pipeline.decide.requests``): the
+        signed action it may become, and always its verdict (for ``lagpilot.outcomes``)."""
+        try:
+            validate(value)
+            verify(value, self._verifier)
+        except EventError as exc:
+            self.rejected_requests += 1
+            log.warning("ignored an action request: %s", exc)
+            return []
+        out, new = requests.evaluate(value, current, self.config, max(timestamp, current.clock_ms))
+        if new is not current:
+            self._cached = new
+            self._save(state, new, new.clock_ms)
+        signed = [sign(a, self._key) for a in out if a.get("event") == "action"]
+        verdicts = [v for v in out if v.get("event") == "request_verdict"]
+        for v in verdicts:
+            if signed:
+                v["action"] = signed[0]
+            log.info("request %s %s on %s by %s: %s (%s)", v["request_id"], v["type"],
+                     v["target"], v["requested_by"], v["result"], v["why"])  # fmt: skip
+        if self.metrics is not None:
+            for a in signed:
+                self.metrics.actions.labels(a["type"], a["mode"]).inc()
         return [*signed, *verdicts]
 
     def _fold(self, kind: str, value: dict[str, Any], current: PolicyState, state: Any) -> None:
@@ -162,3 +247,18 @@ def _trace_decision(event: dict[str, Any], signed: list[dict[str, Any]]) -> None
             }
             with tracing.span("lagpilot.control_event", parent=decided, attributes=attributes) as s:
                 tracing.remember(a["id"], tracing.headers_of(s))
+
+
+def _log_diagnosis(before: PolicyState, after: PolicyState) -> None:
+    """One line each time an incident's ladder starts or its cause changes (what acts next)."""
+    for key, lad in after.ladders.items():
+        old = before.ladders.get(key)
+        if old is not None and old is lad:
+            continue
+        if old is None or (old.get("cause"), old.get("since_ms")) != (
+            lad.get("cause"),
+            lad.get("since_ms"),
+        ):
+            group, _, rest = key.partition("\x00")
+            log.info("diagnosed %s on group %s, topic %s: %s", lad.get("cause"), group,
+                     rest.replace("\x00", " partition "), lad.get("evidence"))  # fmt: skip

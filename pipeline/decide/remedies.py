@@ -5,10 +5,12 @@
 1. upkeep, whatever the cause: leased throttles are renewed, stepped down or released,
    spreads restored once the incident clears, scale hints dropped;
 2. while no incident is open, the group's usual rates (``Baseline``) are learnt;
-3. when an incident opens it is diagnosed (``pipeline.decide.diagnosis``); the cause may later be
-   replaced only by a more severe one (a storm found after a hotspot), which restarts the
-   ladder;
-4. the ladder's current step acts (``issued``); its actions carry the cause and evidence;
+3. when an incident opens it is diagnosed (``pipeline.decide.diagnosis``); until its ladder
+   has acted the cause follows the evidence; after that it may be replaced only by a more
+   severe one (a storm found after a hotspot), which restarts the ladder (``_replaces``);
+4. the ladder's current step acts (``issued``); its actions carry the cause and evidence.
+   A hotspot climbs the ladder once per hot partition (``_per_partition``): each partition
+   is spread, watched, verified and, without effect, handed off on its own deadline;
 5. an ``applied`` (or ``recorded``, or ``delegated`` to the SDK workers) outcome of one of
    the step's actions starts the watch (``fold_outcome``): the target's time lag at that
    moment is the reference;
@@ -109,7 +111,13 @@ def fold_producer_rate(
     state: PolicyState, event: dict[str, Any], burst_ratio: float
 ) -> PolicyState:
     """One ``producer_rates`` event: the client's current rate, and its usual rate (an
-    exponential mean that a burst does not move, so a flood stays a flood)."""
+    exponential mean that a burst does not move, so a flood stays a flood).
+
+    The first ``dg.RATE_WARMUP_REPORTS`` reports of a client are its warm-up: the usual
+    rate is their plain mean, whatever they are, and the client names no burst yet
+    (``topic_producers`` leaves it out). Without it, a first report of a partial second
+    (a producer that just started) would be "usual", and every later full second a
+    burst that never moves it: every producer of the topic would be a culprit."""
     cid, topic, rate, at = (event.get(k) for k in ("client_id", "topic", "bytes_per_s", "at_ms"))
     if not (isinstance(cid, str) and isinstance(topic, str) and isinstance(at, int)):
         return state
@@ -118,10 +126,14 @@ def fold_producer_rate(
     s = state.copy()
     key = f"{cid}|{topic}"
     old = s.producer_rates.get(key)
+    # [rate, usual, at_ms, reports]; a state saved before warm-up was kept has no count
+    seen = 0 if old is None else int(old[3]) if len(old) > 3 else dg.RATE_WARMUP_REPORTS
     usual = float(rate) if old is None else old[1]
-    if old is not None and rate <= burst_ratio * max(usual, 1.0):
+    if 0 < seen < dg.RATE_WARMUP_REPORTS:
+        usual = (usual * seen + float(rate)) / (seen + 1)
+    elif old is not None and rate <= burst_ratio * max(usual, 1.0):
         usual = (1 - dg.BASELINE_ALPHA) * usual + dg.BASELINE_ALPHA * float(rate)
-    s.producer_rates[key] = [float(rate), usual, at]
+    s.producer_rates[key] = [float(rate), usual, at, min(seen + 1, 1_000_000)]
     return s
 
 
@@ -129,9 +141,11 @@ def topic_producers(c: _Ctx) -> dict[str, list[float]]:
     """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only."""
     stale_ms = c.config.rates_stale_s * 1000
     out: dict[str, list[float]] = {}
-    for key, (rate, usual, at) in c.state.producer_rates.items():
+    for key, entry in c.state.producer_rates.items():
+        rate, usual, at = entry[:3]
+        warm = len(entry) < 4 or entry[3] >= dg.RATE_WARMUP_REPORTS
         cid, _, topic = key.rpartition("|")
-        if topic == c.summary.topic and c.now - at <= stale_ms:
+        if topic == c.summary.topic and c.now - at <= stale_ms and warm:
             out[cid] = [rate, usual]
     return out
 
@@ -180,12 +194,11 @@ def run(c: _Ctx) -> None:
             s.baselines[key] = dg.update_baseline(s.baselines.get(key), c.summary)
         if lad is not None:
             lad = s.ladders[key] = dict(lad)
+            if not lad.get("closed"):
+                for sub_key in _partition_ladders(s, key):  # each hot partition's, then drop
+                    _verify_on_clear(c, dict(s.ladders.pop(sub_key)))
             c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
-            if lad.get("phase") == "watching":  # cleared while watched: it helped
-                lag_now = target_time_lag(c, lad)
-                c.actions.append(verification_event(lad, "verified", lag_now, c.now,
-                                                    "the incident cleared"))  # fmt: skip
-                lad["phase"] = "verified"
+            _verify_on_clear(c, lad)
             lad["closed"] = True  # kept while it holds a throttle or spread (undone later)
         _upkeep(c, lad)
         if lad is not None and not _holds(c):
@@ -198,15 +211,9 @@ def run(c: _Ctx) -> None:
                              c.config.leadership_min_partitions, c.config.hot_ratio)  # fmt: skip
     d = dg.diagnose(c.summary, exit_s, hot, cfg, health=s.health.get(c.summary.group),
                     baseline=s.baselines.get(key), producers=topic_producers(c))  # fmt: skip
-    if (
-        lad is None
-        or lad.get("closed")
-        or (
-            dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]]
-            and lad["since_ms"] == c.incident.since_ms
-            and not _unattributed_burst(d)
-        )
-    ):
+    if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
+        for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
+            del s.ladders[sub_key]
         lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
                                 "phase": "ready", "since_ms": c.incident.since_ms,
                                 "group": c.summary.group, "topic": c.summary.topic}  # fmt: skip
@@ -215,9 +222,89 @@ def run(c: _Ctx) -> None:
     c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
     _upkeep(c, lad)
     steps = c.config.ladders.for_group(c.summary.group, lad["cause"])
+    if lad["cause"] == dg.HOTSPOT:
+        _per_partition(c, lad, steps, exit_s, hot)
+        c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
+        return
     _judge(c, lad, steps, exit_s)
     if lad["phase"] == "ready" and lad["step"] < len(steps):
         _act(c, lad, steps[lad["step"]], hot)
+
+
+# -- a hotspot climbs the ladder once per hot partition --------------------------------------
+
+
+def partition_ladder_key(key: str, partition: int) -> str:
+    """The state key of one hot partition's ladder inside incident ``key`` (group, topic)."""
+    return f"{key}\x00{partition}"
+
+
+def incident_of(ladder_key: str) -> str:
+    """The incident key a ladder belongs to (itself, or its hot partition's incident)."""
+    return "\x00".join(ladder_key.split("\x00", 2)[:2])
+
+
+def _partition_ladders(s: PolicyState, key: str) -> list[str]:
+    """The hot partitions' ladders of incident ``key``, in partition order (deterministic)."""
+    subs = [k for k in s.ladders if k != key and incident_of(k) == key]
+    return sorted(subs, key=lambda k: int(k.rsplit("\x00", 1)[1]))
+
+
+def _per_partition(
+    c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float, hot: list[Any]
+) -> None:
+    """Every hot partition gets its own ladder: spread it, verify it, hand it off if the
+    spread did not help, each on its own deadline. A partition that turns hot later in the
+    incident starts its own ladder then; none waits for another's verdict. The rails are
+    the same for every partition's actions (``c.emit``: budget, cooldown, enabled); an action
+    that a rail holds back is tried again on the next summary."""
+    s = c.state
+    lad["phase"] = "per_partition"
+    for w in hot:
+        sub_key = partition_ladder_key(c.key, w.partition)
+        if sub_key not in s.ladders:
+            s.ladders[sub_key] = {
+                "cause": dg.HOTSPOT, "step": 0, "phase": "ready", "since_ms": lad["since_ms"],
+                "group": c.summary.group, "topic": c.summary.topic, "of": w.partition,
+                "evidence": dg.hotspot_evidence(c.summary, hot, c.config.hot_ratio,
+                                                only=w.partition),
+            }  # fmt: skip
+    by_part = {w.partition: w for w in hot}
+    for sub_key in _partition_ladders(s, c.key):
+        sub = s.ladders[sub_key] = dict(s.ladders[sub_key])
+        c.diagnosis = {"cause": sub["cause"], "evidence": sub["evidence"]}
+        _judge(c, sub, steps, exit_s)
+        if sub["phase"] == "ready" and sub["step"] < len(steps):
+            w = by_part.get(sub["of"])
+            _act(c, sub, steps[sub["step"]], [w] if w is not None else [])
+        if sub.get("acted"):
+            lad["acted"] = True
+
+
+def _verify_on_clear(c: _Ctx, lad: dict[str, Any]) -> None:
+    """The incident cleared while the step was watched: it helped."""
+    if lad.get("phase") == "watching":
+        lag_now = target_time_lag(c, lad)
+        c.actions.append(verification_event(lad, "verified", lag_now, c.now,
+                                            "the incident cleared"))  # fmt: skip
+        lad["phase"] = "verified"
+
+
+def _replaces(lad: dict[str, Any], d: dg.Diagnosis, since_ms: int) -> bool:
+    """Whether diagnosis ``d`` starts a new ladder in place of ``lad`` in the same incident.
+
+    Until the ladder has acted, the diagnosis follows the evidence: an incident that opens
+    while a group is still joining (no consumption yet: ``stalled``, which only alerts) is
+    a hotspot a second later, and must not stay an alert. Once it acted, only a more severe
+    cause replaces it, and never ``stalled``: an alert changes nothing, and dropping the
+    watch of a standing remedy (one summary with every worker busy) would leave it unjudged.
+    A burst read from partition rates alone never replaces a cause (``_unattributed_burst``).
+    """
+    if d.cause == lad["cause"] or lad["since_ms"] != since_ms or _unattributed_burst(d):
+        return False
+    if not lad.get("acted"):
+        return True
+    return dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]] and d.cause != dg.STALLED
 
 
 def _unattributed_burst(d: dg.Diagnosis) -> bool:
@@ -320,6 +407,7 @@ def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
             a["mode"] = mode
     if not new:
         return  # nothing possible now (cooling, budget, not allowed): try again next tick
+    lad["acted"] = True
     deadline_ms = int(step.deadline_s * 1000)
     cooldown_ms = int(c.config.cooldown_s(new[0]["type"]) * 1000)
     part = new[0]["params"].get("partition")
@@ -377,13 +465,33 @@ def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
 
 def _throttle_attributed(c: _Ctx) -> None:
     """Throttle the client ids whose rise made the burst, each to its usual rate (floored);
-    with no producer rates for the topic, the policy file's map."""
+    with no culprit among the rate reports, the policy file's map, less the producers that
+    report rates for the topic (they are judged by their rates: one whose reports stopped,
+    or did not rise, is no culprit)."""
     rates = topic_producers(c)
     culprits = dg.culprits_of(rates) if rates else []
     if not culprits:
-        rule_throttle(c)
+        reporting = reporters(c)
+        rule_throttle(c, [p for p in c.config.producers if not _reports(p, reporting)])
         return
     floor, start = c.config.throttle_floor_bytes_per_s, c.config.throttle_start_bytes_per_s
     producers = [Producer("client-id", cid, (c.summary.topic,)) for cid in culprits]
     start_rates = {p.target: max(floor, min(start, int(rates[p.name][1]))) for p in producers}
     rule_throttle(c, producers, start_rates=start_rates)
+
+
+def reporters(c: _Ctx) -> set[str]:
+    """Client ids that have reported rates for the summary's topic (fresh or not, until the
+    state forgets them): producers that embed the SDK's wrapper."""
+    out = set()
+    for key in c.state.producer_rates:
+        cid, _, topic = key.rpartition("|")
+        if topic == c.summary.topic:
+            out.add(cid)
+    return out
+
+
+def _reports(p: Producer, reporting: set[str]) -> bool:
+    if p.entity == "client-id-prefix":
+        return any(cid.startswith(p.name) for cid in reporting)
+    return p.name in reporting

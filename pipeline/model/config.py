@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeline.model.history import HistoryBound
+from pipeline.model.progress import ProgressConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,8 @@ class LagConfig:
     recent_growth_min_per_s: float = 2.0
     rewind_hold_s: float = 5.0  # REWIND is reported this long after an offset went back
     worst_n: int = 5
+    # SDK workers' progress reports (pipeline/model/progress.py), where present
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
 
     @property
     def window_ms(self) -> int:

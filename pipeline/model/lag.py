@@ -34,6 +34,7 @@ from pipeline.model.fits import Fit
 from pipeline.model.history import READ, compact, time_lag_s
 from pipeline.model.progress import WorkerProgress
 from pipeline.model.status import classify
+from schemas.lag import SEVERITY, LagStatus
 
 MAX_PARTITIONS_UNSAMPLED = 4096
 
@@ -95,7 +96,7 @@ class TopicModel:
         self.last_alert_ms = np.zeros(0, np.int64)
         self.rejected_commits = 0  # commits to partitions the topic does not have
         # SDK workers' progress reports: where present, they judge the status (progress.py)
-        self.progress = WorkerProgress()
+        self.progress = WorkerProgress(cfg.progress, cfg.warn_factor)
 
     @property
     def t_ms(self) -> np.ndarray:
@@ -330,12 +331,14 @@ class TopicModel:
         self.w_hw = np.concatenate([w_hw[first:], self.hw[-1][None, :]])
         self.w_c = np.concatenate([w_c[:, first:], self.committed[:, None, :]], axis=1)
 
-    def observe(self, now_ms: int) -> TopicObservation:
-        """Model every group at the latest sample, all groups at once."""
+    def observe(self, now_ms: int, *, slide: bool = True) -> TopicObservation:
+        """Model every group at the latest sample, all groups at once. ``slide=False``
+        judges between samples (``judge_reports``): the rate window is left as it is."""
         cfg, width = self.cfg, self.width
         if not len(self.t_ms):
             return self._observation(now_ms, np.zeros((len(self.groups), 0), bool), {})
-        self._slide_window(now_ms)
+        if slide:
+            self._slide_window(now_ms)
         hw_now = self.hw[-1]
         c = self.committed[:, :width]
         mask = c >= 0
@@ -383,6 +386,7 @@ class TopicModel:
         }
         if len(self.progress):  # workers' own reports, where present, judge the status
             inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
+            inputs["stop_min_s"] = np.full(lag.shape, cfg.stop_min_s)
             inputs = self.progress.overlay(
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )
@@ -404,6 +408,41 @@ class TopicModel:
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
             },
         )
+
+    def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
+        """Between samples, as worker reports arrive: the observation as of the newest
+        report of ``keys`` that shows a stalled worker (``WorkerProgress.suspects``), or
+        None when none does (the usual case: nothing is computed).
+
+        The status of a reported partition needs only the report and the last sample's HWM,
+        so it can be judged the moment the report lands instead of at the next sampler
+        tick: a stall is seen one report interval after it shows, whatever the phase of
+        the samples, and a report that just missed a sample costs nothing. Only the
+        reported cells' statuses are to be used (``reported_mask``): commit-judged cells
+        are aligned with their commits at samples only."""
+        if not len(self.t_ms) or not len(self.progress):
+            return None
+        # a partition already at STALL or worse has nothing sooner to tell: its worker's
+        # reports wait for the samples (a long stall is not re-modelled 8 times a second)
+        done = SEVERITY[LagStatus.STALL]
+        last = self.last_status
+        keys = [
+            (g, p)
+            for g, p in keys
+            if (gi := self._index.get(g)) is None or p >= last.shape[1] or last[gi, p] < done
+        ]
+        at_ms = self.progress.suspects(keys, self.hw[-1], self.cfg.warn_factor)
+        if not at_ms:
+            return None
+        return self.observe(max(at_ms, self.last_sample_ms), slide=False)
+
+    def reported_mask(self, shape: tuple[int, int]) -> np.ndarray:
+        """(groups x partitions): the cells a worker's report judges."""
+        out = np.zeros(shape, bool)
+        for g, p in self.progress.reporters(self._index):
+            if g < shape[0] and p < shape[1]:
+                out[g, p] = True
+        return out
 
     def _observation(
         self, now_ms: int, mask: np.ndarray, arrays: dict[str, np.ndarray]

@@ -213,12 +213,15 @@ class LagOperator:
                 model.forget(group, partition)
                 touched.add(group)
             # SDK workers' progress reports: kept in memory only (replaced every tick)
-            model.progress.report_many(value.get("progress") or [])
+            reported = model.progress.report_many(value.get("progress") or [])
             if self.on_commits is not None:
                 self.on_commits(len(value["commits"]))
             if touched:
                 self._save_positions(topic, model, state, touched)
-            return []
+            events = self._report_events(model, reported)
+            if self.on_events is not None and events:
+                self.on_events(events)
+            return events
         if event != "watermarks":
             return []
         hwms = value.get("high_watermarks") or []
@@ -242,6 +245,40 @@ class LagOperator:
         if self.on_events is not None and events:
             self.on_events(events)
         return events
+
+    def _report_events(
+        self, model: TopicModel, reported: list[tuple[str, int]]
+    ) -> list[dict[str, Any]]:
+        """``partition_lag`` events of the reported partitions whose status changed, judged
+        as the reports arrive (``TopicModel.judge_reports``: only when a report shows a
+        stalled worker). Group summaries, periodic snapshots and the metrics stay with the
+        samples; the next sample sees the same status and does not repeat the event."""
+        if not reported:
+            return []
+        obs = model.judge_reports(reported)
+        if obs is None:
+            return []
+        sent = model.last_status[:, : obs.topic_partitions]  # a view: updated in place
+        emit = obs.mask & model.reported_mask(obs.mask.shape) & (sent != obs.status)
+        if not emit.any():
+            return []
+        sent[emit] = obs.status[emit]
+        gi, pi = np.nonzero(emit)
+        partitions = obs.partition_events(gi, pi)
+        self._annotate(model, obs.topic, partitions, obs.now_ms)
+        return partitions
+
+    def _annotate(
+        self, model: TopicModel, topic: str, partitions: list[dict[str, Any]], now_ms: int
+    ) -> None:
+        owners = self._owners.get(topic)
+        if owners:  # who owns each partition, where group health knows it
+            for ev in partitions:
+                owner = owners.get((ev["group"], ev["partition"]))
+                if owner is not None:
+                    ev["owner"] = owner
+        if len(model.progress):  # the SDK worker that reports each partition, where one does
+            model.progress.annotate(partitions, now_ms)
 
     def _events(
         self, model: TopicModel, obs: TopicObservation, now_ms: int
@@ -274,14 +311,7 @@ class LagOperator:
         sent[obs.mask] = obs.status[obs.mask]
         gi, pi = np.nonzero(emit)
         partitions = obs.partition_events(gi, pi)
-        owners = self._owners.get(obs.topic)
-        if owners:  # who owns each partition, where group health knows it
-            for ev in partitions:
-                owner = owners.get((ev["group"], ev["partition"]))
-                if owner is not None:
-                    ev["owner"] = owner
-        if len(model.progress):  # the SDK worker that reports each partition, where one does
-            model.progress.annotate(partitions, now_ms)
+        self._annotate(model, obs.topic, partitions, now_ms)
         out.extend(partitions)
         return out
 

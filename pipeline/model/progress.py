@@ -1,34 +1,38 @@
-"""Worker progress in the lag model: SDK workers' processed positions, judged at every sample.
+"""Worker progress in the lag model: SDK workers' processed positions, judged as they land.
 
 Commits are the only progress signal a plain consumer gives, so a stall shows only once
 its next commit is overdue: 1.5 x its commit interval (7.5 s for Kafka's 5 s auto-commit).
-SDK workers (``actuators.workers``) also publish, every sampling tick, each partition's
-processed position and when it last advanced (``schemas/progress.v1.json``); the commits
-source forwards the latest report per group-partition to the model with the commits. This
-module keeps those reports per topic and, where a fresh one exists, replaces the inputs of
-the status rules (``lag.classify``) for that group-partition:
+SDK workers (``actuators.workers``) also publish, every 125 ms, each partition's processed
+position, when it last advanced and how many messages they hold
+(``schemas/progress.v1.json``); the commits source forwards the latest report per
+group-partition to the model with the commits, at once. This module keeps those reports
+per topic and, where a fresh one exists, replaces the inputs of the status rules
+(``lag.classify``) for that group-partition:
 
 - ``lag`` (is data waiting?): HWM - the processed position (or the committed offset, if
-  a commit went further since the report);
+  a commit went further since the report), or the messages the worker holds, if more
+  (data it fetched after the last sample);
 - ``since_progress_s``: how long the processed position had not moved when the worker
   reported, plus the report's *silence* (below);
 - ``time_lag_s``: how long the oldest unprocessed message had waited when the worker
-  reported, plus the silence;
+  reported (at least ``since_progress_s`` while the worker holds messages), plus the
+  silence;
 - ``since_commit_s`` (the STALL rule's "still alive"): the report's age, so a worker that
   keeps reporting but does not advance is STALL, and one that stopped reporting is STOP;
 - ``interval_s`` (the usual progress interval the rules scale with): the worker's usual
-  time per processed message, learned from its reports, not its commit cadence;
+  time per processed message, learned from its reports, not its commit cadence, or its
+  usual healthy pause if longer (``WorkerProgress._pause``);
 - the lag-growth inputs are disabled there: between commits the committed lag grows by
   design, and the processed position already says whether the worker keeps up.
 
-Everything is measured as of the report, not as of the sample: a report is up to one
-reporting interval old when the next sample is modelled, and a healthy worker must not
-look stalled for that. Only silence beyond two intervals and a grace counts (a worker that
-stops reporting while data waits: a hung or dead process): two reports may be missed (on a
-loaded host, one missed report in the benchmark raised false alarms), so a late report
-costs detection time, never a false alarm. Workers time their reports just
-before the sampler's ticks (both on the wall-clock grid of the interval), so the sample
-after a report sees it.
+The samples judge every cell; between them, a report that shows a stalled worker
+(``suspects``) is judged the moment it lands (``TopicModel.judge_reports``), so detection
+waits for no sampler tick. Everything is measured as of the report, not as of the moment
+it is judged, so a healthy worker never looks stalled for a report's age. Only silence
+beyond ``missed_reports`` missed reports, one more interval and ``grace_s`` counts (a
+worker that stops reporting while data waits: a hung or dead process), so a late report
+costs detection time, never a false alarm. Workers also time their reports just before the
+sampler's ticks (both on the wall-clock grid), so a sample finds them fresh.
 
 Pure: no clock (``now_ms`` passed in), no Kafka. Reports are not persisted: they are
 replaced every tick, and a restarted model falls back to commits until the next report.
@@ -45,18 +49,31 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class ProgressConfig:
-    """Knobs of the progress overlay; see docs/lag-model.md."""
+    """Knobs of the progress overlay (``LAGPILOT_PROGRESS_*``, pipeline/settings.py); see
+    docs/lag-model.md."""
 
-    # silence allowed before it counts: this many reports may be missed (a busy host, a
-    # report that just missed its sample), plus a grace for delivery jitter
+    # WARN floor on "no progress" where a report judges: how long a healthy worker may go
+    # without advancing while data waits (a GC pause, a scheduler hiccup on a busy host).
+    # 0.1 s raised false alarms on a 2-core host at load 7 (three partitions of one worker
+    # at once, a 120+ ms pause of the whole process); 0.15 s did not. Detection pays it once.
+    warn_min_s: float = 0.15
+    # ...and where every partition of a worker (two at least) paused at once: most often the
+    # process (GC, a starved host), not a stall (see WorkerProgress._floors)
+    whole_worker_min_s: float = 0.4
+    # ...and the STALL/STOP floor there (LagConfig.stop_min_s, 0.5 s, elsewhere): at load 34
+    # the bench's worker paused 0.5+ s, all partitions at once; a worker frozen for a
+    # second is error-level
+    whole_worker_stop_s: float = 1.0
+    # silence allowed before it counts (a worker that stops reporting: hung or dead): this
+    # many reports may be missed, plus a grace for a reporter thread that wakes late
     missed_reports: int = 2
-    grace_s: float = 0.05
-    # WARN floor on "no progress" where a report judges (LagConfig.warn_min_s, 0.15, is for
-    # commits, whose timing carries the coordinator's and the client's jitter; a report
-    # stamps the worker's own progress to the millisecond)
-    warn_min_s: float = 0.1
+    grace_s: float = 0.4
     expire_s: float = 60.0  # a report this old is dropped: commits judge the partition again
     gap_alpha: float = 0.3  # EWMA weight of the newest time-per-message sample
+    # the usual pause of a healthy worker (a report that showed it not advancing while it
+    # held work, below the WARN threshold, and the next report showed it moving again),
+    # kept as a maximum that halves every pause_half_life_s: part of its usual interval
+    pause_half_life_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -70,27 +87,40 @@ class Report:
     member: str
     host: str
     gap_s: float = math.nan  # usual time per processed message (nan: not learned yet)
+    in_flight: int = 0  # messages the worker holds, delivered and not finished
+    pause_s: float = 0.0  # longest healthy pause seen lately (decaying; see ProgressConfig)
+
+    def usual_s(self) -> float:
+        """How long this worker usually goes between advances: its time per message or
+        its usual healthy pause, whichever is longer (0 while neither is known)."""
+        return max(0.0 if math.isnan(self.gap_s) else self.gap_s, self.pause_s)
 
 
 class WorkerProgress:
     """The latest progress report per (group, partition) of one topic."""
 
-    def __init__(self, cfg: ProgressConfig | None = None) -> None:
+    def __init__(self, cfg: ProgressConfig | None = None, warn_factor: float = 1.5) -> None:
         self.cfg = cfg or ProgressConfig()
+        self.warn_factor = warn_factor  # LagConfig.warn_factor: WARN after that x usual
         self.reports: dict[tuple[str, int], Report] = {}
         self.skipped = 0  # malformed rows, counted and ignored
 
     def __len__(self) -> int:
         return len(self.reports)
 
-    def report_many(self, rows: list[Any]) -> None:
+    def report_many(self, rows: list[Any]) -> list[tuple[str, int]]:
         """Apply ``[group, partition, processed, progress_ms, sent_at_ms, interval_ms,
-        member, host]`` rows; older reports than the one held change nothing; a processed
-        offset of -1 releases the partition (its worker gave it up)."""
+        member, host, in_flight]`` rows (``in_flight`` may be left out: 0); older reports
+        than the one held change nothing; a processed offset of -1 releases the partition
+        (its worker gave it up). Returns the (group, partition) of the reports taken."""
         a = self.cfg.gap_alpha
+        taken: list[tuple[str, int]] = []
         for row in rows:
             try:
-                group, partition, processed, progress_ms, sent_ms, interval_ms, member, host = row
+                group, partition, processed, progress_ms, sent_ms, interval_ms, member, host = row[
+                    :8
+                ]
+                held = max(0, int(row[8])) if len(row) > 8 else 0
                 key = (str(group), int(partition))
                 processed, progress_ms, sent_ms = int(processed), int(progress_ms), int(sent_ms)
                 interval_ms = max(1, int(interval_ms))
@@ -104,12 +134,65 @@ class WorkerProgress:
                 self.reports.pop(key, None)
                 continue
             gap = math.nan if prev is None else prev.gap_s
+            pause = 0.0 if prev is None else self._pause(prev, processed, sent_ms)
             if prev is not None and processed > prev.processed and progress_ms > prev.progress_ms:
                 sample = (progress_ms - prev.progress_ms) / 1000.0 / (processed - prev.processed)
                 gap = sample if math.isnan(gap) else (1 - a) * gap + a * sample
             self.reports[key] = Report(
-                processed, progress_ms, sent_ms, interval_ms, str(member), str(host), gap
+                processed,
+                progress_ms,
+                sent_ms,
+                interval_ms,
+                str(member),
+                str(host),
+                gap,
+                held,
+                pause,
             )
+            taken.append(key)
+        return taken
+
+    def _pause(self, prev: Report, processed: int, sent_ms: int) -> float:
+        """``prev``'s usual pause, decayed to ``sent_ms``, raised to the pause ``prev``
+        showed if that ended in progress (the worker held work, the prefix has moved
+        since) below the WARN threshold: a healthy worker on a busy host (GC, a starved
+        thread) shows such pauses, and the threshold follows them instead of alarming
+        (at load 11-16 on two cores, whole-process pauses of 170+ ms did). A pause that
+        reached WARN is not learned: a stall that ends does not raise the threshold."""
+        half = self.cfg.pause_half_life_s
+        if half <= 0:
+            return 0.0  # learning off: the floor and the time per message alone
+        dt_s = max(0, sent_ms - prev.sent_at_ms) / 1000.0
+        pause = prev.pause_s * 0.5 ** (dt_s / half)
+        if prev.in_flight > 0 and processed > prev.processed:
+            shown = max(0, prev.sent_at_ms - prev.progress_ms) / 1000.0
+            if shown < max(self.cfg.warn_min_s, self.warn_factor * prev.usual_s()):
+                pause = max(pause, shown)
+        return pause
+
+    def suspects(self, keys: list[tuple[str, int]], hw_now: np.ndarray, warn_factor: float) -> int:
+        """The newest ``sent_at_ms`` among the reports of ``keys`` that show data waiting
+        (the last sampled HWM beyond the processed position) and no progress for longer
+        than the WARN rule allows a report (``warn_min_s``, or ``warn_factor`` x the
+        worker's usual time per message); 0 if none does.
+
+        Such a report is worth judging the moment it arrives rather than at the next
+        sample (``TopicModel.judge_reports``): detection then waits for no sampler tick.
+        The same thresholds as the rules, so healthy, idle (caught-up) and slow but moving
+        workers are never suspects; a burst after idleness may be (its prefix is old, its
+        data young), and the rules, which also look at the time lag, judge it OK."""
+        newest = 0
+        width = len(hw_now)
+        for key in keys:
+            r = self.reports.get(key)
+            if r is None or key[1] >= width:
+                continue
+            if hw_now[key[1]] <= r.processed and r.in_flight <= 0:
+                continue  # nothing waits, as far as the last sample and the worker know
+            usual = warn_factor * r.usual_s()
+            if (r.sent_at_ms - r.progress_ms) / 1000.0 > max(self.cfg.warn_min_s, usual):
+                newest = max(newest, r.sent_at_ms)
+        return newest
 
     def forget(self, group: str, partition: int | None = None) -> None:
         """Drop a group-partition's report (offset deleted), or all of a group's."""
@@ -156,6 +239,8 @@ class WorkerProgress:
         progress = np.array([r.progress_ms for r in reports], np.int64)
         interval = np.array([r.interval_ms for r in reports], np.float64) / 1000.0
         gap = np.array([r.gap_s for r in reports], np.float64)
+        pause = np.array([r.pause_s for r in reports], np.float64)
+        held = np.array([r.in_flight for r in reports], np.int64)
 
         # the time lag of each processed position, one row per group (cells are unique)
         rows, row_of = np.unique(gi, return_inverse=True)
@@ -163,36 +248,88 @@ class WorkerProgress:
         c2[row_of, pi] = processed
         tl_now = time_lag_s(t_ms, hw, c2, now_ms)[0][row_of, pi]
         age_s = (now_ms - sent) / 1000.0
-        allowed = (1 + self.cfg.missed_reports) * interval + self.cfg.grace_s
+        allowed = self.allowed_silence_s(interval * 1000.0)
         silence = np.maximum(0.0, age_s - allowed)
-        tl_report = np.maximum(0.0, tl_now - age_s)
+        # a report newer than the moment judged (a sample held back while the reports went
+        # ahead) is taken as of now: its age is not negative time lag
+        tl_report = np.maximum(0.0, tl_now - np.maximum(age_s, 0.0))
         stuck_report = np.maximum(0, sent - progress) / 1000.0
 
-        out["lag"][gi, pi] = np.maximum(hw_now - processed, 0)
-        out["time_lag"][gi, pi] = tl_report + silence
+        # data waits where the last sample saw it or the worker holds unfinished messages
+        # (work that arrived after the sample): the worker's own word is the fresher one.
+        # Then the oldest waiting message has waited at least since the prefix last
+        # advanced (an SDK worker restarts that clock when work arrives at an idle
+        # partition), so the time lag is at least that: a worker stalled just after a
+        # sample is judged at its next report, not a sample later
+        out["lag"][gi, pi] = np.maximum(np.maximum(hw_now - processed, 0), held)
+        out["time_lag"][gi, pi] = (
+            np.where(held > 0, np.maximum(tl_report, stuck_report), tl_report) + silence
+        )
         out["since_progress_s"][gi, pi] = stuck_report + silence
         out["since_commit_s"][gi, pi] = np.maximum(age_s, 0.0)
-        out["interval_s"][gi, pi] = np.where(np.isnan(gap), interval, gap)
+        # the usual interval: time per message (the report cadence until learned), or the
+        # worker's usual healthy pause if longer
+        out["interval_s"][gi, pi] = np.maximum(np.where(np.isnan(gap), interval, gap), pause)
         if isinstance(out.get("warn_min_s"), np.ndarray):  # per cell: set where reports judge
-            out["warn_min_s"][gi, pi] = self.cfg.warn_min_s
+            waiting = (hw_now > processed) | (held > 0)
+            whole = self._whole_worker(reports, stuck_report, waiting)
+            out["warn_min_s"][gi, pi] = np.where(
+                whole, self.cfg.whole_worker_min_s, self.cfg.warn_min_s
+            )
+            if isinstance(out.get("stop_min_s"), np.ndarray):
+                stop = out["stop_min_s"][gi, pi]
+                out["stop_min_s"][gi, pi] = np.where(
+                    whole, np.maximum(stop, self.cfg.whole_worker_stop_s), stop
+                )
         if out.get("lag_rate") is not None:
             out["lag_rate"][gi, pi] = 0.0
         if out.get("recent_lag_rate") is not None:
             out["recent_lag_rate"][gi, pi] = np.nan
         return out
 
+    def _whole_worker(
+        self, reports: list[Report], stuck_s: np.ndarray, waiting: np.ndarray
+    ) -> np.ndarray:
+        """Per reported cell: has the whole worker paused? Every partition of its member
+        that holds data (two at least) shows no progress for ``warn_min_s`` at once. There
+        the floors are ``whole_worker_min_s`` (WARN) and ``whole_worker_stop_s`` (STALL,
+        STOP) instead of ``warn_min_s`` and the model's ``stop_min_s``. One partition stuck
+        while its siblings move is a stall (a heavy message, a hung handler) and keeps the
+        low floors; all of them stuck at once is most often the process (GC, a starved
+        host: at load 12-34 on two cores the bench's worker paused 170 ms to 0.5 s, every
+        partition at once), which either resumes or goes on to STALL/STOP. One partition:
+        no evidence either way, the low floors."""
+        whole = np.zeros(len(reports), bool)
+        by_member: dict[str, list[int]] = {}
+        for i, r in enumerate(reports):
+            if waiting[i]:
+                by_member.setdefault(r.member, []).append(i)
+        for cells in by_member.values():
+            if len(cells) >= 2 and float(stuck_s[cells].min()) >= self.cfg.warn_min_s:
+                whole[cells] = True
+        return whole
+
     def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
-        """Add ``worker`` (member, host, processed offset, report age) to the
-        ``partition_lag`` events of partitions a worker reports: a silent worker is named."""
+        """Add ``worker`` (member, host, processed offset, report age, silent) to the
+        ``partition_lag`` events of partitions a worker reports: a silent worker (its
+        latest report older than the missed reports and grace allow: hung or dead) is
+        named, and flagged."""
         for ev in events:
             r = self.reports.get((ev["group"], ev["partition"]))
             if r is not None:
+                age_s = (now_ms - r.sent_at_ms) / 1000.0
                 ev["worker"] = {
                     "member": r.member,
                     "host": r.host,
                     "processed_offset": r.processed,
-                    "report_age_s": round((now_ms - r.sent_at_ms) / 1000.0, 3),
+                    "report_age_s": round(age_s, 3),
+                    "silent": age_s > self.allowed_silence_s(r.interval_ms),
                 }
+
+    def allowed_silence_s(self, interval_ms: Any) -> Any:
+        """How long a worker reporting every ``interval_ms`` may go unheard before its
+        silence counts: ``missed_reports`` missed, one in flight, and the grace."""
+        return (1 + self.cfg.missed_reports) * interval_ms / 1000.0 + self.cfg.grace_s
 
     def reporters(self, index: dict[str, int]) -> dict[tuple[int, int], tuple[str, str]]:
         """(group row, partition) -> (member, host) of the worker that reports it."""

@@ -27,6 +27,7 @@ def classify(
     produce_rate: np.ndarray | None = None,
     recent_lag_rate: np.ndarray | None = None,
     warn_min_s: np.ndarray | None = None,
+    stop_min_s: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -51,8 +52,10 @@ def classify(
     """
     usual = np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
     slack = cfg.commit_visibility_s
-    stop_after = np.maximum(cfg.stop_min_s, cfg.stop_factor * usual) + slack
-    # the WARN floor: per cell where worker progress judges (its own, lower floor)
+    # the STOP/STALL floor: per cell where worker progress judges (a paused whole worker)
+    stop_floor = cfg.stop_min_s if stop_min_s is None else stop_min_s
+    stop_after = np.maximum(stop_floor, cfg.stop_factor * usual) + slack
+    # the WARN floor: per cell where worker progress judges (its own floors)
     floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
     warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
     # 1.5 intervals + 0.1 s, never later than the 2 intervals of before (fast committers)

@@ -73,9 +73,11 @@ class Coalescer:
             )
             for p in report["partitions"]
         ]
+        held = [int(p.get("in_flight", 0)) for p in report["partitions"]]
         rows += [(str(t), [group, int(part), -1, 0]) for t, part in report.get("released", ())]
-        for topic, row in rows:
-            row += [sent, interval, member, host]
+        held += [0] * (len(rows) - len(held))
+        for (topic, row), in_flight in zip(rows, held, strict=True):
+            row += [sent, interval, member, host, in_flight]
             per = self.progress.setdefault(topic, {})
             prev = per.get((group, row[1]))
             if prev is None or sent >= prev[4]:

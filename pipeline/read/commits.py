@@ -15,7 +15,9 @@ wait for the next one. Here an empty poll flushes at once, so at low rates nothi
 It also reads ``lagpilot.progress``, where SDK workers report their processed positions
 every sampling tick, and forwards the latest report of each group-partition in the same
 ``commits`` message (its ``progress`` rows): keyed like the commits, so the reports reach
-the model with no re-keying hop, and aligned with the samples like the commits.
+the model with no re-keying hop, and aligned with the samples like the commits. A poll that
+read reports flushes at once (a report is worth something only while it is fresh: the
+model judges a stalled worker's report the moment it lands, ``TopicModel.judge_reports``).
 
 Delivery is at-least-once: consumer offsets are committed only after the batches holding
 every record read so far are acknowledged; a crash replays, and the model ignores commits
@@ -359,6 +361,7 @@ class CommitsSource(Source):
                 started_ms = int(time.time() * 1000)
                 msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
                 now_ms = int(time.time() * 1000)
+                reports = False  # progress reports read by this poll: forwarded at once
                 for msg in msgs:
                     if msg.error():
                         self.stats["read_errors"] += 1
@@ -367,6 +370,7 @@ class CommitsSource(Source):
                         try:
                             n = buffer.add_progress(orjson.loads(msg.value() or b""), now_ms)
                             self.stats["progress"] += n
+                            reports = reports or n > 0
                         except (AttributeError, KeyError, TypeError, ValueError):  # JSON too
                             self.stats["progress_malformed"] += 1
                         continue
@@ -402,6 +406,7 @@ class CommitsSource(Source):
                     buffer.pending
                     and (
                         caught_up
+                        or reports
                         or now_ms - buffer.first_ms >= self.flush_ms
                         or buffer.pending >= self.max_pending
                     )

@@ -31,7 +31,12 @@ def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert any(a["type"] == "spread_partition" for a in r["on"]["actions"])
     assert r["on"]["worker"].get("obeyed_spread_partition", 0) >= 1
     # ... and said so: the actuator delegated the spread, the worker reported applying it
-    assert {"result": "delegated", "type": "spread_partition"} in r["on"]["outcomes"]
+    assert any(o["result"] == "delegated" and o["type"] == "spread_partition"
+               for o in r["on"]["outcomes"])  # fmt: skip
+    # ... and the policy judged the spread from its own partition's time lag (diagnosis on)
+    assert r["on"]["verifications"]
+    assert {v["cause"] for v in r["on"]["verifications"]} == {"hotspot"}
+    assert all(v["result"] in ("verified", "no_effect") for v in r["on"]["verifications"])
     spread = [w for w in r["on"]["worker_outcomes"] if w["action_type"] == "spread_partition"]
     assert spread and all(w["did"] == "spread" and w["lanes"] > 1 for w in spread)
     assert out.with_suffix(".png").stat().st_size > 10_000

@@ -75,7 +75,8 @@ def test_a_restarted_actuator_rebuilds_its_ledger_and_ends_leases_it_did_not_see
 ) -> None:
     first = DryRunBackend()
     runner = harness.start(first)
-    short = T.throttle("ok-lease", 5000, key=KEY, now_ms=now_ms(), lease_s=1.5)
+    # 3 s: the restart (fencing, the ledger rebuild, the kept halts) must end inside the lease
+    short = T.throttle("ok-lease", 5000, key=KEY, now_ms=now_ms(), lease_s=3.0)
     harness.send(short)
     harness.read_outcomes(until=1)
     harness.stop(runner)  # stopped before the lease ends

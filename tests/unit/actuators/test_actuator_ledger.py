@@ -83,3 +83,10 @@ def test_kill_switch_follows_the_newest_halt_or_resume_of_scope_all() -> None:
 def test_outcomes_without_entity_params_are_ignored_for_leases() -> None:
     ledger = Ledger().fold_all([applied("t", "throttle_producer", 1, params={"name": 3})])
     assert ledger.leases == {} and ledger.applied == {"t"}
+
+
+def test_a_delegated_id_is_done_so_its_replay_is_a_duplicate() -> None:
+    """A pipeline killed mid-incident publishes its last decisions again (same ids): a worker
+    action already delegated must not be delegated a second time (faults row 4)."""
+    ledger = Ledger().fold_all([{"action_id": "s", "result": "delegated", "at": 1}])
+    assert "s" in ledger.applied

@@ -54,6 +54,49 @@ def test_actuate_reads_the_config_file_under_the_same_names(
     assert from_env(args.env, max_batch=args.max_batch).max_batch == 4
 
 
+def test_the_outcomes_and_producer_rates_topics_follow_the_actuator_and_the_sdk() -> None:
+    """The policy verifies from the outcomes topic the actuator writes, and attributes bursts
+    from the rates topic the SDK's producers write: both are settable together with them."""
+    s = load_settings(env={"LAGPILOT_OUTCOMES_TOPIC": "lagpilot.outcomes.run-1",
+                           "LAGPILOT_PRODUCERS_TOPIC": "lagpilot.producers.run-1"})  # fmt: skip
+    assert (s.outcomes_topic, s.producers_topic) == (
+        "lagpilot.outcomes.run-1", "lagpilot.producers.run-1"
+    )  # fmt: skip
+    assert load_settings(env={}).outcomes_topic == "lagpilot.outcomes"
+
+
+def test_the_progress_thresholds_are_settings_that_reach_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("LAGPILOT_PROGRESS_WARN_MIN_S", "LAGPILOT_PROGRESS_GRACE_S"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = tmp_path / "lagpilot.toml"
+    cfg.write_text("progress_warn_min_s = 0.3\nprogress_missed_reports = 4\n")
+    s = settings_for(["--config", str(cfg)])
+    assert (s.progress_warn_min_s, s.progress_missed_reports) == (0.3, 4)
+    monkeypatch.setenv("LAGPILOT_PROGRESS_GRACE_S", "0.5")
+    s = settings_for(["--config", str(cfg), "--progress-warn-min-s", "0.2"])
+    progress = s.lag_config().progress
+    assert (progress.warn_min_s, progress.missed_reports, progress.grace_s) == (0.2, 4, 0.5)
+    assert progress.expire_s == 60.0 and progress.pause_half_life_s == 60.0  # defaults
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LAGPILOT_PROGRESS_WARN_MIN_S": "soon"}, "LAGPILOT_PROGRESS_WARN_MIN_S='soon': expected"),
+        ({"LAGPILOT_PROGRESS_WARN_MIN_S": "0"}, "LAGPILOT_PROGRESS_WARN_MIN_S=0.0: must be"),
+        ({"LAGPILOT_PROGRESS_MISSED_REPORTS": "-1"}, "LAGPILOT_PROGRESS_MISSED_REPORTS=-1: must"),
+        ({"LAGPILOT_PROGRESS_EXPIRE_S": "0.4"}, "LAGPILOT_PROGRESS_EXPIRE_S=0.4"),
+    ],
+)
+def test_a_bad_progress_setting_names_the_key_and_the_fix(env: dict, message: str) -> None:
+    from schemas import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_settings(env=env)
+
+
 def _parsers() -> dict[str, object]:
     from pipeline import doctor, status
     from pipeline.decide import control

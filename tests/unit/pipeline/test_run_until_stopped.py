@@ -50,3 +50,34 @@ def test_other_errors_still_end_the_run() -> None:
     with pytest.raises(RuntimeError, match="a bug"):
         run_until_stopped(build, "settings", "metrics", None, pause_s=0)
     assert len(calls) == 1
+
+
+def test_a_producer_timeout_or_a_dead_source_rebuilds_the_app() -> None:
+    """Row 2 of bench/faults.py: with a node of three down, the checkpoint's flush timed out
+    and the commits source's process ended; both ended the pipeline for good."""
+    from quixstreams.checkpointing.exceptions import CheckpointProducerTimeout
+    from quixstreams.sources.base.exceptions import SourceException
+
+    class DeadSource:
+        pid, exitcode, source = 4242, 1, "lagpilot-inputs"
+
+    build, calls = builder(
+        CheckpointProducerTimeout("flush timed out"), SourceException(DeadSource()), None
+    )
+    run_until_stopped(build, "settings", "metrics", None, pause_s=0)
+    assert len(calls) == 3
+
+
+def test_a_crash_loop_ends_the_run_after_the_quick_failures_allowed() -> None:
+    build, calls = builder(*[commit_refused() for _ in range(4)])
+    with pytest.raises(CheckpointConsumerCommitError):
+        run_until_stopped(build, "settings", "metrics", None, pause_s=0, max_quick_failures=3)
+    assert len(calls) == 4
+
+
+def test_a_run_that_stayed_up_resets_the_quick_failure_count() -> None:
+    build, calls = builder(*[commit_refused() for _ in range(5)], None)
+    run_until_stopped(
+        build, "settings", "metrics", None, pause_s=0, max_quick_failures=1, steady_s=0.0
+    )
+    assert len(calls) == 6

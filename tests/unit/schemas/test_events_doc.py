@@ -64,6 +64,8 @@ def test_outcome_examples_are_present() -> None:
         "owners",
         "worker_outcome",
         "producer_rates",
+        "action_request",
+        "request_verdict",
     ],
 )
 def test_every_published_event_kind_is_documented(kind: str) -> None:

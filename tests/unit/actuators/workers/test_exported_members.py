@@ -11,6 +11,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "worker",
         "control",
         "dedupe",
+        "dedupe_pg",
         "engine",
         "handoff",
         "lanes",

@@ -136,3 +136,38 @@ def test_the_dispatcher_stamps_when_the_processed_prefix_advances() -> None:
     pos, advanced_ms, in_flight, _ = d.progress()[("t", 0)]
     assert advanced_ms >= at_ms + 50 and in_flight == 0
     d.shutdown()
+
+
+def test_work_after_idleness_restarts_the_no_progress_clock() -> None:
+    """A partition idle for a while that gets a message: "no progress" counts from its
+    arrival, not from the last message (else the first report would look stalled)."""
+    gate = threading.Event()
+    d = LaneExecutor(
+        lambda m: gate.wait(5) if m.offset() == 1 else None, max_workers=1, default_lanes=1
+    )
+    d.submit(Msg(0, b"a"))
+    wait_for(lambda: d.progress()[("t", 0)][0] == 1)
+    idle_since = d.progress()[("t", 0)][1]
+    time.sleep(0.1)  # idle: nothing held
+    arrived = int(time.time() * 1000)
+    d.submit(Msg(1, b"b"))  # held by the handler
+    wait_for(lambda: d.progress()[("t", 0)][3] == 1)
+    pos, at_ms, in_flight, _ = d.progress()[("t", 0)]
+    assert (pos, in_flight) == (1, 1)
+    assert at_ms >= arrived >= idle_since + 100
+    gate.set()
+    d.shutdown()
+
+
+def test_the_cadence_comes_from_the_argument_the_environment_or_the_default() -> None:
+    from actuators.workers.progress import progress_timing
+
+    assert progress_timing(env={}) == (125, 40)
+    env = {"LAGPILOT_PROGRESS_INTERVAL_MS": "250", "LAGPILOT_PROGRESS_LEAD_MS": "30"}
+    assert progress_timing(env=env) == (250, 30)
+    assert progress_timing(100, 20, env=env) == (100, 20)  # the argument wins
+    assert progress_timing(env={"LAGPILOT_PROGRESS_INTERVAL_MS": "0"}) == (0, 0)  # off
+    with pytest.raises(ConfigError, match="LAGPILOT_PROGRESS_INTERVAL_MS='fast'"):
+        progress_timing(env={"LAGPILOT_PROGRESS_INTERVAL_MS": "fast"})
+    with pytest.raises(ConfigError, match="LAGPILOT_PROGRESS_LEAD_MS=125: must be >= 0 and below"):
+        progress_timing(env={"LAGPILOT_PROGRESS_LEAD_MS": "125"})

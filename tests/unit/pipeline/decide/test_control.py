@@ -59,8 +59,8 @@ def test_halt_is_a_valid_signed_act_event_that_the_policy_honours() -> None:
     signed = sign(halt, KEY)
     validate(signed)
     verify(signed, KEY)
-    assert halt["mode"] == "act" and halt["target"] == "scope:all"
-    assert halt["params"] == {"scope": "all"} and halt["expires_at"] > NOW + 300 * 86_400_000
+    assert halt["mode"] == "act" and halt["target"] == "scope:actions"  # "all" is read as actions
+    assert halt["params"] == {"scope": "actions"} and halt["expires_at"] > NOW + 300 * 86_400_000
     assert apply_control(PolicyState(), signed, NOW).halted == {"all": NOW}
     again = control_action(ActionType.HALT, "all", now_ms=NOW + 1, reason="x")
     assert again["id"] != halt["id"]  # each press of the switch is its own event
@@ -83,7 +83,7 @@ def test_publish_signs_validates_and_keys_by_target() -> None:
                      policy_version="1", window=(NOW,)),
     ]  # fmt: skip
     sent = publish_actions(producer, actions, KEY, topic="ctl")
-    assert [(t, k) for t, k, _ in producer.sent] == [("ctl", b"scope:workers"),
+    assert [(t, k) for t, k, _ in producer.sent] == [("ctl", b"scope:actions:workers"),
                                                      ("ctl", b"group:workers")]  # fmt: skip
     for (_, _, value), event in zip(producer.sent, sent, strict=True):
         assert orjson.loads(value) == event
@@ -93,7 +93,7 @@ def test_publish_signs_validates_and_keys_by_target() -> None:
 def test_publish_refuses_an_invalid_action_before_producing_anything() -> None:
     producer = FakeProducer()
     good = control_action(ActionType.HALT, "all", now_ms=NOW, reason="r")
-    bad = {**good, "params": {"scope": "all", "extra": 1}}
+    bad = {**good, "params": {"scope": "actions", "extra": 1}}
     with pytest.raises(EventError, match="params"):
         publish_actions(producer, [good, bad], KEY)
     assert producer.sent == []
@@ -172,3 +172,19 @@ def test_tail_counts_the_instances_that_applied_a_worker_action() -> None:
     assert _row("t", halt, None, applied_by=1)[3:5] == ["scope:parsers", "halted"]
     assert TailFilter(groups=["parsers"], types=["spread_partition"])(report("w1"))
     assert not TailFilter(groups=["crawlers"])(report("w1"))
+
+
+def test_scopes_are_explicit_and_workload_needs_a_group() -> None:
+    workload = control_action(ActionType.HALT, "workload", group="g", now_ms=NOW, reason="r")
+    validate(sign(workload, KEY))
+    assert workload["params"] == {"scope": "workload", "group": "g"}
+    assert workload["target"] == "scope:workload:g"
+    # a workload halt is the workers' business: the policy keeps deciding
+    assert apply_control(PolicyState(), sign(workload, KEY), NOW).halted == {}
+    group_actions = control_action(ActionType.HALT, "actions", group="g", now_ms=NOW, reason="r")
+    assert apply_control(PolicyState(), sign(group_actions, KEY), NOW).halted == {"g": NOW}
+    with pytest.raises(ConfigError, match="--group"):
+        control_action(ActionType.HALT, "workload", now_ms=NOW, reason="r")
+    unsigned_workload = {**workload, "params": {"scope": "workload"}}
+    with pytest.raises(EventError, match="group"):
+        validate(sign(unsigned_workload, KEY))

@@ -61,11 +61,11 @@ gaps_ms = st.sampled_from([250] * 8 + [1, 1_000, 5_000, 60_000, 200_000])  # and
 @st.composite
 def summaries(draw: st.DrawFn) -> tuple[int, GroupLag]:
     lag = draw(lags)
-    parts = draw(st.integers(1, 8))
+    parts = draw(st.integers(1, 16))  # up to 4 hot partitions (a quarter of the topic)
     worst = tuple(
         WorstPartition(p, int(t * 100), t, draw(st.floats(-50, 50)), draw(st.floats(-100, 100)),
                        100.0, 90.0, LagStatus.WARN, draw(st.integers(-1, 3)))
-        for p, t in enumerate(sorted(draw(st.lists(lags, max_size=min(parts, 4))), reverse=True))
+        for p, t in enumerate(sorted(draw(st.lists(lags, max_size=min(parts, 6))), reverse=True))
     )  # fmt: skip
     offsets = draw(st.one_of(st.integers(0, 20_000), st.just(int(lag * 100))))
     summary = GroupLag(draw(st.sampled_from(GROUPS)), draw(st.sampled_from(TOPICS)), 0,
@@ -217,6 +217,26 @@ def test_a_lasting_incident_always_acts(
     assert [a["target"] for a in actions if a["type"] == "spread_partition"] == [
         "group:fresh/topic:docs/0"
     ]
+
+
+@FAST
+@given(series, CONFIGS, st.integers(2, 4))
+def test_every_hot_partition_of_a_lasting_incident_is_spread_within_the_budget(
+    steps: list[tuple[int, GroupLag]], config: PolicyConfig, n_hot: int
+) -> None:
+    """Several hot partitions: each is spread (none waits for another's verdict), and the
+    budget still holds: 5 a minute, so the fifth hot partition would wait (at most 4 here)."""
+    _, state = play(config, steps)
+    end = T0 + sum(gap for gap, _ in steps) + 120_000
+    hot = tuple(WorstPartition(p, 100, 400.0 - p, 0.0, 0.0, 100.0, 0.0, LagStatus.WARN)
+                for p in range(n_hot))  # fmt: skip
+    cool = tuple(WorstPartition(p, 1, 1.0, 0.0, 0.0, 100.0, 90.0, LagStatus.OK)
+                 for p in range(n_hot, n_hot + 2))  # fmt: skip
+    fresh = GroupLag("fresh", "docs", 0, LagStatus.WARN, 300, 400.0, 1.0, 16, 16, hot + cool)
+    actions, _ = play(config, [(250, fresh)] * 20, state=state, start=end)
+    spreads = [a for a in actions if a["type"] == "spread_partition"]
+    assert sorted(a["params"]["partition"] for a in spreads) == list(range(n_hot))
+    assert all(a["issued_at"] - spreads[0]["issued_at"] < 1_000 for a in spreads)
 
 
 @FAST

@@ -193,6 +193,74 @@ def test_hotspot_spread_without_effect_is_handed_off_then_verified() -> None:
     assert last[0]["reason"]["cause"] == "hotspot"
 
 
+TWO_HOT = [wp(3, 40.0, consume=0.0), wp(5, 30.0, consume=0.0), wp(1, 2.0), wp(2, 1.0)]
+
+
+def test_every_hot_partition_climbs_its_own_ladder() -> None:
+    loop = Loop(cfg())
+    first = loop.feed(gl(TWO_HOT), 3)
+    assert [(a["type"], a["params"]["partition"]) for a in first] == [
+        ("spread_partition", 3), ("spread_partition", 5)
+    ]  # fmt: skip
+    assert [a["reason"]["evidence"]["partitions"] for a in first] == [[3], [5]]
+    assert [a["reason"]["partition_time_lag_s"] for a in first] == [40.0, 30.0]
+    assert all(a["reason"]["cause"] == "hotspot" for a in first)
+    # partition 3 drains (verified), partition 5 does not: only 5 is handed off, at its deadline
+    drained = [wp(3, 8.0), wp(5, 30.0, consume=0.0), wp(1, 2.0), wp(2, 1.0)]
+    loop.feed(gl(drained))
+    assert [(v["result"], v["target"]) for v in loop.verdicts] == [("verified", first[0]["target"])]
+    later = loop.feed(gl(drained), 20)
+    assert [(a["params"]["partition"], a["params"]["pool"]) for a in later] == [(5, "dedicated")]
+    assert [(v["result"], v["target"]) for v in loop.verdicts[1:]] == [
+        ("no_effect", first[1]["target"])
+    ]
+    assert loop.verdicts[1]["time_lag_at_apply_s"] == 30.0
+    # the pool drains 5; then the incident clears and both are restored
+    loop.feed(gl([wp(3, 2.0), wp(5, 4.0), wp(1, 2.0), wp(2, 1.0)]))
+    assert [v["result"] for v in loop.verdicts] == ["verified", "no_effect", "verified"]
+    last = loop.feed(gl(CALM), 30)
+    assert sorted((a["type"], a["params"]["partition"]) for a in last) == [
+        ("restore_partition", 3), ("restore_partition", 5)
+    ]  # fmt: skip
+    assert loop.state.ladders == {}
+
+
+def test_a_partition_that_turns_hot_later_does_not_wait_for_the_first_verdict() -> None:
+    loop = Loop(cfg())
+    loop.feed(gl(HOT), 3)
+    loop.feed(gl(HOT), 4)  # partition 3 is spread and watched (deadline 5 s: 20 ticks)
+    second = loop.feed(gl(TWO_HOT), 1)
+    assert [(a["type"], a["params"]["partition"]) for a in second] == [("spread_partition", 5)]
+    assert loop.verdicts == []
+
+
+def test_the_budget_holds_back_the_next_hot_partition_until_it_frees() -> None:
+    loop = Loop(cfg(budget={"actions_per_minute": 1}))
+    loop.feed(gl(TWO_HOT), 3)
+    assert [a["params"]["partition"] for a in loop.actions] == [3]
+    loop.feed(gl([wp(3, 4.0), *TWO_HOT[1:]]), 260)  # 3 drains; 5 waits out the minute
+    spreads = [(a["params"]["partition"], a["issued_at"]) for a in loop.actions]
+    assert [p for p, _ in spreads][:2] == [3, 5]
+    assert spreads[1][1] - spreads[0][1] >= 60_000
+
+
+def test_until_it_acts_the_diagnosis_follows_the_evidence() -> None:
+    """A group still joining (nothing consumed yet) opens the incident as stalled; a second
+    later it is a hotspot, and the hotspot's ladder acts (the alert does not stick)."""
+    loop = Loop(cfg())
+    joining = [wp(p, lag, consume=0.0) for p, lag in [(3, 40.0), (1, 2.0), (2, 1.0), (0, 0.5)]]
+    loop.feed(gl(joining), 4)
+    assert loop.actions == [] and next(iter(loop.state.ladders.values()))["cause"] == "stalled"
+    assert kinds(loop.feed(gl(HOT), 1)) == ["spread_partition"]
+    assert loop.actions[0]["reason"]["cause"] == "hotspot"
+    # once it acted, one summary with every worker busy (no consumption) changes nothing:
+    # the spread is still watched and verified
+    loop.feed(gl(joining), 2)
+    loop.feed(gl([wp(3, 20.0), *HOT[1:]]))
+    assert [v["result"] for v in loop.verdicts] == ["verified"]
+    assert loop.state.ladders[next(iter(loop.state.ladders))]["cause"] == "hotspot"
+
+
 def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
     ladder = {"hotspot": ["spread_partition:5", "handoff_partition:5"]}
     config = config_from_mapping(
@@ -209,9 +277,8 @@ def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
     assert kinds(loop.actions) == ["spread_partition"]  # the spread is kept: no undo here
     assert [a["params"]["pool"] for a in loop.actions] == [None]
     assert [v["result"] for v in loop.verdicts] == ["no_effect"]
-    assert next(iter(loop.state.ladders.values()))["skipped"] == [
-        "handoff_partition: no hotspot.pool"
-    ]
+    [rung] = [lad for lad in loop.state.ladders.values() if lad.get("of") == 3]
+    assert rung["skipped"] == ["handoff_partition: no hotspot.pool"]
 
 
 def test_no_outcome_by_the_deadline_is_no_effect_and_a_failure_escalates_at_once() -> None:
@@ -261,6 +328,41 @@ def test_inflow_burst_throttles_only_the_flooding_client_then_releases_it() -> N
     assert kinds(loop.actions)[-1] == "release_producer"
     assert loop.actions[-1]["target"] == "client-id:ingest-a"
     assert loop.state.throttles == {}
+
+
+def test_a_partial_first_second_is_not_a_producers_usual_rate() -> None:
+    """Producers that just started report a partial first second; their full rate after it
+    is no burst (the first five reports are the warm-up), and a later flood names only the
+    producer that floods."""
+    loop = Loop(cfg())
+    lagging = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
+    loop.rates(**{"ingest-a": 15_000.0, "ingest-b": 22_000.0, "ingest-c": 9_000.0})
+    for _ in range(20):  # the group lags from the start (a loaded machine): no culprit
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0, "ingest-c": 100_000.0})
+        loop.feed(gl(lagging))
+    assert not [a for a in loop.actions if a["target"].startswith("client-id:ingest-")]
+    loop.feed(gl(CALM), 10)
+    for _ in range(3):
+        loop.rates(**{"ingest-a": 1_000_000.0, "ingest-b": 100_000.0, "ingest-c": 100_000.0})
+        loop.feed(gl(lagging))
+    throttled = {a["target"] for a in loop.actions if a["type"] == "throttle_producer"}
+    assert throttled == {"client-id:ingest-a"}
+
+
+def test_producers_that_report_rates_are_never_throttled_from_the_map() -> None:
+    """After a flood the producers stop (their reports go stale) while the group still
+    lags: no culprit among the reports, and the map's producers that report are not
+    throttled in their place (the flood bench once throttled all three then)."""
+    config = cfg(producers={"ingest-a": ["docs"], "ingest-b": ["docs"], "crawler": ["docs"]})
+    loop = Loop(config)
+    for _ in range(20):
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(CALM))
+    loop.now += 10_000  # the reports are stale now
+    loop.feed(gl(CALM), 80)  # the partitions' usual rates are learnt
+    loop.feed(gl([wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]), 3)
+    targets = {a["target"] for a in loop.actions if a["type"] == "throttle_producer"}
+    assert targets == {"client-id:crawler"}  # the one that never reported: the map's
 
 
 def test_without_producer_rates_the_policy_file_map_is_throttled() -> None:
@@ -407,7 +509,8 @@ def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() 
     loop.feed(gl(rising, parts=4, rate=5.0), 3)  # 4x the usual inflow, no producer named
     assert [lad["cause"] for lad in loop.state.ladders.values()] == ["slow_group"]
     assert "throttle_producer" not in kinds(loop.actions)
-    loop.rates(**{"ingest-1": 1000.0})
+    for _ in range(5):  # the producer's warm-up: its usual rate
+        loop.rates(**{"ingest-1": 1000.0})
     loop.rates(**{"ingest-1": 9000.0})  # a named producer's burst still takes over
     loop.feed(gl(rising, parts=4, rate=5.0), 3)
     assert [lad["cause"] for lad in loop.state.ladders.values()] == ["inflow_burst"]

@@ -134,3 +134,54 @@ def test_topics_another_deployment_samples_are_not_modelled() -> None:
             assert (len(events) > 0) == (name == "mine.orders") or i == 0, (name, i, events)
     assert op.topics == 1
     assert set(op._owners) == {"mine.orders"}
+
+
+def test_a_stalled_workers_report_is_published_as_it_lands_and_not_repeated() -> None:
+    """A report that shows a stalled worker is judged on arrival (not at the next sample):
+    one partition_lag event naming the worker, which the next sample does not repeat.
+    Healthy reports are not judged between samples at all."""
+    op, state = LagOperator(LagConfig(), alert_interval_ms=60_000), State()
+    stall_ms = T0 + 40 * TICK_MS + 30  # between two samples
+
+    def produced(t: int) -> int:
+        return (t - T0) * 160 // 1000  # 160 msgs/s
+
+    published: list[tuple[str, dict[str, Any]]] = []
+    for i in range(1, 60):
+        t = T0 + i * TICK_MS
+        for at in (t - 165, t - 40):  # every 125 ms, 40 ms before the samples (the SDK's)
+            done = produced(min(at, stall_ms))
+            batch = {
+                "event": "commits",
+                "commits": [["sdk", 0, done, at]] if i % 20 == 0 and at < stall_ms else [],
+                "progress": [
+                    [
+                        "sdk",
+                        0,
+                        done,
+                        min(at, stall_ms),
+                        at,
+                        125,
+                        "w-1",
+                        "host-a",
+                        produced(at) - done,
+                    ]
+                ],
+            }
+            published += [("report", e) for e in op(batch, "t", at, None, state)]
+        published += [
+            ("sample", e)
+            for e in op(sample(t, [produced(t)]), "t", t, None, state)
+            if e["event"] == "partition_lag"
+        ]
+    assert all(e["observed_at_ms"] >= stall_ms for _, e in published)  # nothing before it
+    (how, first), *rest = published
+    assert how == "report" and first["status"] == "WARN"
+    # 0.17 s without progress, then the next report (every 125 ms) as it lands
+    assert 170 < first["observed_at_ms"] - stall_ms <= 170 + 125
+    assert first["worker"]["member"] == "w-1" and first["worker"]["host"] == "host-a"
+    validate(first)
+    # then STALL (the worker reports, its prefix does not move), also on arrival; the
+    # samples agree and publish nothing more (the alert interval is a minute here)
+    assert [(h, e["status"]) for h, e in rest] == [("report", "STALL")]
+    assert rest[0][1]["observed_at_ms"] - stall_ms <= 520 + 125

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 
 from pipeline.model.config import LagConfig
 from pipeline.model.lag import TopicModel
-from pipeline.model.progress import WorkerProgress
+from pipeline.model.progress import ProgressConfig, WorkerProgress
 from schemas import LagStatus, validate
 
 CFG = LagConfig()
@@ -17,8 +18,9 @@ T0 = 1_000_000
 
 class Worker:
     """A producer at ``rate`` msgs/s on one partition, a worker that processes everything
-    at once and commits every ``commit_every_ms``, optionally reporting every 250 ms
-    (``report_phase_ms`` before each sample); sampled every 250 ms, in 10 ms steps."""
+    at once and commits every ``commit_every_ms``, optionally reporting every
+    ``report_every_ms`` (``report_phase_ms`` before each sample); sampled every 250 ms, in
+    5 ms steps."""
 
     def __init__(self, rate: float = 100, commit_every_ms: int = 5000, reports: bool = True):
         self.rate, self.commit_every_ms, self.reports = rate, commit_every_ms, reports
@@ -31,12 +33,15 @@ class Worker:
         self.stalled = False
         self.silent = False
         self.report_phase_ms = 40
+        self.report_every_ms = 125  # the SDK's default
+        self.judge_on_arrival = True
+        self.judged = 0  # reports judged on arrival (a stalled worker's only)
         self.statuses: list[tuple[int, LagStatus]] = []
 
     def run(self, until_ms: int) -> None:
         while self.t < until_ms:
-            self.t += 10
-            self.produced += self.rate * 0.01
+            self.t += 5
+            self.produced += self.rate * 0.005
             if not self.stalled and int(self.produced) > self.processed:
                 self.processed = int(self.produced)
                 self.progress_ms = self.t
@@ -46,10 +51,32 @@ class Worker:
                 # to one interval after the stall
                 self.model.commit("g", 0, self.processed, self.t)
                 self.committed = self.processed
-            if self.reports and not self.silent and (since + self.report_phase_ms) % 250 == 0:
-                self.model.progress.report_many(
-                    [["g", 0, self.processed, self.progress_ms, self.t, 250, "w-1", "host-a"]]
+            if (
+                self.reports
+                and not self.silent
+                and (since + self.report_phase_ms) % self.report_every_ms == 0
+            ):
+                keys = self.model.progress.report_many(
+                    [
+                        [
+                            "g",
+                            0,
+                            self.processed,
+                            self.progress_ms,
+                            self.t,
+                            self.report_every_ms,
+                            "w-1",
+                            "host-a",
+                            int(self.produced) - self.processed,  # held: fetched, not done
+                        ]
+                    ]
                 )
+                # as the operator does: a report that shows a stalled worker is judged
+                # the moment it lands, not at the next sample
+                judged = self.model.judge_reports(keys) if self.judge_on_arrival else None
+                self.judged += judged is not None
+                if judged is not None and len(judged):
+                    self.statuses.append((self.t, STATUS[int(judged[0].status[0])]))
             if since % 250 == 0:
                 self.model.add_sample(self.t, [int(self.produced)])
                 obs = self.model.observe(self.t)
@@ -82,20 +109,67 @@ def test_reports_at_any_phase_of_the_sample_raise_no_false_alarm(phase_ms):
     assert w.not_ok((T0 + 5500, T0 + 20_000)) == []
 
 
+@pytest.mark.parametrize("report_every_ms", [125, 250])
 @pytest.mark.parametrize("onset_ms", [0, 60, 130, 200])
-def test_a_stall_warns_within_half_a_second_at_a_5_s_commit_cadence(onset_ms):
+def test_a_stall_warns_one_report_after_the_floor_at_a_5_s_commit_cadence(
+    onset_ms, report_every_ms
+):
     w = Worker(commit_every_ms=5000)
+    w.report_every_ms = report_every_ms
     w.run(T0 + 12_000 + onset_ms)
     onset = w.t
     w.stalled = True
     w.run(onset + 3000)
     warn = w.first(onset, LagStatus.WARN, LagStatus.STALL, LagStatus.STOP)
-    # 0.12 s without progress (the floor), then the next report (<= 250 ms) and the sample
-    # 20 ms after it; the pipeline adds ~50 ms to that
-    assert warn <= 0.42
-    # the worker keeps reporting: STALL (error level) well before a commit is even due
-    assert w.first(onset, LagStatus.STALL) <= 0.9
+    # 0.17 s without progress (the floor and the slack), then the next report: judged as it
+    # lands, so neither the sampler's phase nor the report's lead adds anything (the
+    # pipeline adds ~30-50 ms to that)
+    assert 0.17 < warn <= 0.17 + report_every_ms / 1000 + 0.01
+    # the worker keeps reporting: STALL (error level) once stop_min_s (0.5 s) passed, at
+    # the next report, well before a commit is even due
+    assert 0.52 < w.first(onset, LagStatus.STALL) <= 0.52 + report_every_ms / 1000 + 0.01
     assert w.first(onset, LagStatus.STOP) == float("inf")
+
+
+def test_judged_only_at_samples_a_stall_waits_for_the_tick():
+    """What judging on arrival takes out: the sampler's phase and the report's lead."""
+    w = Worker(commit_every_ms=5000)
+    w.judge_on_arrival = False
+    w.run(T0 + 12_000 + 130)
+    onset = w.t
+    w.stalled = True
+    w.run(onset + 3000)
+    warn = w.first(onset, LagStatus.WARN)
+    assert warn == pytest.approx(0.37)  # the report at +0.205 s is first seen at +0.37 s
+    on_arrival = Worker(commit_every_ms=5000)
+    on_arrival.run(T0 + 12_000 + 130)
+    on_arrival.stalled = True
+    on_arrival.run(onset + 3000)
+    assert on_arrival.first(onset, LagStatus.WARN) == pytest.approx(0.205)
+
+
+@pytest.mark.parametrize("rate", [200.0, 20.0, 3.0])
+def test_healthy_and_slow_but_moving_workers_are_never_judged_between_samples(rate):
+    """A worker that keeps up, at 200 msgs/s or one message every 330 ms, never makes the
+    model judge between samples (only a stalled worker's report does), nor alarms."""
+    w = Worker(rate=rate, commit_every_ms=1000)
+    w.run(T0 + 30_000)
+    assert w.not_ok((T0 + 5500, T0 + 30_000)) == []
+    assert w.judged <= 2  # the first reports, before the time per message is learned
+
+
+def test_a_burst_after_idleness_is_judged_ok():
+    """An idle worker's prefix is old; a burst makes its reports suspects (data waits, the
+    prefix has not moved for seconds) until it is worked off: judged, and OK (the data is
+    young), since the rules look at the time lag too."""
+    w = Worker(commit_every_ms=1000)
+    w.run(T0 + 4000)
+    w.rate = 0.0
+    w.run(T0 + 14_000)
+    w.produced += 500  # a burst, worked off at once
+    w.rate = 100.0
+    w.run(T0 + 20_000)
+    assert w.not_ok((T0 + 4500, T0 + 20_000)) == []
 
 
 @pytest.mark.parametrize("commit_every_ms", [100, 1000, 5000])
@@ -126,8 +200,10 @@ def test_a_worker_that_stops_reporting_while_data_waits_is_stopped():
     w.stalled = w.silent = True  # a hung or dead process
     w.run(onset + 3000)
     warn = w.first(onset, LagStatus.WARN, LagStatus.STOP)
-    assert 0.75 <= warn <= 1.25  # silence counts only beyond three intervals + grace
-    assert w.first(onset, LagStatus.STOP) <= 1.75
+    # silence counts only beyond three report intervals + grace (0.775 s), and then WARNs
+    # once it passes the floor (0.17 s), at the next sample (no report comes)
+    assert 0.9 <= warn <= 1.2
+    assert 1.25 <= w.first(onset, LagStatus.STOP) <= 1.6
     assert w.first(onset, LagStatus.STALL) == float("inf")
     reporter = w.model.progress.reporters(w.model._index)[(0, 0)]
     assert reporter == ("w-1", "host-a")
@@ -138,6 +214,39 @@ def test_a_worker_that_stops_reporting_while_data_waits_is_stopped():
     assert events[0]["status"] == "STOP"
     assert events[0]["worker"]["member"] == "w-1" and events[0]["worker"]["host"] == "host-a"
     assert events[0]["worker"]["report_age_s"] > 2.5
+    assert events[0]["worker"]["silent"] is True
+    validate(events[0])
+    # the metric and `lagpilot status` name it too
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pipeline.metrics import PipelineMetrics
+    from pipeline.status import render
+
+    metrics = PipelineMetrics()
+    metrics.events_published(events)
+    assert "w-1@host-a SILENT" in render({}, {"g|t|0": events[0]})
+
+    def silent() -> dict[tuple[str, str, str], float]:
+        text = generate_latest(metrics.registry).decode()
+        return {
+            (s.labels["group"], s.labels["member"], s.labels["host"]): s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "lagpilot_silent_worker_partitions"
+            for s in f.samples
+        }
+
+    assert silent() == {("g", "w-1", "host-a"): 1.0}
+    metrics.events_published([events[0] | {"status": "OK"}])  # back: reporting, caught up
+    assert silent() == {("g", "w-1", "host-a"): 0.0}
+
+
+def test_a_reporting_worker_is_not_flagged_silent():
+    w = Worker(commit_every_ms=1000)
+    w.run(T0 + 8000)
+    obs = w.model.observe(w.t)
+    events = obs.partition_events(np.array([0]), np.array([0]))
+    w.model.progress.annotate(events, w.t)
+    assert events[0]["worker"]["silent"] is False
     validate(events[0])
 
 
@@ -187,7 +296,7 @@ def test_time_per_message_is_learned_from_consecutive_reports():
 
 
 def test_overlay_leaves_cells_without_reports_and_its_inputs_alone():
-    m = TopicModel("t", CFG)
+    m = TopicModel("t", LagConfig(progress=ProgressConfig(warn_min_s=0.12)))
     for g in ("sdk", "plain"):
         m.commit(g, 0, 10, T0)
     m.add_sample(T0, [100])
@@ -203,5 +312,100 @@ def test_overlay_leaves_cells_without_reports_and_its_inputs_alone():
     out = m.progress.overlay(inputs, index=m._index, t_ms=m.t_ms, hw=m.hw, now_ms=T0 + 100)
     assert out["lag"].tolist() == [[0], [90]]
     assert out["since_commit_s"].tolist() == [[pytest.approx(0.1)], [9.0]]
-    assert out["warn_min_s"].tolist() == [[0.1], [0.15]]  # the lower floor: reports only
+    assert out["warn_min_s"].tolist() == [[0.12], [0.15]]  # its own floor: reports only
     assert inputs["lag"].tolist() == [[90], [90]]
+
+
+def _pause(w: Worker, ms: int, then_ms: int = 1000) -> None:
+    w.stalled = True
+    w.run(w.t + ms)
+    w.stalled = False
+    w.run(w.t + then_ms)
+
+
+def test_a_worker_on_a_busy_host_learns_its_pauses_instead_of_alarming():
+    """Healthy pauses below the threshold (a starved thread, GC) become the worker's usual
+    interval; a longer one then raises no WARN. The same pause on a worker that never
+    paused before does (the test can fail)."""
+    busy = Worker(rate=200, commit_every_ms=1000)
+    busy.run(T0 + 5000)
+    for _ in range(10):
+        _pause(busy, 200)  # the first may alarm: a pause is learned only below the threshold
+    learned = busy.model.progress.reports[("g", 0)].pause_s
+    assert 0.15 <= learned <= 0.2
+    start = busy.t
+    _pause(busy, 300)
+    assert busy.not_ok((start, busy.t)) == []
+
+    calm = Worker(rate=200, commit_every_ms=1000)
+    calm.run(T0 + 5000)
+    start = calm.t
+    _pause(calm, 300)
+    assert [s for _, s in calm.not_ok((start, calm.t))][:1] == [LagStatus.WARN]
+
+
+def test_a_stall_that_ends_does_not_raise_the_threshold_and_pauses_are_forgotten():
+    w = Worker(rate=200, commit_every_ms=1000)
+    w.run(T0 + 5000)
+    _pause(w, 2000)  # a real stall: WARN, STALL, then moving again
+    assert w.model.progress.reports[("g", 0)].pause_s == 0.0
+    onset = w.t
+    _pause(w, 600)
+    assert w.first(onset, LagStatus.WARN) <= 0.17 + 0.125 + 0.01  # as fast as the first time
+    for _ in range(5):
+        _pause(w, 140)
+    assert w.model.progress.reports[("g", 0)].pause_s >= 0.1
+    r = w.model.progress.reports[("g", 0)]
+    later = r.sent_at_ms + 300_000  # five half-lives without a pause
+    w.model.progress.report_many([["g", 0, r.processed + 10, later, later, 125, "w-1", "h", 1]])
+    assert w.model.progress.reports[("g", 0)].pause_s == pytest.approx(r.pause_s / 32)
+
+
+@pytest.mark.parametrize(
+    ("stuck_ms", "expected"),
+    [
+        ((250, 5), ["WARN", "OK"]),  # one partition stuck while its sibling moves: a stall
+        ((250, 250), ["OK", "OK"]),  # the whole worker paused: the process, not yet a stall
+        ((450, 450), ["WARN", "WARN"]),  # past the whole-worker floor (0.4 s + slack)
+        ((700, 5), ["STALL", "OK"]),  # a stall: error level after 0.5 s
+        ((700, 700), ["WARN", "WARN"]),  # a frozen worker: error level only after 1 s
+        ((1100, 1100), ["STALL", "STALL"]),
+    ],
+)
+def test_a_pause_of_the_whole_worker_waits_for_its_own_floor(stuck_ms, expected):
+    m = TopicModel("t", CFG)
+    t = T0
+    for i in range(41):  # 10 s at 200 msgs/s on two partitions, a worker that keeps up
+        t = T0 + i * 250
+        m.add_sample(t, [i * 50, i * 50])
+        rows = [["g", p, i * 50, t - 5, t, 125, "w-1", "host-a", 1] for p in (0, 1)]
+        m.progress.report_many(rows)
+        m.observe(t)
+    for p in (0, 1):
+        m.commit("g", p, 40 * 50, t)
+    now = t + 250 + 450
+    m.add_sample(t + 250, [41 * 50, 41 * 50])
+    # each partition processed everything produced until its pause began (200/s), and holds
+    # what came since (beyond the last sample: its reports say so)
+    m.progress.report_many(
+        [
+            ["g", p, (now - stuck_ms[p] - T0) // 5, now - stuck_ms[p], now, 125, "w", "h", 10]
+            for p in (0, 1)
+        ]
+    )
+    obs = m.observe(now)
+    assert [STATUS[int(s)] for s in obs[0].status] == expected
+
+
+def test_a_report_newer_than_the_sample_judged_is_not_taken_for_time_lag():
+    """A sample held back (the commits source behind) while a later report went ahead: the
+    report's negative age is not time the data waited."""
+    w = Worker(rate=200, commit_every_ms=1000)
+    w.run(T0 + 6000)
+    r = w.model.progress.reports[("g", 0)]
+    ahead = r.sent_at_ms + 240
+    w.model.progress.report_many(
+        [["g", 0, r.processed + 48, ahead - 5, ahead, 125, "w-1", "host-a", 1]]
+    )
+    obs = w.model.observe(w.model.last_sample_ms, slide=False)
+    assert STATUS[int(obs[0].status[0])] == "OK"

@@ -103,8 +103,9 @@ def test_progress_reports_ride_with_the_commits_latest_per_group_partition() -> 
     b.add_progress(_report(2100, 60), now_ms=4)  # older than the one held: ignored
     by_topic = {e["topic"]: e for e in b.drain()}
     assert by_topic["t"]["commits"] == [["g", 3, 40, 1900]]
-    assert by_topic["t"]["progress"] == [["g", 3, 75, 2245, 2250, 250, "w-1", "node-a"]]
-    assert by_topic["u"]["progress"] == [["g", 1, -1, 0, 2250, 250, "w-1", "node-a"]]
+    # the messages the worker holds ride along: data waits, whatever the last sample saw
+    assert by_topic["t"]["progress"] == [["g", 3, 75, 2245, 2250, 250, "w-1", "node-a", 2]]
+    assert by_topic["u"]["progress"] == [["g", 1, -1, 0, 2250, 250, "w-1", "node-a", 0]]
     assert by_topic["u"]["commits"] == []
     assert set(by_topic) == {"t", "u"}
     for event in by_topic.values():
