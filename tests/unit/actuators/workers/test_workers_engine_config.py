@@ -32,7 +32,7 @@ def _settings(**over: Any) -> dict[str, Any]:
         ({"max_workers": 1.5}, "max_workers=1.5"),
         ({"max_buffered_per_partition": 1}, "max_buffered_per_partition=1"),
         ({"max_attempts": 0}, "max_attempts=0"),
-        ({"progress_interval_ms": 5}, "progress_interval_ms=5: must be an integer >= 10"),
+        ({"progress_interval_ms": 5}, "LAGPILOT_PROGRESS_INTERVAL_MS=5: must be between 10 and"),
         (
             {"consumer_config": {"enable.auto.commit": True}},
             "consumer_config['enable.auto.commit']",
