@@ -25,6 +25,7 @@ import orjson
 from actuators.errors import ActuatorError
 from actuators.partitions import leadership_noop
 from actuators.settings import Settings
+from schemas.runtime.errors import LagpilotError
 
 BACKENDS_HELP = (
     "kafka (Kafka protocol: Apache Kafka, Redpanda >= 24.2), redpanda (plus the Admin API "
@@ -224,13 +225,9 @@ class RedpandaBackend:
             self.admin.transfer_leadership(topic, partition, target)
         except ActuatorError:
             raise
-        except Exception as exc:
-            if not hasattr(exc, "retriable"):
-                raise
+        except LagpilotError as exc:  # the Admin API client's error: its fields, kept
             raise ActuatorError(
-                f"Redpanda Admin API: {exc}",
-                code=getattr(exc, "code", None),
-                retriable=bool(exc.retriable),
+                f"Redpanda Admin API: {exc}", code=exc.code, retriable=exc.retriable, hint=exc.hint
             ) from None
         return f"{topic}/{partition}: leader {leader} -> {target} (Admin API)"
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.runtime.errors import LagpilotError
 
-class ActuatorError(Exception):
-    def __init__(self, message: str, *, code: int | str | None = None, retriable: bool) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.retriable = retriable
+
+class ActuatorError(LagpilotError):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | str | None = None,
+        retriable: bool,
+        hint: str = "",
+    ) -> None:
+        super().__init__(message, retriable=retriable, code=code, hint=hint)
 
     def as_outcome_error(self) -> dict[str, Any]:
         return {"message": self.message, "code": self.code, "retriable": self.retriable}

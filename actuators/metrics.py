@@ -1,26 +1,18 @@
 """The actuator's Prometheus metrics and its /metrics, /healthz, /readyz endpoints.
 
 Each Runner owns its own registry, so two actuators (or a test's several) in one process
-never collide on metric names. The HTTP server is a daemon thread: it never holds the
-process open and never touches the runner's clients, only the ``ready`` callable it is given.
+never collide on metric names. The HTTP server (schemas.runtime.http, shared with the
+pipeline) never touches the runner's clients, only the ``ready`` callable it is given.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from schemas import ActionType, OutcomeResult
+from schemas.runtime.http import HealthServer
 
 
 class Metrics:
@@ -53,46 +45,13 @@ class Metrics:
         )
 
 
-class MetricsServer:
-    """/metrics (Prometheus text), /healthz (the process answers), /readyz (``ready()``)."""
+class MetricsServer(HealthServer):
+    """/metrics (Prometheus text), /healthz (the process answers), /readyz (``ready()``):
+    the one server of schemas.runtime.http, on the actuator's registry."""
 
     def __init__(self, metrics: Metrics, ready: Callable[[], bool], port: int) -> None:
-        registry = metrics.registry
+        def readiness() -> tuple[bool, str]:
+            ok = ready()
+            return ok, "ready" if ok else "not ready: broker unreachable or starting"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == "/metrics":
-                    self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                elif self.path == "/healthz":
-                    self._send(200, b"ok\n")
-                elif self.path == "/readyz":
-                    ok = ready()
-                    body = b"ready\n" if ok else b"not ready: broker unreachable or starting\n"
-                    self._send(200 if ok else 503, body)
-                else:
-                    self._send(404, b"try /metrics, /healthz or /readyz\n")
-
-            def _send(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return  # scrapes every few seconds are not news
-
-        self._server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="actuator-metrics", daemon=True
-        )
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(port, metrics.registry, readiness, name="actuator-metrics")

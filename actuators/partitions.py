@@ -16,17 +16,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import kafka.errors as kafka_errors
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from actuators.errors import ActuatorError
+from schemas.runtime.kafka import kafka_error
 
 PREFERRED_ELECTION = 0
 
 
 def confluent_error(op: str, exc: BaseException) -> ActuatorError:
     """Translate a librdkafka exception at the edge, keeping its code and retriability."""
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    err = kafka_error(exc)
     if err is None:
         return ActuatorError(f"{op}: {exc}", retriable=True)
     return ActuatorError(f"{op}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))

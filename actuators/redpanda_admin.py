@@ -32,6 +32,9 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from schemas.runtime.backoff import backoff_s
+from schemas.runtime.errors import LagpilotError
+
 __all__ = [
     "RETRY_STATUSES",
     "RedpandaAdmin",
@@ -49,7 +52,7 @@ _MAX_REDIRECTS = 5
 _USER_AGENT = "lagpilot-redpanda-admin/1"
 
 
-class RedpandaAdminError(Exception):
+class RedpandaAdminError(LagpilotError):
     """A failed Admin API call, with what the caller needs to decide the next step.
 
     ``code`` is Redpanda's own code from the error body (often equal to the HTTP status),
@@ -68,14 +71,10 @@ class RedpandaAdminError(Exception):
         code: int | None = None,
         hint: str = "",
     ) -> None:
-        self.message = message
-        self.retriable = retriable
+        super().__init__(message, retriable=retriable, code=code, hint=hint)
         self.method = method
         self.url = url
         self.status = status
-        self.code = code
-        self.hint = hint
-        super().__init__(message)
 
     def __str__(self) -> str:
         where = f"{self.method} {self.url}: " if self.method else ""
@@ -100,14 +99,8 @@ class RedpandaAdminError(Exception):
         }
 
 
-def backoff_delay_s(retry: int, base_s: float, max_s: float, unit: float) -> float:
-    """Full-jitter backoff: uniform in [0, min(max_s, base_s * 2**retry)).
-
-    ``unit`` is a draw from [0, 1) passed in, so the schedule is a pure function. Full
-    jitter (not equal or decorrelated) spreads a herd of actuators retrying one broker best.
-    """
-    cap = min(max_s, base_s * (2 ** max(retry, 0)))
-    return max(0.0, cap * unit)
+#: Full-jitter backoff with the draw passed in (schemas.runtime.backoff, the one backoff).
+backoff_delay_s = backoff_s
 
 
 def parse_error_body(content: bytes) -> tuple[str, int | None]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
 from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
+from schemas.runtime.backoff import jittered_s
 
 log = logging.getLogger("lagpilot.actuator")
 
@@ -120,7 +120,7 @@ def with_retries(
         except ActuatorError as exc:
             if not exc.retriable or attempt >= max_retries:
                 raise
-            sleep(random.uniform(0, min(cap_s, base_s * 2**attempt)))
+            sleep(jittered_s(attempt, base_s, cap_s))
             attempt += 1
 
 

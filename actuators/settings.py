@@ -8,7 +8,6 @@ uses: the pipeline owns (and strictly validates) the rest of that file.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import socket
 import tomllib
@@ -19,6 +18,8 @@ from typing import Any
 
 from schemas import ConfigError, Mode
 from schemas import topics as topic_names
+from schemas.runtime import env as env_values
+from schemas.runtime.allow import AllowList
 
 BACKENDS = ("kafka", "redpanda", "dry-run")
 
@@ -42,30 +43,6 @@ ENV_KEYS: dict[str, str] = {
     "LAGPILOT_REDPANDA_ADMIN_PASSWORD": "redpanda_admin_password",
     "LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY": "redpanda_admin_tls_verify",
 }
-
-
-@dataclass(frozen=True)
-class AllowList:
-    """`[allow]` of the policy file: fnmatch globs. Empty lists allow nothing."""
-
-    partition_topics: tuple[str, ...] = ()
-    throttle_client_ids: tuple[str, ...] = ()
-
-    def allows_partitions(self, topic: str) -> bool:
-        return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)
-
-    def allows_throttle(self, entity: str, name: str) -> bool:
-        """A client-id must match a glob; a client-id-prefix must be *covered* by one.
-
-        A prefix throttles every client whose id starts with it, so it is allowed only by a
-        glob ending in ``*`` that matches the prefix itself: then every id that starts with
-        the prefix matches the glob too ("agent-" is covered by "agent-*", not by "agent-?").
-        """
-        if entity == "client-id":
-            return any(fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids)
-        return any(
-            g.endswith("*") and fnmatch.fnmatchcase(name, g) for g in self.throttle_client_ids
-        )
 
 
 @dataclass(frozen=True)
@@ -189,26 +166,19 @@ class Settings:
 
 
 def _coerce(name: str, raw: str) -> Any:
+    """An environment value as the setting's type (schemas.runtime.env, as the pipeline)."""
     default = getattr(Settings(), name)
-    try:
-        if isinstance(default, bool) or name == "redpanda_admin_tls_verify":
-            low = raw.strip().lower()
-            if low in {"1", "true", "yes"}:
-                return True
-            if low in {"0", "false", "no"}:
-                return False
-            return raw  # a CA bundle path
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError:
-        env = next(k for k, v in ENV_KEYS.items() if v == name)
-        raise ConfigError(
-            f"{env}: must be a {type(default).__name__} (got {raw!r}); fix or unset it"
-        ) from None
+    key = next(k for k, v in ENV_KEYS.items() if v == name)
+    if name == "redpanda_admin_tls_verify":
+        return env_values.parse_bool_or_path(key, raw)  # a CA bundle path, or a boolean
+    if isinstance(default, bool):
+        return env_values.parse_bool(key, raw)
+    if isinstance(default, int):
+        return env_values.parse_int(key, raw)
+    if isinstance(default, float):
+        return env_values.parse_float(key, raw)
     if isinstance(default, tuple):
-        return tuple(u.strip() for u in raw.split(",") if u.strip())
+        return env_values.parse_list(raw)
     return raw
 
 

@@ -516,7 +516,7 @@ def max_held(steps: list[dict[str, Any]]) -> int:
     return max(held, default=0)
 
 
-def replicas_needed(
+def pipeline_replicas_needed(
     group_partitions_per_replica: float,
     commits_per_replica: float,
     partitions: int,
@@ -621,7 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         "two_replicas": {"max_sustained_commits_per_s": two_max, "steps": two},
         "scaling_ratio": round(two_max / one_max, 2) if two_max and one_max else None,
         "replicas_for_10k_x_100": (
-            replicas_needed(gp_per_replica, per_replica, 10_000, 100, args.commit_interval_s)
+            pipeline_replicas_needed(
+                gp_per_replica, per_replica, 10_000, 100, args.commit_interval_s
+            )
             if basis
             else None
         ),

@@ -30,8 +30,9 @@ from pipeline.model.events import TopicObservation
 from pipeline.model.model_op import LagOperator, lag_key
 from pipeline.model.truth import ReadLimits, RecordTimeReader
 from pipeline.read.commits import RUN_KEY, STATS_HEADER, CommitsSource
-from pipeline.read.watermarks import STATS_HEADER as SAMPLER_HEADER
-from pipeline.read.watermarks import HighWatermarkSource, make_selector
+from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
+from pipeline.read.sampling import make_selector
+from pipeline.read.watermarks import HighWatermarkSource
 from pipeline.settings import Settings
 from schemas import topics, tracing
 

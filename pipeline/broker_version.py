@@ -26,6 +26,8 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.runtime.errors import LagpilotError
+
 API_VERSIONS = 18
 REQUEST_VERSION = 3  # the first flexible version: the one that carries features
 UNSUPPORTED_VERSION = 35
@@ -44,8 +46,10 @@ _LEVELS: dict[int, tuple[str, str]] = {
 }  # fmt: skip
 
 
-class DecodeError(ValueError):
+class DecodeError(LagpilotError, ValueError):
     """The answer is not an ApiVersions response lagpilot can read (names the field)."""
+
+    code = "malformed"
 
 
 @dataclass(frozen=True)

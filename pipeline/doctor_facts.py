@@ -21,6 +21,7 @@ from schemas.cli import (
     is_denied,
 )
 from schemas.keys import DECIDE
+from schemas.runtime.env import parse_bool_or_path
 
 LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
 DOCTOR_TOPIC = "lagpilot.doctor"
@@ -108,10 +109,8 @@ def _gather_admin_api(f: Facts, env: Mapping[str, str], timeout_s: float) -> Non
     f.admin_urls = urls
     user = env.get("LAGPILOT_REDPANDA_ADMIN_USERNAME")
     auth = (user, env.get("LAGPILOT_REDPANDA_ADMIN_PASSWORD", "")) if user else None
-    raw_verify = env.get("LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY", "true").strip()
-    verify: bool | str = raw_verify.lower() not in {"0", "false", "no", "off"}
-    if raw_verify.lower() not in {"0", "false", "no", "off", "1", "true", "yes", "on", ""}:
-        verify = raw_verify  # a CA bundle path
+    key = "LAGPILOT_REDPANDA_ADMIN_TLS_VERIFY"
+    verify = parse_bool_or_path(key, env.get(key, "true"))  # a CA bundle path, or a boolean
     for url in urls:
         try:
             r = httpx.get(

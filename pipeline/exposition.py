@@ -22,6 +22,7 @@ import numpy as np
 
 from pipeline.model.events import TopicObservation
 from schemas import LagStatus
+from schemas.runtime.errors import LagpilotError
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _render_topic(o: TopicObservation, lines: dict[str, list[str]], cache: Label
 # --------------------------------------------------------------------------- the child
 
 
-class RenderError(Exception):
+class RenderError(LagpilotError):
     """The render process failed or did not answer; ``retriable``: a new one is started
     on the next scrape, and this scrape is rendered in-process."""
 

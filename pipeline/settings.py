@@ -18,6 +18,7 @@ from pipeline.model.group_health import HealthConfig
 from pipeline.model.progress import ProgressConfig
 from schemas import ConfigError
 from schemas import topics as topic_names
+from schemas.runtime import env as env_values
 
 ENV_PREFIX = "LAGPILOT_"
 KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
@@ -178,24 +179,11 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 def _coerce(name: str, typ: Any, raw: Any) -> Any:
     key = f"{ENV_PREFIX}{name.upper()}"
     if typ is bool or typ == "bool":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in {"1", "true", "yes", "on"}:
-            return True
-        if text in {"0", "false", "no", "off"}:
-            return False
-        raise ConfigError(f"{key}={raw!r}: expected true or false")
+        return env_values.parse_bool(key, raw)
     if typ in (int, "int"):
-        try:
-            return int(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}={raw!r}: expected a whole number") from None
+        return env_values.parse_int(key, raw)
     if typ in (float, "float"):
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}={raw!r}: expected a number") from None
+        return env_values.parse_float(key, raw)
     return str(raw)
 
 

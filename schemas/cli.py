@@ -39,6 +39,7 @@ from schemas.client_log import short as _short
 from schemas.client_log import unreachable_sentence as unreachable_sentence
 from schemas.client_log import watch_client_logs as watch_client_logs
 from schemas.codec import ConfigError
+from schemas.runtime.errors import LagpilotError
 
 EX_OK = 0
 EX_FAILED = 1
@@ -71,11 +72,11 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:21092"
 log = logging.getLogger("lagpilot")
 
 
-class CommandError(Exception):
+class CommandError(LagpilotError):
     """An expected failure: ``str(exc)`` is the one line a user reads, ``exit_code`` its class."""
 
     def __init__(self, message: str, exit_code: int = EX_FAILED) -> None:
-        super().__init__(message)
+        super().__init__(message, code=exit_code)
         self.exit_code = exit_code
 
 
@@ -304,11 +305,13 @@ _TLS_WORDS = ("SSL", "TLS", "certificate")
 
 
 def _kafka_error(e: Any) -> Any:
-    """The ``KafkaError`` of a ``KafkaException`` (or the error itself)."""
-    args = getattr(e, "args", ())
-    if args and hasattr(args[0], "name"):
-        return args[0]
-    return e
+    """The ``KafkaError`` of a ``KafkaException`` (schemas.runtime.kafka), or ``e`` itself."""
+    from confluent_kafka import KafkaError
+
+    from schemas.runtime.kafka import kafka_error
+
+    err = kafka_error(e) if isinstance(e, BaseException | KafkaError) else None
+    return e if err is None else err
 
 
 def explain_kafka(

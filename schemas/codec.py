@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from schemas.runtime.errors import ConfigError, LagpilotError
+
 if TYPE_CHECKING:
     from schemas.keys import Keyring, SigningKey
 
@@ -30,7 +32,7 @@ SIGNING_KEY_ENV = "LAGPILOT_SIGNING_KEY"
 SIGNING_KEY_FILE_ENV = "LAGPILOT_SIGNING_KEY_FILE"
 
 
-class EventError(ValueError):
+class EventError(LagpilotError, ValueError):
     """An event is malformed, fails its schema, or is not signed correctly.
 
     Never retriable: the same bytes fail the same way. ``reason`` is a short machine
@@ -40,14 +42,8 @@ class EventError(ValueError):
     retriable = False
 
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(message, code=reason)
         self.reason = reason
-
-
-class ConfigError(ValueError):
-    """A setting is missing or wrong; the message names the key and the fix."""
-
-    retriable = False
 
 
 def to_dict(event: Any) -> dict[str, Any]:

@@ -9,7 +9,6 @@ sees a stall within half a second whatever the commit cadence.
 Start with ``Worker`` and docs/workers.md.
 """
 
-from actuators.workers.consumer import Worker
 from actuators.workers.control import Command, read_command
 from actuators.workers.dedupe import (
     IDEMPOTENCY_HEADER,
@@ -28,6 +27,7 @@ from actuators.workers.pool import PoolWorker
 from actuators.workers.producer import RateCounter, RateProducer
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_event
 from actuators.workers.tracker import OffsetTracker
+from actuators.workers.worker import Worker
 
 __all__ = [
     "IDEMPOTENCY_HEADER",

@@ -31,6 +31,8 @@ from schemas import (
     verify,
 )
 from schemas.halts import halt_scope, halts_topic_for, read_in_force
+from schemas.runtime.backoff import backoff_s
+from schemas.runtime.kafka import kafka_error
 
 log = logging.getLogger(__name__)
 
@@ -274,9 +276,9 @@ def _end_offset(consumer: Consumer, tp: TopicPartition, attempts: int = 20) -> i
             _, high = consumer.get_watermark_offsets(tp, timeout=10)
             return int(high)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
+            err = kafka_error(exc)
             transient = err is not None and (err.retriable() or err.code() in _NO_LEADER_YET)
             if attempt == attempts - 1 or not transient:
                 raise
-            time.sleep(min(0.05 * 2**attempt, 1.0))
+            time.sleep(backoff_s(attempt, 0.05, 1.0))
     raise AssertionError("unreachable")

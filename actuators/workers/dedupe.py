@@ -40,12 +40,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
+from schemas.runtime.errors import LagpilotError
+
 T = TypeVar("T")
 InDoubt = Literal["raise", "retry", "skip"]
 IDEMPOTENCY_HEADER = "idempotency-key"
 
 
-class InDoubtError(RuntimeError):
+class InDoubtError(LagpilotError, RuntimeError):
     """A previous attempt claimed this key and never finished: its effect is unknown.
 
     Not retriable by waiting; decide per effect (``in_doubt="retry"`` if the downstream
@@ -53,6 +55,8 @@ class InDoubtError(RuntimeError):
     """
 
     retriable = False
+    code = "in_doubt"
+    hint = "pass in_doubt='retry' if the downstream dedupes on ctx.key, 'skip' for at-most-once"
 
 
 class Claim(StrEnum):

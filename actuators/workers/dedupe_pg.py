@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from actuators.workers.dedupe import Claim, _now_ms, _owner_token
+from schemas.runtime.errors import LagpilotError
 
 #: schema migrations, in order; the version table says how many have run
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -47,12 +48,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 _LOCK_ID = 0x6C61_6770_6465_6475  # "lagpdedu": the advisory lock of schema migrations
 
 
-class DedupeStoreError(RuntimeError):
+class DedupeStoreError(LagpilotError, RuntimeError):
     """The PostgreSQL store cannot be reached or set up; the message says what to change."""
 
     def __init__(self, message: str, retriable: bool) -> None:
-        super().__init__(message)
-        self.retriable = retriable
+        super().__init__(message, retriable=retriable)
 
 
 class PostgresDedupeStore:

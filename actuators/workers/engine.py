@@ -25,7 +25,7 @@ from actuators.workers.dedupe import (
     idempotency_key,
     open_store,
 )
-from actuators.workers.lanes import Dispatcher, TopicPart
+from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
 from schemas import ConfigError, Verifier, load_verifier, tracing
@@ -129,7 +129,7 @@ class Engine(abc.ABC):
         self.dedupe: DedupeStore = (
             open_store(dedupe) if isinstance(dedupe, str | os.PathLike) else dedupe
         )
-        self._dispatcher = Dispatcher(
+        self._dispatcher = LaneExecutor(
             self._process,
             max_workers=max_workers or MAX_WORKERS,
             default_lanes=lanes,

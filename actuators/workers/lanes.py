@@ -62,7 +62,7 @@ class _Part:
         return sum(len(q) for q in self.queues)
 
 
-class Dispatcher:
+class LaneExecutor:
     """Routes polled messages to lanes and runs them on a thread pool.
 
     ``process(message)`` must not raise (the worker wraps the handler with retries and

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipeline.decide.policy import CONTROL_TTL_MS, build_action
+from pipeline.decide.state import CONTROL_TTL_MS, build_action
 from schemas import (
     ActionType,
     ConfigError,
@@ -61,6 +61,7 @@ from schemas.cli import (
 )
 from schemas.halts import halt_params, halt_scope, halts_topic_for
 from schemas.keys import OPERATOR
+from schemas.runtime.errors import LagpilotError
 from schemas.topics import CONTROL, OUTCOMES
 
 log = logging.getLogger("lagpilot.control")
@@ -78,7 +79,7 @@ class ProducerLike(Protocol):
     def flush(self, timeout: float) -> int: ...
 
 
-class PublishError(RuntimeError):
+class PublishError(LagpilotError, RuntimeError):
     """Actions could not be delivered to the control topic.
 
     ``retriable`` is the broker's verdict on the first failure (e.g. a leader election is
@@ -86,8 +87,7 @@ class PublishError(RuntimeError):
     """
 
     def __init__(self, message: str, retriable: bool, denied: bool = False) -> None:
-        super().__init__(message)
-        self.retriable = retriable
+        super().__init__(message, retriable=retriable)
         self.denied = denied  # an ACL refused the write: exit 77, not "try again"
 
 

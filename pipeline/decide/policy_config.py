@@ -26,158 +26,29 @@ Any other ``LAGPILOT_POLICY_*`` variable is an error (a misspelt override would 
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.decide.ladder import Ladders, parse_ladders
-from schemas import ActionType, ConfigError, Mode
-
-FILE_ENV = "LAGPILOT_POLICY_FILE"
-ENV_PREFIX = "LAGPILOT_POLICY_"
-
-#: Action types the policy may decide; halt/resume come only from people (the kill switch).
-POLICY_ACTIONS: tuple[ActionType, ...] = (
-    ActionType.THROTTLE_PRODUCER,
-    ActionType.RELEASE_PRODUCER,
-    ActionType.TRANSFER_LEADERSHIP,
-    ActionType.ADD_PARTITIONS,
-    ActionType.SPREAD_PARTITION,
-    ActionType.RESTORE_PARTITION,
-    ActionType.SCALE_CONSUMERS,
+from pipeline.decide.ladder import parse_ladders
+from pipeline.decide.policy_types import (
+    DEFAULT_COOLDOWNS_S,
+    ENV_PREFIX,
+    FILE_ENV,
+    POLICY_ACTIONS,
+    Override,
+    PolicyConfig,
+    Producer,
+    Thresholds,
 )
-
-#: Cluster-side moves cool down longer: Redpanda's balancer mutes a group 5 min after a move,
-#: and a topic's partition count should settle before it is judged again.
-DEFAULT_COOLDOWNS_S: dict[str, float] = {
-    ActionType.TRANSFER_LEADERSHIP: 300.0,
-    ActionType.ADD_PARTITIONS: 600.0,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """When a (group, topic) is in trouble, and when it is out of it again.
-
-    Enter: time lag >= ``time_lag_s`` or offset lag >= ``offset_lag`` or (acceleration >=
-    ``accel_per_s2`` while the lag is above the exit level). Exit: time lag and offset lag
-    both below ``exit_ratio`` times their enter level. ``enter_windows`` consecutive
-    summaries above enter open an incident; ``exit_windows`` below exit close it.
-    """
-
-    time_lag_s: float = 30.0
-    offset_lag: int = 100_000
-    accel_per_s2: float = 1_000.0
-    exit_ratio: float = 0.5
-    enter_windows: int = 3
-    exit_windows: int = 8
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """Threshold values for groups and/or topics matching globs (``None`` = any)."""
-
-    key: str
-    group_glob: str | None
-    topic_glob: str | None
-    values: Mapping[str, Any]
-
-    @property
-    def specificity(self) -> int:
-        return (self.group_glob is not None) * 2 + (self.topic_glob is not None)
-
-    def matches(self, group: str, topic: str) -> bool:
-        return (self.group_glob is None or fnmatch.fnmatchcase(group, self.group_glob)) and (
-            self.topic_glob is None or fnmatch.fnmatchcase(topic, self.topic_glob)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Producer:
-    """Producers (a client id, or a prefix when the key ends in ``*``) and the topics they write."""
-
-    entity: str  # "client-id" | "client-id-prefix" (Kafka client-quota entity types)
-    name: str
-    topics: tuple[str, ...]  # fnmatch globs
-
-    @property
-    def target(self) -> str:
-        return f"{self.entity}:{self.name}"
-
-    def writes(self, topic: str) -> bool:
-        return any(fnmatch.fnmatchcase(topic, glob) for glob in self.topics)
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    mode: Mode = Mode.RECOMMEND
-    policy_version: str = "0"
-    default_thresholds: Thresholds = field(default_factory=Thresholds)
-    overrides: tuple[Override, ...] = ()
-    cooldown_default_s: float = 30.0
-    cooldowns_s: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_COOLDOWNS_S))
-    actions_per_minute: int = 6
-    throttle_start_bytes_per_s: int = 10_485_760
-    throttle_floor_bytes_per_s: int = 1_048_576
-    throttle_step_ratio: float = 0.5
-    throttle_lease_s: float = 60.0
-    partition_topics: tuple[str, ...] = ()
-    throttle_client_ids: tuple[str, ...] = ()
-    producers: tuple[Producer, ...] = ()
-    broker_ids: tuple[int, ...] = ()
-    enabled: frozenset[str] = frozenset(POLICY_ACTIONS)
-    action_ttl_s: float = 30.0
-    hot_ratio: float = 4.0
-    spread_lanes: int = 4
-    spread_pool: str | None = None
-    leadership_min_partitions: int = 2
-    lag_per_replica: int = 10_000
-    partitions_growth_ratio: float = 2.0
-    partitions_max_total: int = 64
-    forget_after_s: float = 900.0
-    # diagnose, then act by the cause's ladder (off: every enabled rule acts on its own in
-    # any incident, the behaviour before diagnosis; tests of single rules use that)
-    diagnose: bool = True
-    burst_ratio: float = 2.0
-    hold_ratio: float = 0.7
-    rates_stale_s: float = 5.0
-    verify_improve_ratio: float = 0.8
-    ladders: Ladders = field(default_factory=Ladders)
-
-    def thresholds_for(self, group: str, topic: str) -> Thresholds:
-        """Defaults, then matching overrides from least to most specific (file order within)."""
-        matching = [o for o in self.overrides if o.matches(group, topic)]
-        t = self.default_thresholds
-        for o in sorted(matching, key=lambda o: o.specificity):  # sort is stable: file order
-            t = replace(t, **o.values)
-        return t
-
-    def cooldown_s(self, action_type: str) -> float:
-        return self.cooldowns_s.get(action_type, self.cooldown_default_s)
-
-    def may_throttle(self, name: str, entity: str = "client-id") -> bool:
-        """The actuator's rule: a prefix must be covered by a glob ending in ``*``.
-
-        A prefix quota throttles every client whose id starts with it, so "agent-" is
-        allowed by "agent-*" but not by "agent-" or "agent-?".
-        """
-        return any(
-            fnmatch.fnmatchcase(name, g) and (entity == "client-id" or g.endswith("*"))
-            for g in self.throttle_client_ids
-        )
-
-    def may_add_partitions(self, topic: str) -> bool:
-        return any(fnmatch.fnmatchcase(topic, g) for g in self.partition_topics)
-
+from schemas import ActionType, ConfigError, Mode
 
 # -- validation helpers: each names its key and the fix -------------------------------------
 
 
-class _Reader:
+class _TableReader:
     """Reads one TOML table, remembering which keys it used so leftovers are reported."""
 
     def __init__(self, table: Any, path: str, origins: Mapping[str, str]) -> None:
@@ -260,7 +131,7 @@ class _Reader:
             )
 
 
-def _thresholds(r: _Reader, base: Thresholds, *, partial: bool) -> dict[str, Any]:
+def _thresholds(r: _TableReader, base: Thresholds, *, partial: bool) -> dict[str, Any]:
     """Threshold values of one table; ``partial`` (an override) keeps only keys it sets."""
     readers: dict[str, Callable[[], Any]] = {
         "time_lag_s": lambda: r.number(
@@ -303,12 +174,12 @@ def _override(key: str, table: Any, base: Thresholds, origins: Mapping[str, str]
             f'policy.thresholds."{key}": not a threshold section; name it "default", '
             '"group:<glob>", "topic:<glob>" or "group:<glob>,topic:<glob>"'
         )
-    r = _Reader(table, f'thresholds."{key}"', origins)
+    r = _TableReader(table, f'thresholds."{key}"', origins)
     return Override(key, group, topic, _thresholds(r, base, partial=True))
 
 
 def _producers(table: Any, origins: Mapping[str, str]) -> tuple[Producer, ...]:
-    r = _Reader(table, "producers", origins)
+    r = _TableReader(table, "producers", origins)
     out = []
     for key in table:
         topics = r.strings(key, ())
@@ -375,7 +246,7 @@ def config_from_mapping(
     """Validate a parsed TOML document (plus environment overrides) into a PolicyConfig."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     origins = _apply_env(data, env or {})
-    top = _Reader(data, "", origins)
+    top = _TableReader(data, "", origins)
     d = PolicyConfig()
 
     mode = top.get("mode", d.mode.value)
@@ -387,10 +258,10 @@ def config_from_mapping(
         )
     version = top.string("policy_version", d.policy_version) or d.policy_version
 
-    th = _Reader(top.get("thresholds", {}), "thresholds", origins)
+    th = _TableReader(top.get("thresholds", {}), "thresholds", origins)
     default = Thresholds(
         **_thresholds(
-            _Reader(th.get("default", {}), "thresholds.default", origins),
+            _TableReader(th.get("default", {}), "thresholds.default", origins),
             d.default_thresholds,
             partial=False,
         )
@@ -400,7 +271,7 @@ def config_from_mapping(
     )
     th.used.update(th.table)
 
-    cd = _Reader(top.get("cooldowns", {}), "cooldowns", origins)
+    cd = _TableReader(top.get("cooldowns", {}), "cooldowns", origins)
     cooldown_default = cd.number(
         "default_s", d.cooldown_default_s, strict=False, unit="number of seconds"
     )
@@ -413,11 +284,11 @@ def config_from_mapping(
     }
     cd.done(known=tuple(map(str, POLICY_ACTIONS)))
 
-    bu = _Reader(top.get("budget", {}), "budget", origins)
+    bu = _TableReader(top.get("budget", {}), "budget", origins)
     per_minute = bu.integer("actions_per_minute", d.actions_per_minute, unit="number of actions")
     bu.done()
 
-    tr = _Reader(top.get("throttle", {}), "throttle", origins)
+    tr = _TableReader(top.get("throttle", {}), "throttle", origins)
     floor = tr.integer("floor_bytes_per_s", d.throttle_floor_bytes_per_s, unit="byte rate")
     start = tr.integer("start_bytes_per_s", d.throttle_start_bytes_per_s, unit="byte rate")
     step = tr.number(
@@ -440,14 +311,14 @@ def config_from_mapping(
             "raise lease_s or lower cooldowns.throttle_producer",
         )
 
-    al = _Reader(top.get("allow", {}), "allow", origins)
+    al = _TableReader(top.get("allow", {}), "allow", origins)
     partition_topics = al.strings("partition_topics", ())
     client_ids = al.strings("throttle_client_ids", ())
     al.done()
 
     producers = _producers(top.get("producers", {}), origins)
 
-    br = _Reader(top.get("brokers", {}), "brokers", origins)
+    br = _TableReader(top.get("brokers", {}), "brokers", origins)
     ids = br.get("ids", [])
     if not isinstance(ids, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
@@ -459,7 +330,7 @@ def config_from_mapping(
         )
     br.done()
 
-    ac = _Reader(top.get("actions", {}), "actions", origins)
+    ac = _TableReader(top.get("actions", {}), "actions", origins)
     enabled = ac.strings("enabled", tuple(d.enabled))
     bad = [e for e in enabled if e not in {str(t) for t in POLICY_ACTIONS}]
     if bad:
@@ -471,13 +342,13 @@ def config_from_mapping(
     ttl = ac.number("ttl_s", d.action_ttl_s, unit="number of seconds")
     ac.done()
 
-    hs = _Reader(top.get("hotspot", {}), "hotspot", origins)
+    hs = _TableReader(top.get("hotspot", {}), "hotspot", origins)
     hot_ratio = hs.number("ratio", d.hot_ratio, minimum=1.0, unit="ratio to the next worst")
     lanes = hs.integer("lanes", d.spread_lanes, minimum=2, unit="number of lanes")
     pool = hs.string("pool", d.spread_pool)
     hs.done()
 
-    le = _Reader(top.get("leadership", {}), "leadership", origins)
+    le = _TableReader(top.get("leadership", {}), "leadership", origins)
     min_parts = le.integer(
         "min_partitions",
         d.leadership_min_partitions,
@@ -486,20 +357,20 @@ def config_from_mapping(
     )
     le.done()
 
-    sc = _Reader(top.get("scale", {}), "scale", origins)
+    sc = _TableReader(top.get("scale", {}), "scale", origins)
     per_replica = sc.integer("lag_per_replica", d.lag_per_replica, unit="number of offsets")
     sc.done()
 
-    pa = _Reader(top.get("partitions", {}), "partitions", origins)
+    pa = _TableReader(top.get("partitions", {}), "partitions", origins)
     growth = pa.number("growth_ratio", d.partitions_growth_ratio, minimum=1.0, unit="growth ratio")
     max_total = pa.integer("max_total", d.partitions_max_total, unit="partition count")
     pa.done()
 
-    st = _Reader(top.get("state", {}), "state", origins)
+    st = _TableReader(top.get("state", {}), "state", origins)
     forget = st.number("forget_after_s", d.forget_after_s, unit="number of seconds")
     st.done()
 
-    dg = _Reader(top.get("diagnosis", {}), "diagnosis", origins)
+    dg = _TableReader(top.get("diagnosis", {}), "diagnosis", origins)
     diagnose = dg.get("enabled", d.diagnose)
     if not isinstance(diagnose, bool):
         raise dg.fail("enabled", f"must be true or false (got {diagnose!r})",
@@ -509,7 +380,7 @@ def config_from_mapping(
     stale = dg.number("rates_stale_s", d.rates_stale_s, unit="number of seconds")
     dg.done()
 
-    ve = _Reader(top.get("verify", {}), "verify", origins)
+    ve = _TableReader(top.get("verify", {}), "verify", origins)
     improve = ve.number("improve_ratio", d.verify_improve_ratio, maximum=1.0,
                         unit="fraction of the time lag at apply")  # fmt: skip
     ve.done()

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from schemas.runtime.errors import LagpilotError
+
 CAPACITY, TIME_LAG, OFFSET_LAG = "capacity", "timeLag", "offsetLag"
 METRICS = (CAPACITY, TIME_LAG, OFFSET_LAG)
 
@@ -37,13 +39,13 @@ OUR_KEYS = (
 )
 
 
-class MetadataError(ValueError):
+class MetadataError(LagpilotError, ValueError):
     """A trigger metadata key is missing or wrong; ``key`` names it, the message the fix."""
 
     retriable = False
 
     def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"scalerMetadata.{key}: {problem}; {fix}")
+        super().__init__(f"scalerMetadata.{key}: {problem}; {fix}", code=key)
         self.key = key
 
 

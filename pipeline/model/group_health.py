@@ -29,11 +29,18 @@ replay of an old log after a restart does not look like a storm now.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from pipeline.model.group_state import (
+    STATUSES,
+    Group,
+    HealthConfig,
+    Member,
+    Owner,
+    deleted_event,
+    group_state,
+)
 from pipeline.read.consumer_group_records import (
     ConsumerGroupEpoch,
     ConsumerGroupRecord,
@@ -47,73 +54,6 @@ from schemas.offsets import GroupMetadata, GroupRemoved, OffsetCommit, OffsetDel
 
 __all__ = ["STATUSES", "GroupHealth", "HealthConfig", "Owner"]
 
-STATUSES = ("OK", "REBALANCING", "EMPTY", "STORM", "DELETED")
-
-
-@dataclass(frozen=True, slots=True)
-class HealthConfig:
-    """Defaults: 3 generation moves in 60 s with 10 s of no commit progress is a storm.
-
-    One rebalance is normal (a deploy), two can be a rolling restart; three within a
-    minute while nothing is committed is the seed war story: members missing heartbeats
-    under heavy messages, rejoining, and missing them again."""
-
-    storm_rebalances: int = 3
-    storm_window_s: float = 60.0
-    stall_s: float = 10.0
-    interval_ms: int = 5_000  # re-publish an unchanged group this often
-
-    def __post_init__(self) -> None:
-        if self.storm_rebalances < 2:
-            raise ValueError(
-                f"group health storm_rebalances is {self.storm_rebalances}: set it to 2 or more "
-                "(one rebalance is any deploy)"
-            )
-        for name in ("storm_window_s", "stall_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"group health {name} must be > 0 seconds")
-
-
-class Owner(NamedTuple):
-    member_id: str
-    client_id: str
-    client_host: str
-
-
-@dataclass
-class _Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    instance_id: str | None
-    assignment: dict[str, tuple[int, ...]] = field(default_factory=dict)  # topic or id
-    member_epoch: int = -1
-    subscribed: tuple[str, ...] = ()  # KIP-848: topic names, or ("*",) for a regex
-
-    @property
-    def identity(self) -> str:
-        return self.instance_id or f"{self.client_id}@{self.client_host}"
-
-
-@dataclass
-class _Group:
-    name: str
-    protocol: str
-    generation: int = -1
-    target_epoch: int = -1
-    members: dict[str, _Member] = field(default_factory=dict)
-    rebalances: deque[int] = field(default_factory=deque)  # record ms of each move
-    rebalances_total: int = 0
-    # (ms, "joined"/"left", identity, member) in the window
-    churn: deque[tuple[int, str, str, _Member]] = field(default_factory=deque)
-    positions: dict[tuple[str, int], int] = field(default_factory=dict)
-    progress_ms: dict[tuple[str, int], int] = field(default_factory=dict)  # per partition
-    last_progress_ms: int = 0
-    status: str = ""
-    status_since_ms: int = 0
-    sent_ms: int = 0
-    sent_key: tuple[Any, ...] = ()
-
 
 class GroupHealth:
     """The health of every group seen on ``__consumer_offsets``.
@@ -124,7 +64,7 @@ class GroupHealth:
 
     def __init__(self, cfg: HealthConfig | None = None) -> None:
         self.cfg = cfg or HealthConfig()
-        self.groups: dict[str, _Group] = {}
+        self.groups: dict[str, Group] = {}
         self.topic_names: dict[str, str] = {}  # KIP-848 topic id -> name
         self._dirty: set[str] = set()
         self._removed: list[tuple[str, bool]] = []
@@ -211,10 +151,10 @@ class GroupHealth:
         self._applied[key] = offset
         return False
 
-    def _group(self, name: str, protocol: str) -> _Group:
+    def _group(self, name: str, protocol: str) -> Group:
         g = self.groups.get(name)
         if g is None:
-            g = self.groups[name] = _Group(name, protocol)
+            g = self.groups[name] = Group(name, protocol)
         g.protocol = protocol
         return g
 
@@ -232,7 +172,7 @@ class GroupHealth:
             g.last_progress_ms = max(g.last_progress_ms, at)
             g.progress_ms[key] = max(g.progress_ms.get(key, 0), at)
 
-    def _moved(self, g: _Group, generation: int, ts_ms: int) -> None:
+    def _moved(self, g: Group, generation: int, ts_ms: int) -> None:
         if generation != g.generation:
             if g.generation >= 0 or generation > 0:
                 g.rebalances.append(ts_ms)
@@ -240,14 +180,14 @@ class GroupHealth:
             g.generation = generation
         self._dirty.add(g.name)
 
-    def _left(self, g: _Group, m: _Member, ts_ms: int) -> None:
+    def _left(self, g: Group, m: Member, ts_ms: int) -> None:
         g.churn.append((ts_ms, "left", m.identity, m))
 
     def _classic(self, r: GroupMetadata, ts_ms: int) -> None:
         g = self._group(r.group, "classic")
-        new: dict[str, _Member] = {}
+        new: dict[str, Member] = {}
         for gm in r.members:
-            new[gm.member_id] = _Member(
+            new[gm.member_id] = Member(
                 gm.member_id,
                 gm.client_id,
                 gm.client_host,
@@ -276,7 +216,7 @@ class GroupHealth:
         elif isinstance(r, ConsumerMemberMetadata):
             m = g.members.get(r.member_id)
             if m is None:
-                m = g.members[r.member_id] = _Member(r.member_id, "", "", None)
+                m = g.members[r.member_id] = Member(r.member_id, "", "", None)
                 g.churn.append((ts_ms, "joined", "", m))
             m.client_id, m.client_host, m.instance_id = r.client_id, r.client_host, r.instance_id
             m.subscribed = r.subscribed_topics if not r.subscribed_regex else ("*",)
@@ -344,10 +284,10 @@ class GroupHealth:
             for name in m.subscribed
         }
 
-    def _topic(self, g: _Group, key: str) -> str | None:
+    def _topic(self, g: Group, key: str) -> str | None:
         return self.topic_names.get(key) if g.protocol == "consumer" else key
 
-    def _index_owners(self, g: _Group) -> None:
+    def _index_owners(self, g: Group) -> None:
         new: dict[str, dict[int, Owner]] = {}
         for m in g.members.values():
             owner = Owner(m.member_id, m.client_id, m.client_host)
@@ -384,27 +324,17 @@ class GroupHealth:
 
     # -- status and events -----------------------------------------------------------------
 
-    def _trim(self, g: _Group, now_ms: int) -> None:
+    def _trim(self, g: Group, now_ms: int) -> None:
         edge = now_ms - int(self.cfg.storm_window_s * 1000)
         while g.rebalances and g.rebalances[0] < edge:
             g.rebalances.popleft()
         while g.churn and g.churn[0][0] < edge:
             g.churn.popleft()
 
-    def _state(self, g: _Group) -> str:
-        if not g.members:
-            return "Empty"
-        if g.protocol == "consumer":
-            if g.target_epoch < g.generation:
-                return "Assigning"
-            if any(m.member_epoch < g.target_epoch for m in g.members.values()):
-                return "Reconciling"
-        return "Stable"
-
-    def _stalled(self, g: _Group, now_ms: int) -> bool:
+    def _stalled(self, g: Group, now_ms: int) -> bool:
         return now_ms - g.last_progress_ms >= self.cfg.stall_s * 1000
 
-    def _stuck(self, g: _Group, now_ms: int) -> dict[str, list[int]]:
+    def _stuck(self, g: Group, now_ms: int) -> dict[str, list[int]]:
         """Partitions (topic -> partitions) held by members that left in the window, whose
         commits did not advance for ``stall_s``: what the members keep leaving with."""
         edge = now_ms - self.cfg.stall_s * 1000
@@ -428,7 +358,7 @@ class GroupHealth:
             return ""
         self._trim(g, now_ms)
         stalled = self._stalled(g, now_ms)
-        state = self._state(g)
+        state = group_state(g)
         if len(g.rebalances) >= self.cfg.storm_rebalances and (stalled or self._stuck(g, now_ms)):
             return "STORM"
         if state == "Empty":
@@ -438,8 +368,8 @@ class GroupHealth:
             return "REBALANCING"
         return "OK"
 
-    def _flapping(self, g: _Group, now_ms: int) -> dict[str, Any] | None:
-        leaves: dict[str, list[_Member]] = {}
+    def _flapping(self, g: Group, now_ms: int) -> dict[str, Any] | None:
+        leaves: dict[str, list[Member]] = {}
         for _, kind, identity, m in g.churn:
             if kind == "left":
                 leaves.setdefault(identity, []).append(m)
@@ -468,7 +398,7 @@ class GroupHealth:
             "partitions": partitions,
         }
 
-    def _assignment(self, g: _Group, m: _Member) -> list[dict[str, Any]]:
+    def _assignment(self, g: Group, m: Member) -> list[dict[str, Any]]:
         out = []
         for key, parts in sorted(m.assignment.items()):
             topic = self._topic(g, key)
@@ -485,7 +415,7 @@ class GroupHealth:
         if status != g.status:
             g.status, g.status_since_ms = status, now_ms
         stalled = self._stalled(g, now_ms)
-        state = self._state(g)
+        state = group_state(g)
         window_s = self.cfg.storm_window_s
         last = g.rebalances[-1] if g.rebalances else None
         churn = [kind for _, kind, _, _ in g.churn]
@@ -531,7 +461,8 @@ class GroupHealth:
         if now_ms >= self._next_scan_ms:
             self._next_scan_ms = now_ms + 250
             names.update(self.groups)
-        out = [self._deleted(name, kip848, now_ms) for name, kip848 in self._removed]
+        window_s = self.cfg.storm_window_s
+        out = [deleted_event(name, kip848, now_ms, window_s) for name, kip848 in self._removed]
         self._removed.clear()
         for name in sorted(names):
             g = self.groups.get(name)
@@ -545,31 +476,6 @@ class GroupHealth:
                 g.sent_key, g.sent_ms = key, now_ms
                 out.append(ev)
         return out
-
-    def _deleted(self, name: str, kip848: bool, now_ms: int) -> dict[str, Any]:
-        return {
-            "event": "group_health",
-            "v": 1,
-            "group": name,
-            "observed_at_ms": now_ms,
-            "protocol": "consumer" if kip848 else "classic",
-            "state": "Dead",
-            "generation": -1,
-            "status": "DELETED",
-            "status_since_ms": now_ms,
-            "members": [],
-            "window_s": self.cfg.storm_window_s,
-            "rebalances_per_min": 0.0,
-            "rebalances_total": 0,
-            "last_rebalance_ms": None,
-            "since_last_rebalance_s": None,
-            "joined": 0,
-            "left": 0,
-            "commits_stalled": False,
-            "last_progress_ms": None,
-            "consumption_stopped": False,
-            "storm": None,
-        }
 
     def summary(self, now_ms: int) -> Iterable[tuple[str, str, int, int, int]]:
         """(group, status, members, generation, rebalances_total) of every group: metrics."""

@@ -7,30 +7,45 @@ partition) and ONE message per topic carrying all its partitions: per-message co
 dominates in Python, so the cost must grow with topics, not partitions (one message per
 partition would be 40,000 messages/s for 10,000 partitions at 250 ms).
 
-The module is split the house way: the pure core (topic selection, building
-``Watermarks`` from a ListOffsets result, the tick schedule, backoff, error kinds) takes
-plain data and ``now``, and is unit-tested without a broker; ``HighWatermarkSource`` is
-the thin edge that talks to the cluster and produces.
+Split the house way: the pure core (topic selection, building ``Watermarks`` from a
+ListOffsets result, the tick schedule, backoff, error kinds) is ``pipeline.read.sampling``,
+unit-tested without a broker; ``HighWatermarkSource`` here is the thin edge that talks to
+the cluster and produces, with the ``lagpilot sample`` command.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
-from schemas import ConfigError, Watermarks, encode, topics
+from pipeline.read.sampling import (
+    INTERNAL_TOPICS,
+    NS_PER_MS,
+    STATS_HEADER,
+    TOPOLOGY_ERRORS,
+    SamplerStats,
+    TopicSelector,
+    backoff_ms,
+    build_watermarks,
+    cluster_from_metadata,
+    error_kind,
+    is_retriable,
+    make_selector,
+    next_deadline_ns,
+    select_watched,
+    wall_grid_anchor_ns,
+)
+from schemas import ConfigError, encode, topics
 from schemas.cli import (
     CLIENT_LOG,
     Parser,
@@ -42,222 +57,6 @@ from schemas.cli import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: Topics never worth watching unless asked for: Kafka's internal topics (``__*``),
-#: lagpilot's own output (watching it would sample our own firehose), and Quix Streams'
-#: internal ``repartition__*`` / ``changelog__*`` topics. Matched against the full name.
-INTERNAL_TOPICS = r"__.*|lagpilot\..*|repartition__.*|changelog__.*"
-
-#: The header every produced message carries: this tick's number, the sampler's total
-#: error count and the ListOffsets round trip, so a consumer can see the sampler's health.
-STATS_HEADER = "lagpilot-sampler"
-
-#: Errors meaning the cluster's topology moved under us (a topic was deleted or shrank):
-#: the metadata is refreshed at the next tick instead of waiting for the refresh period.
-TOPOLOGY_ERRORS = frozenset({"unknown_topic_or_part", "_unknown_partition", "_unknown_topic"})
-
-_NS_PER_MS = 1_000_000
-
-
-# --------------------------------------------------------------------------- pure core
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TopicSelector:
-    """Which topics are watched: ``include`` and not ``exclude`` and not internal.
-
-    Patterns are matched against the whole topic name (``re.fullmatch``), so
-    ``orders`` means the topic ``orders`` and ``orders.*`` means its prefix.
-    """
-
-    include: re.Pattern[str]
-    exclude: re.Pattern[str] | None = None
-    internal: re.Pattern[str] | None = None
-
-    def watches(self, topic: str) -> bool:
-        if self.internal is not None and self.internal.fullmatch(topic):
-            return False
-        if self.exclude is not None and self.exclude.fullmatch(topic):
-            return False
-        return self.include.fullmatch(topic) is not None
-
-
-def _compile(key: str, pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ConfigError(
-            f"{key}={pattern!r} is not a valid regular expression ({exc}); "
-            f"fix the pattern (it is matched against whole topic names)"
-        ) from None
-
-
-def make_selector(
-    include: str = ".*", exclude: str | None = None, exclude_internal: bool = True
-) -> TopicSelector:
-    """A ``TopicSelector`` from pattern strings; a bad pattern is a ``ConfigError``."""
-    return TopicSelector(
-        include=_compile("include", include),
-        exclude=_compile("exclude", exclude) if exclude else None,
-        internal=re.compile(INTERNAL_TOPICS) if exclude_internal else None,
-    )
-
-
-def select_watched(
-    cluster: Mapping[str, Mapping[int, int]], selector: TopicSelector
-) -> dict[str, tuple[int, ...]]:
-    """The watched topics of one metadata snapshot: topic -> leader of each partition.
-
-    ``cluster`` maps topic -> {partition: leader broker id}. A topic with no partitions
-    (still being created, or failing its metadata) is left out until it has some; a
-    partition id missing from a snapshot gets leader -1, so the tuple is always indexed
-    by partition.
-    """
-    watched: dict[str, tuple[int, ...]] = {}
-    for topic, partitions in cluster.items():
-        if not partitions or not selector.watches(topic):
-            continue
-        count = max(partitions) + 1
-        watched[topic] = tuple(partitions.get(p, -1) for p in range(count))
-    return watched
-
-
-def build_watermarks(
-    watched: Mapping[str, tuple[int, ...]],
-    offsets: Mapping[tuple[str, int], int],
-    sampled_at_ms: int,
-) -> list[Watermarks]:
-    """One ``Watermarks`` per topic from one ListOffsets result.
-
-    ``offsets`` holds the partitions that answered; a partition that failed this tick is
-    -1. A topic none of whose partitions answered is left out: a message of nothing but
-    -1 tells the model nothing, and the gap in samples is the signal.
-    """
-    samples = []
-    for topic, leaders in watched.items():
-        hwms = tuple(offsets.get((topic, p), -1) for p in range(len(leaders)))
-        if any(h >= 0 for h in hwms):
-            samples.append(Watermarks(topic, sampled_at_ms, hwms, leaders))
-    return samples
-
-
-def next_deadline_ns(
-    anchor_ns: int, interval_ns: int, last_deadline_ns: int, now_ns: int, delay_ns: int = 0
-) -> tuple[int, int]:
-    """The next tick on the grid ``anchor + k * interval``, and how many ticks were skipped.
-
-    Ticks stay on the grid laid from ``anchor`` (a monotonic clock reading) so the beat
-    never drifts by the time each sample takes. The next tick is after
-    ``last_deadline_ns`` and not before ``now_ns + delay_ns`` (``delay_ns`` is the
-    backoff after a failure); ticks that slipped past while a slow sample ran are skipped,
-    not fired in a burst, and counted.
-    """
-    earliest = max(last_deadline_ns + 1, now_ns + delay_ns)
-    k = -((anchor_ns - earliest) // interval_ns)  # ceil((earliest - anchor) / interval)
-    deadline = anchor_ns + k * interval_ns
-    skipped = (deadline - last_deadline_ns) // interval_ns - 1
-    return deadline, max(skipped, 0)
-
-
-def wall_grid_anchor_ns(mono_ns: int, wall_ns: int, interval_ns: int) -> int:
-    """A monotonic anchor whose grid ``anchor + k * interval`` falls on the wall-clock
-    multiples of ``interval`` (``mono_ns`` and ``wall_ns`` read at the same instant).
-
-    SDK workers time their progress reports just before the same wall-clock grid
-    (``actuators/workers/progress.py``), so each sample finds every worker's report fresh,
-    not up to one interval old: that is what keeps detection with worker progress under
-    half a second. Clocks kept in sync (NTP) hold the two grids together across hosts."""
-    return mono_ns - (wall_ns % interval_ns)
-
-
-def backoff_ms(failures: int, initial_ms: int, max_ms: int) -> int:
-    """Exponential backoff after ``failures`` consecutive failures: 0, initial, 2x, ... cap."""
-    if failures <= 0:
-        return 0
-    return min(max_ms, initial_ms * 2 ** min(failures - 1, 30))
-
-
-def error_kind(exc: BaseException) -> str:
-    """A short, stable word for an exception, for counters and logs (``timed_out``...)."""
-    err: Any = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    err = getattr(exc, "error", err)  # quixstreams' Kafka exceptions carry .error
-    if isinstance(err, KafkaError):
-        return str(err.name()).lower()
-    if isinstance(exc, BufferError):
-        return "queue_full"
-    if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
-        return "timed_out"
-    return type(exc).__name__.lower()
-
-
-def is_retriable(exc: BaseException) -> bool:
-    """Whether waiting may fix it: authorization, authentication and fatal errors need a person."""
-    err: Any = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    err = getattr(exc, "error", err)
-    if not isinstance(err, KafkaError):
-        return True
-    if err.retriable():
-        return True
-    name = str(err.name()).lower()
-    return not (err.fatal() or "authoriz" in name or "authentic" in name)
-
-
-@dataclasses.dataclass(slots=True)
-class SamplerStats:
-    """The sampler's counters, kept in the process that samples.
-
-    Quix runs a Source in a spawned process, so prometheus_client metrics registered there
-    are invisible to the parent's /metrics. The counts travel instead on every produced
-    message (header ``lagpilot-sampler``) and in the stats line logged every
-    ``stats_log_interval_ms``; ``as_dict()`` is what both show.
-    """
-
-    ticks: int = 0
-    samples: int = 0
-    messages: int = 0
-    missed_ticks: int = 0
-    metadata_refreshes: int = 0
-    topics: int = 0
-    partitions: int = 0
-    consecutive_failures: int = 0
-    last_sample_ms: float = 0.0
-    last_tick_ms: float = 0.0
-    errors: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    def count_error(self, where: str, kind: str, n: int = 1) -> None:
-        key = f"{where}:{kind}"
-        self.errors[key] = self.errors.get(key, 0) + n
-
-    @property
-    def errors_total(self) -> int:
-        return sum(self.errors.values())
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["errors_total"] = self.errors_total
-        return d
-
-    def header(self) -> bytes:
-        """The compact per-message health header (same bytes for every message of a tick)."""
-        return orjson.dumps(
-            {
-                "tick": self.ticks,
-                "errors": self.errors_total,
-                "by_kind": self.errors,
-                "sample_ms": self.last_sample_ms,
-            }
-        )
-
-
-def cluster_from_metadata(metadata: Any) -> dict[str, dict[int, int]]:
-    """confluent-kafka ``ClusterMetadata`` as plain data: topic -> {partition: leader}."""
-    return {
-        name: {p: pm.leader for p, pm in tm.partitions.items()}
-        for name, tm in metadata.topics.items()
-    }
-
-
-# --------------------------------------------------------------------------- the edge
 
 
 class HighWatermarkSource(Source):
@@ -361,28 +160,28 @@ class HighWatermarkSource(Source):
         """
         die_with_parent()  # in Quix's source process: never outlive the pipeline
         watch_client_logs()  # its producer's client lines are detail here too
-        interval_ns = self.sample_interval_ms * _NS_PER_MS
+        interval_ns = self.sample_interval_ms * NS_PER_MS
         anchor = deadline = wall_grid_anchor_ns(time.monotonic_ns(), time.time_ns(), interval_ns)
         next_refresh = anchor
         refresh_failures = 0
-        next_stats_log = anchor + self.stats_log_interval_ms * _NS_PER_MS
+        next_stats_log = anchor + self.stats_log_interval_ms * NS_PER_MS
         while self.running:
             now = time.monotonic_ns()
             if now < deadline:
                 # Short naps so stop() (a signal in the child, a call in a thread) is seen.
-                time.sleep(min(deadline - now, 50 * _NS_PER_MS) / 1e9)
+                time.sleep(min(deadline - now, 50 * NS_PER_MS) / 1e9)
                 continue
             if self._refresh_now or now >= next_refresh:
                 self._refresh_now = False  # a failed refresh waits for its backoff
                 if self._refresh_metadata():
                     refresh_failures = 0
-                    next_refresh = now + self.metadata_refresh_ms * _NS_PER_MS
+                    next_refresh = now + self.metadata_refresh_ms * NS_PER_MS
                 else:
                     refresh_failures += 1
                     delay = backoff_ms(
                         refresh_failures, self.backoff_initial_ms, self.backoff_max_ms
                     )
-                    next_refresh = now + delay * _NS_PER_MS
+                    next_refresh = now + delay * NS_PER_MS
             ok = self._sample()
             stats = self._stats
             stats.consecutive_failures = 0 if ok else stats.consecutive_failures + 1
@@ -391,12 +190,12 @@ class HighWatermarkSource(Source):
             )
             after = time.monotonic_ns()
             deadline, skipped = next_deadline_ns(
-                anchor, interval_ns, deadline, after, delay_ms * _NS_PER_MS
+                anchor, interval_ns, deadline, after, delay_ms * NS_PER_MS
             )
             stats.missed_ticks += skipped if ok else 0
             if after >= next_stats_log:
                 logger.info("watermark sampler stats %s", orjson.dumps(self.stats()).decode())
-                next_stats_log = after + self.stats_log_interval_ms * _NS_PER_MS
+                next_stats_log = after + self.stats_log_interval_ms * NS_PER_MS
 
     # -- one metadata refresh, one tick
 
@@ -469,7 +268,7 @@ class HighWatermarkSource(Source):
                 first_exc = first_exc or err
         # The sample time is the midpoint of the round trip: the broker read the offsets
         # somewhere inside it, and the midpoint halves the worst-case error.
-        sampled_at_ms = (started_wall + time.time_ns()) // 2 // _NS_PER_MS
+        sampled_at_ms = (started_wall + time.time_ns()) // 2 // NS_PER_MS
         stats.last_sample_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
         if failed:
             self._refresh_now |= not failed.keys().isdisjoint(TOPOLOGY_ERRORS)
@@ -534,7 +333,7 @@ class HighWatermarkSource(Source):
         """Log at most once per stats interval per key: an outage must not flood the log."""
         now = time.monotonic_ns()
         last = self._last_logged_ns.get(key)
-        if last is None or now - last >= self.stats_log_interval_ms * _NS_PER_MS:
+        if last is None or now - last >= self.stats_log_interval_ms * NS_PER_MS:
             self._last_logged_ns[key] = now
             logger.log(level, msg, *args)
 

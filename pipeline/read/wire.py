@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import struct
 
+from schemas.runtime.errors import LagpilotError
+
 __all__ = ["INT16", "INT32", "INT64", "Malformed", "Reader"]
 
 INT8 = struct.Struct(">b")
@@ -19,11 +21,11 @@ INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
 
 
-class Malformed(Exception):
+class Malformed(LagpilotError):
     """Raised inside a reader only; the decoders turn it into ``Skipped`` naming the field."""
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+        super().__init__(f"{field}: {problem}", code="malformed")
         self.field = field
 
 

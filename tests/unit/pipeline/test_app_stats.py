@@ -7,7 +7,7 @@ import orjson
 from pipeline.app import SourceStats
 from pipeline.metrics import PipelineMetrics
 from pipeline.read.commits import RUN_KEY, STATS_HEADER
-from pipeline.read.watermarks import STATS_HEADER as SAMPLER_HEADER
+from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
 
 
 def header(run: str, commits: int) -> list[tuple[str, bytes]]:

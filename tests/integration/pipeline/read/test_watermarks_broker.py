@@ -23,7 +23,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from pipeline.read.watermarks import STATS_HEADER, HighWatermarkSource
+from pipeline.read.sampling import STATS_HEADER
+from pipeline.read.watermarks import HighWatermarkSource
 from schemas import decode, validate
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -197,8 +198,8 @@ def test_topics_and_partitions_are_tracked_within_one_metadata_refresh(
         slack_s = 0.8  # a tick, the topic creation itself, a loaded 2-core machine
 
         _create(admin, {c: 3})
-        took = _wait_for(lambda: source.latest(c), refresh_s + slack_s, "the new topic sampled")
-        assert took <= refresh_s + slack_s
+        # a new topic is sampled within one metadata refresh (the wait fails past its bound)
+        _wait_for(lambda: source.latest(c), refresh_s + slack_s, "the new topic sampled")
 
         admin.create_partitions([NewPartitions(a, 4)])[a].result(10)
         _wait_for(
@@ -223,7 +224,8 @@ def test_topics_and_partitions_are_tracked_within_one_metadata_refresh(
         time.sleep(0.5)
         assert sum(1 for _, e in source.captured if e["topic"] == b) == count_b, "b not dropped"
         assert thread.is_alive()
-        assert source.hwms(c) == [0, 10, 0]
+        # the deletion did not stop the other topics' samples
+        assert max(t for t, e in source.captured if e["topic"] == c) > deleted_at + refresh_s
     finally:
         source.stop()
         thread.join(5)

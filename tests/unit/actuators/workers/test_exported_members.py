@@ -8,7 +8,7 @@ import actuators.workers as workers
 def test_all_names_are_exported_and_documented() -> None:
     exported = {name for name in dir(workers) if not name.startswith("_")}
     modules = {
-        "consumer",
+        "worker",
         "control",
         "dedupe",
         "dedupe_pg",

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actuators.workers import lane_for
-from actuators.workers.lanes import Dispatcher
+from actuators.workers.lanes import LaneExecutor
 
 
 @dataclass
@@ -92,7 +92,7 @@ def test_keyless_messages_spread_by_offset() -> None:
 
 def test_per_key_order_with_parallel_keys() -> None:
     rec = Recorder(delay_s=0.002)
-    d = Dispatcher(rec, max_workers=8, default_lanes=4)
+    d = LaneExecutor(rec, max_workers=8, default_lanes=4)
     keys = [f"k{i}".encode() for i in range(6)]
     for o in range(300):
         d.submit(Msg(o, keys[o % 6]))
@@ -108,7 +108,7 @@ def test_per_key_order_with_parallel_keys() -> None:
 def test_a_slow_message_holds_the_commit_position() -> None:
     gate = threading.Event()
     slow = Msg(0, b"slow")
-    d = Dispatcher(lambda m: gate.wait(5) if m is slow else None, max_workers=4, default_lanes=4)
+    d = LaneExecutor(lambda m: gate.wait(5) if m is slow else None, max_workers=4, default_lanes=4)
     d.submit(slow)
     others = [Msg(o, f"x{o}".encode()) for o in range(1, 40)]
     for m in others:
@@ -122,7 +122,7 @@ def test_a_slow_message_holds_the_commit_position() -> None:
 
 def test_lane_change_waits_for_running_work_and_keeps_key_order() -> None:
     rec = Recorder(delay_s=0.001)
-    d = Dispatcher(rec, max_workers=8, default_lanes=1)
+    d = LaneExecutor(rec, max_workers=8, default_lanes=1)
     keys = [f"k{i}".encode() for i in range(10)]
     for o in range(200):
         d.submit(Msg(o, keys[o % 10]))
@@ -139,7 +139,7 @@ def test_lane_change_waits_for_running_work_and_keeps_key_order() -> None:
 
 def test_halt_starts_nothing_until_resume() -> None:
     rec = Recorder()
-    d = Dispatcher(rec, max_workers=2, default_lanes=2)
+    d = LaneExecutor(rec, max_workers=2, default_lanes=2)
     d.halt()
     for o in range(10):
         d.submit(Msg(o, b"a"))
@@ -154,7 +154,7 @@ def test_halt_starts_nothing_until_resume() -> None:
 def test_close_abandons_queued_work_below_which_it_commits() -> None:
     gate = threading.Event()
     rec = Recorder(gate=gate)
-    d = Dispatcher(rec, max_workers=4, default_lanes=1)
+    d = LaneExecutor(rec, max_workers=4, default_lanes=1)
     for o in range(5):
         d.submit(Msg(o, b"a"))  # one lane: 0 runs, 1..4 queue
     wait_for(lambda: b"a" in rec.running_keys)
@@ -169,7 +169,7 @@ def test_close_abandons_queued_work_below_which_it_commits() -> None:
 
 def test_close_with_timeout_abandons_running_work() -> None:
     gate = threading.Event()
-    d = Dispatcher(lambda m: gate.wait(5), max_workers=2, default_lanes=2)
+    d = LaneExecutor(lambda m: gate.wait(5), max_workers=2, default_lanes=2)
     d.submit(Msg(7, b"a"))
     positions = d.close([("t", 0)], timeout_s=0.05)
     assert positions == {("t", 0): 7}  # still running: stays above the committed position
@@ -181,7 +181,7 @@ def test_a_raising_process_does_not_wedge_the_partition() -> None:
     def boom(m: Msg) -> None:
         raise RuntimeError("handler wrapper bug")
 
-    d = Dispatcher(boom, max_workers=1, default_lanes=1)
+    d = LaneExecutor(boom, max_workers=1, default_lanes=1)
     for o in range(3):
         d.submit(Msg(o, b"a"))
     wait_for(lambda: d.position(("t", 0)) == 3)
@@ -190,7 +190,7 @@ def test_a_raising_process_does_not_wedge_the_partition() -> None:
 
 def test_a_repeated_offset_is_not_run_twice() -> None:
     rec = Recorder(gate=threading.Event())
-    d = Dispatcher(rec, max_workers=1, default_lanes=1)
+    d = LaneExecutor(rec, max_workers=1, default_lanes=1)
     assert d.submit(Msg(3, b"a"))
     assert not d.submit(Msg(3, b"a"))
     assert d.buffered() == {("t", 0): 1}

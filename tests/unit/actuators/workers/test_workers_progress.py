@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from actuators.workers import PartitionProgress, ProgressReporter, progress_event
-from actuators.workers.lanes import Dispatcher
+from actuators.workers.lanes import LaneExecutor
 from actuators.workers.progress import next_report_s
 from schemas import ConfigError, topics, validate
 from tests.unit.actuators.workers.test_workers_lanes import Msg, wait_for
@@ -121,7 +121,7 @@ def test_the_thread_reports_on_the_grid_until_stopped() -> None:
 def test_the_dispatcher_stamps_when_the_processed_prefix_advances() -> None:
     gate = threading.Event()
     slow = Msg(0, b"slow")
-    d = Dispatcher(lambda m: gate.wait(5) if m is slow else None, max_workers=1, default_lanes=1)
+    d = LaneExecutor(lambda m: gate.wait(5) if m is slow else None, max_workers=1, default_lanes=1)
     before = int(time.time() * 1000)
     d.submit(slow)
     for o in range(1, 10):
@@ -142,7 +142,7 @@ def test_work_after_idleness_restarts_the_no_progress_clock() -> None:
     """A partition idle for a while that gets a message: "no progress" counts from its
     arrival, not from the last message (else the first report would look stalled)."""
     gate = threading.Event()
-    d = Dispatcher(
+    d = LaneExecutor(
         lambda m: gate.wait(5) if m.offset() == 1 else None, max_workers=1, default_lanes=1
     )
     d.submit(Msg(0, b"a"))

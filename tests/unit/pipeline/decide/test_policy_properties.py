@@ -112,13 +112,23 @@ def play(
     return out, state
 
 
+#: a hot partition that lasts (after a pause past every budget minute and cooldown): any
+#: config acts on it (test_a_lasting_incident_always_acts), so the series below that end
+#: with it check their rails on actions, not on silence
+_HOT = tuple(WorstPartition(p, 100, t, 0.0, 0.0, 100.0, c, LagStatus.WARN)
+             for p, t, c in [(0, 400.0, 0.0), (1, 1.0, 90.0), (2, 0.5, 90.0)])  # fmt: skip
+_FRESH = GroupLag("fresh", "docs", 0, LagStatus.WARN, 300, 400.0, 1.0, 8, 8, _HOT)
+LASTING = [(120_000, _FRESH)] + [(250, _FRESH)] * 19
+
+
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
 @given(series, CONFIGS)
 def test_rails_hold(steps: list[tuple[int, GroupLag]], config: PolicyConfig) -> None:
-    actions, state = play(config, steps)
+    actions, state = play(config, steps + LASTING)
+    assert any(a["type"] == "spread_partition" for a in actions)  # the rails met actions
     by_target: dict[tuple[str, str], list[int]] = defaultdict(list)
     last_throttle: dict[str, tuple[int, int]] = {}  # target: (rate, lease end)
     lease_ms = CFG.throttle_lease_s * 1000
@@ -245,13 +255,17 @@ def test_replay_and_restart_give_identical_actions(
 @given(series)
 def test_observe_decides_nothing_at_all(steps: list[tuple[int, GroupLag]]) -> None:
     observe = config_from_mapping({**CONFIG, "mode": "observe"})
-    actions, state = play(observe, steps)
+    assert play(CFG, steps + LASTING)[0]  # in act mode the same series acts
+    actions, state = play(observe, steps + LASTING)
     assert actions == [] and replace(state, producer_rates={}) == PolicyState()
 
 
 @FAST
 @given(series, st.integers(0, 100))
 def test_nothing_while_halted(steps: list[tuple[int, GroupLag]], at: int) -> None:
+    steps = steps + LASTING
+    at = min(at, len(steps) - len(LASTING))  # halted before the lasting incident at the latest
+    assert play(CFG, steps)[0]  # without the halt, the same series acts
     state, now, out = PolicyState(), T0, []
     for i, (gap, summary) in enumerate(steps):
         now += gap

@@ -121,7 +121,7 @@ def test_a_restarted_operator_publishes_what_the_running_one_would():
 def test_topics_another_deployment_samples_are_not_modelled() -> None:
     """Two lagpilot deployments on one cluster share the input topic: each models only the
     topics its include/exclude watches (one once issued spreads for the other's groups)."""
-    from pipeline.read.watermarks import make_selector
+    from pipeline.read.sampling import make_selector
 
     op = LagOperator(LagConfig(), watches=make_selector("mine\\..*").watches)
     state = State()

@@ -10,11 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from quixstreams.kafka.exceptions import KafkaProducerDeliveryError
 
-from pipeline.read.watermarks import (
-    HighWatermarkSource,
+from pipeline.read.sampling import (
     SamplerStats,
     backoff_ms,
-    build_parser,
     build_watermarks,
     error_kind,
     is_retriable,
@@ -23,6 +21,7 @@ from pipeline.read.watermarks import (
     select_watched,
     wall_grid_anchor_ns,
 )
+from pipeline.read.watermarks import HighWatermarkSource, build_parser
 from schemas import ConfigError, Watermarks, decode, encode, to_dict, topics, validate
 
 MS = 1_000_000

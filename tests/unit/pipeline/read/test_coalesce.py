@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.read.commits import Coalescer
+from pipeline.read.coalesce import Coalescer
 from schemas import OffsetCommit, OffsetDeleted
 
 
@@ -53,12 +53,13 @@ def test_batches_validate_against_their_schema() -> None:
     b = Coalescer()
     b.add(c("g", "t", 0, 10, 1), 100)
     b.add(OffsetDeleted("g", "t", 1), 100)
-    for event in b.drain():
-        validate(event)
+    (event,) = b.drain()  # one batch for the topic, holding the commit and the deletion
+    assert event["commits"] == [["g", 0, 10, 1]] and event["deleted"] == [["g", 1]]
+    validate(event)
 
 
 def test_every_topic_has_exactly_one_sampling_replica() -> None:
-    from pipeline.read.commits import owns_topic
+    from pipeline.read.coalesce import owns_topic
 
     topics = [f"topic-{i}" for i in range(200)]
     replicas = [frozenset(range(0, 6)), frozenset(range(6, 11)), frozenset(range(11, 16))]
@@ -106,6 +107,7 @@ def test_progress_reports_ride_with_the_commits_latest_per_group_partition() -> 
     assert by_topic["t"]["progress"] == [["g", 3, 75, 2245, 2250, 250, "w-1", "node-a", 2]]
     assert by_topic["u"]["progress"] == [["g", 1, -1, 0, 2250, 250, "w-1", "node-a", 0]]
     assert by_topic["u"]["commits"] == []
+    assert set(by_topic) == {"t", "u"}
     for event in by_topic.values():
         validate(event)
     assert b.drain() == []

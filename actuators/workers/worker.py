@@ -62,7 +62,12 @@ class Worker(Engine):
         **settings: Any,
     ) -> None:
         super().__init__(**settings)
-        if not topics or not all(isinstance(t, str) and t for t in topics):
+        if (
+            isinstance(topics, str)
+            or not topics
+            or not all(isinstance(t, str) and t for t in topics)
+        ):
+            # a bare string would be read as a list of one-letter topics
             raise ConfigError(f"topics={topics!r}: pass a non-empty list of topic names")
         self.topics = list(topics)
         if instance_id is None:

@@ -1,0 +1,228 @@
+"""The sampler's pure core: which topics to watch, ``Watermarks`` from a ListOffsets result,
+the tick schedule, backoff, error kinds and the sampler's counters.
+
+Plain data and ``now`` in, plain data out; unit-tested without a broker.
+``pipeline.read.watermarks`` is the edge (``HighWatermarkSource``) that uses it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from schemas import ConfigError, Watermarks
+from schemas.runtime.backoff import backoff_s
+from schemas.runtime.kafka import kafka_error, waiting_may_fix
+
+#: Topics never worth watching unless asked for: Kafka's internal topics (``__*``),
+#: lagpilot's own output (watching it would sample our own firehose), and Quix Streams'
+#: internal ``repartition__*`` / ``changelog__*`` topics. Matched against the full name.
+INTERNAL_TOPICS = r"__.*|lagpilot\..*|repartition__.*|changelog__.*"
+
+#: The header every produced message carries: this tick's number, the sampler's total
+#: error count and the ListOffsets round trip, so a consumer can see the sampler's health.
+STATS_HEADER = "lagpilot-sampler"
+
+#: Errors meaning the cluster's topology moved under us (a topic was deleted or shrank):
+#: the metadata is refreshed at the next tick instead of waiting for the refresh period.
+TOPOLOGY_ERRORS = frozenset({"unknown_topic_or_part", "_unknown_partition", "_unknown_topic"})
+
+NS_PER_MS = 1_000_000
+
+
+# --------------------------------------------------------------------------- pure core
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicSelector:
+    """Which topics are watched: ``include`` and not ``exclude`` and not internal.
+
+    Patterns are matched against the whole topic name (``re.fullmatch``), so
+    ``orders`` means the topic ``orders`` and ``orders.*`` means its prefix.
+    """
+
+    include: re.Pattern[str]
+    exclude: re.Pattern[str] | None = None
+    internal: re.Pattern[str] | None = None
+
+    def watches(self, topic: str) -> bool:
+        if self.internal is not None and self.internal.fullmatch(topic):
+            return False
+        if self.exclude is not None and self.exclude.fullmatch(topic):
+            return False
+        return self.include.fullmatch(topic) is not None
+
+
+def _compile(key: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(
+            f"{key}={pattern!r} is not a valid regular expression ({exc}); "
+            f"fix the pattern (it is matched against whole topic names)"
+        ) from None
+
+
+def make_selector(
+    include: str = ".*", exclude: str | None = None, exclude_internal: bool = True
+) -> TopicSelector:
+    """A ``TopicSelector`` from pattern strings; a bad pattern is a ``ConfigError``."""
+    return TopicSelector(
+        include=_compile("include", include),
+        exclude=_compile("exclude", exclude) if exclude else None,
+        internal=re.compile(INTERNAL_TOPICS) if exclude_internal else None,
+    )
+
+
+def select_watched(
+    cluster: Mapping[str, Mapping[int, int]], selector: TopicSelector
+) -> dict[str, tuple[int, ...]]:
+    """The watched topics of one metadata snapshot: topic -> leader of each partition.
+
+    ``cluster`` maps topic -> {partition: leader broker id}. A topic with no partitions
+    (still being created, or failing its metadata) is left out until it has some; a
+    partition id missing from a snapshot gets leader -1, so the tuple is always indexed
+    by partition.
+    """
+    watched: dict[str, tuple[int, ...]] = {}
+    for topic, partitions in cluster.items():
+        if not partitions or not selector.watches(topic):
+            continue
+        count = max(partitions) + 1
+        watched[topic] = tuple(partitions.get(p, -1) for p in range(count))
+    return watched
+
+
+def build_watermarks(
+    watched: Mapping[str, tuple[int, ...]],
+    offsets: Mapping[tuple[str, int], int],
+    sampled_at_ms: int,
+) -> list[Watermarks]:
+    """One ``Watermarks`` per topic from one ListOffsets result.
+
+    ``offsets`` holds the partitions that answered; a partition that failed this tick is
+    -1. A topic none of whose partitions answered is left out: a message of nothing but
+    -1 tells the model nothing, and the gap in samples is the signal.
+    """
+    samples = []
+    for topic, leaders in watched.items():
+        hwms = tuple(offsets.get((topic, p), -1) for p in range(len(leaders)))
+        if any(h >= 0 for h in hwms):
+            samples.append(Watermarks(topic, sampled_at_ms, hwms, leaders))
+    return samples
+
+
+def next_deadline_ns(
+    anchor_ns: int, interval_ns: int, last_deadline_ns: int, now_ns: int, delay_ns: int = 0
+) -> tuple[int, int]:
+    """The next tick on the grid ``anchor + k * interval``, and how many ticks were skipped.
+
+    Ticks stay on the grid laid from ``anchor`` (a monotonic clock reading) so the beat
+    never drifts by the time each sample takes. The next tick is after
+    ``last_deadline_ns`` and not before ``now_ns + delay_ns`` (``delay_ns`` is the
+    backoff after a failure); ticks that slipped past while a slow sample ran are skipped,
+    not fired in a burst, and counted.
+    """
+    earliest = max(last_deadline_ns + 1, now_ns + delay_ns)
+    k = -((anchor_ns - earliest) // interval_ns)  # ceil((earliest - anchor) / interval)
+    deadline = anchor_ns + k * interval_ns
+    skipped = (deadline - last_deadline_ns) // interval_ns - 1
+    return deadline, max(skipped, 0)
+
+
+def wall_grid_anchor_ns(mono_ns: int, wall_ns: int, interval_ns: int) -> int:
+    """A monotonic anchor whose grid ``anchor + k * interval`` falls on the wall-clock
+    multiples of ``interval`` (``mono_ns`` and ``wall_ns`` read at the same instant).
+
+    SDK workers time their progress reports just before the same wall-clock grid
+    (``actuators/workers/progress.py``), so each sample finds every worker's report fresh,
+    not up to one interval old: that is what keeps detection with worker progress under
+    half a second. Clocks kept in sync (NTP) hold the two grids together across hosts."""
+    return mono_ns - (wall_ns % interval_ns)
+
+
+def backoff_ms(failures: int, initial_ms: int, max_ms: int) -> int:
+    """Exponential backoff after ``failures`` consecutive failures: 0, initial, 2x, ... cap."""
+    if failures <= 0:
+        return 0
+    return int(backoff_s(failures - 1, initial_ms, max_ms))
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short, stable word for an exception, for counters and logs (``timed_out``...)."""
+    err = kafka_error(exc)
+    if err is not None:
+        return str(err.name()).lower()
+    if isinstance(exc, BufferError):
+        return "queue_full"
+    if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
+        return "timed_out"
+    return type(exc).__name__.lower()
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether waiting may fix it: authorization, authentication and fatal errors need a person."""
+    return waiting_may_fix(exc)
+
+
+@dataclasses.dataclass(slots=True)
+class SamplerStats:
+    """The sampler's counters, kept in the process that samples.
+
+    Quix runs a Source in a spawned process, so prometheus_client metrics registered there
+    are invisible to the parent's /metrics. The counts travel instead on every produced
+    message (header ``lagpilot-sampler``) and in the stats line logged every
+    ``stats_log_interval_ms``; ``as_dict()`` is what both show.
+    """
+
+    ticks: int = 0
+    samples: int = 0
+    messages: int = 0
+    missed_ticks: int = 0
+    metadata_refreshes: int = 0
+    topics: int = 0
+    partitions: int = 0
+    consecutive_failures: int = 0
+    last_sample_ms: float = 0.0
+    last_tick_ms: float = 0.0
+    errors: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def count_error(self, where: str, kind: str, n: int = 1) -> None:
+        key = f"{where}:{kind}"
+        self.errors[key] = self.errors.get(key, 0) + n
+
+    @property
+    def errors_total(self) -> int:
+        return sum(self.errors.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["errors_total"] = self.errors_total
+        return d
+
+    def header(self) -> bytes:
+        """The compact per-message health header (same bytes for every message of a tick)."""
+        return orjson.dumps(
+            {
+                "tick": self.ticks,
+                "errors": self.errors_total,
+                "by_kind": self.errors,
+                "sample_ms": self.last_sample_ms,
+            }
+        )
+
+
+def cluster_from_metadata(metadata: Any) -> dict[str, dict[int, int]]:
+    """confluent-kafka ``ClusterMetadata`` as plain data: topic -> {partition: leader}."""
+    return {
+        name: {p: pm.leader for p, pm in tm.partitions.items()}
+        for name, tm in metadata.topics.items()
+    }
+
+
+# --------------------------------------------------------------------------- the edge
