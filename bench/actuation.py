@@ -142,7 +142,8 @@ def _wait_outcome(consumer: Consumer, action_id: str, timeout_s: float) -> dict[
         if msg is None or msg.error() is not None or msg.value() is None:
             continue
         out = orjson.loads(msg.value())
-        if out.get("action_id") == action_id:
+        # the actuator's ``intent`` (written before its backend call) shares the topic
+        if out.get("action_id") == action_id and out.get("event") == "outcome":
             return out
     raise SystemExit(f"no outcome for {action_id} within {timeout_s} s")
 

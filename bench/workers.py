@@ -155,6 +155,7 @@ def run_sdk(
     keyring = Keyring.of([SigningKey.generate(DECIDE).public()])
     worker = Worker(bootstrap=bootstrap, group=f"{topic}-{mode}", topics=[topic], handler=handle,
                     instance_id="", dedupe=store, signing_key=keyring, outcomes_topic=None,
+                    control_topic=f"{topic}-control",
                     progress_interval_ms=0, control_replay_s=0, **settings)  # fmt: skip
     worker.start()
     try:
@@ -201,6 +202,8 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
         modes: list[str]) -> dict[str, Any]:  # fmt: skip
     topic = f"bench-workers-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, PARTITIONS)
+    # the workers' control topic, of this run (a fresh broker has no lagpilot.control)
+    create_topic(bootstrap, f"{topic}-control", 1)
     produce(bootstrap, topic, messages)
     out: dict[str, Any] = {
         "setup": {

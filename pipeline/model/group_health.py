@@ -383,10 +383,16 @@ class GroupHealth:
             if g.protocol == "consumer"
             else {}
         )
+        held = self._assignment(g, last)
+        # name the stuck partitions this member held when it last left (a poison partition
+        # kills whoever takes it); only when it held none of them, every stuck one
+        last_held = {a["topic"]: set(a["partitions"]) for a in held}
+        mine = {t: [p for p in ps if p in last_held.get(t, ())] for t, ps in stuck.items()}
+        named = {t: ps for t, ps in mine.items() if ps} or stuck
         partitions = (
-            [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in stuck.items()]
+            [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in named.items()]
             if stuck
-            else self._assignment(g, last)
+            else held
         )
         return {
             "identity": identity,
