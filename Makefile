@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BROKER := deploy/local/kafka.sh
 BROKERS ?= 1
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
