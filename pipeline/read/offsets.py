@@ -29,16 +29,15 @@ from pipeline.read.consumer_group_records import (
     ConsumerGroupRecord,
     decode_consumer_group_record,
 )
+from pipeline.read.group_metadata import FLEXIBLE_FROM, decode_assignment, decode_group_metadata
 from pipeline.read.wire import INT16, INT32, INT64, Malformed, Reader
 from schemas.codec import to_dict
 from schemas.offsets import (
     CoordinatorRecord,
-    GroupMember,
     GroupMetadata,
     GroupRemoved,
     OffsetCommit,
     OffsetDeleted,
-    TopicAssignment,
 )
 from schemas.topics import OWN_GROUP_PREFIX
 
@@ -58,7 +57,6 @@ SkipReason = Literal["unknown_type", "unknown_version", "malformed_key", "malfor
 
 OFFSET_COMMIT_VALUE_VERSIONS = range(5)  # v0..v4, v4 flexible
 GROUP_METADATA_VALUE_VERSIONS = range(5)  # v0..v4, v4 flexible
-FLEXIBLE_FROM = 4
 
 _KIND_BY_TYPE = {
     **dict.fromkeys(range(9, 16), "a share group record (types 9..15)"),
@@ -336,97 +334,10 @@ def _offset_commit(group: str, topic: str, partition: int, r: Reader, version: i
 
 
 def _group_metadata(group: str, value: bytes, version: int) -> GroupMetadata | Skipped:
-    """Kafka's layout first; if it does not fit exactly, Redpanda's (a version per member).
-
-    With no members the two layouts are the same bytes, and a Kafka member id is never two
-    bytes long, so the Redpanda reading is only tried when Kafka's has failed.
-    """
     try:
-        return _group_metadata_layout(group, Reader(value, 2), version, per_member_version=False)
-    except Malformed as kafka_exc:
-        if version >= FLEXIBLE_FROM:
-            return Skipped("malformed_value", 2, version, str(kafka_exc))
-        try:
-            return _group_metadata_layout(group, Reader(value, 2), version, per_member_version=True)
-        except Malformed:
-            return Skipped("malformed_value", 2, version, str(kafka_exc))
-
-
-def _group_metadata_layout(
-    group: str, r: Reader, version: int, *, per_member_version: bool
-) -> GroupMetadata:
-    flexible = version >= FLEXIBLE_FROM
-    protocol_type = r.string("value.protocol_type", flexible)
-    generation = r.int32("value.generation")
-    protocol = r.nullable_string("value.protocol", flexible)
-    leader = r.nullable_string("value.leader", flexible)
-    state_ts = r.int64("value.current_state_timestamp") if version >= 2 else -1
-    members: list[GroupMember] = []
-    for i in range(r.array_len("value.members", flexible)):
-        f = f"value.members[{i}]"
-        mv = version
-        if per_member_version:
-            mv = r.int16(f"{f}.version")
-            if mv not in range(FLEXIBLE_FROM):
-                raise Malformed(f"{f}.version", f"member version {mv} is not 0..3")
-        member_id = r.string(f"{f}.member_id", flexible)
-        instance = r.nullable_string(f"{f}.group_instance_id", flexible) if mv >= 3 else None
-        client_id = r.string(f"{f}.client_id", flexible)
-        client_host = r.string(f"{f}.client_host", flexible)
-        rebalance_ms = r.int32(f"{f}.rebalance_timeout") if mv >= 1 else -1
-        session_ms = r.int32(f"{f}.session_timeout")
-        r.nullable_bytes(f"{f}.subscription", flexible)
-        raw_assignment = r.nullable_bytes(f"{f}.assignment", flexible)
-        if flexible:
-            r.skip_tagged_fields(f"{f}.tagged_fields")
-        assignment = decode_assignment(raw_assignment) if protocol_type == "consumer" else ()
-        members.append(
-            GroupMember(
-                member_id=member_id,
-                client_id=client_id,
-                client_host=client_host,
-                group_instance_id=instance,
-                rebalance_timeout_ms=rebalance_ms,
-                session_timeout_ms=session_ms,
-                assignment=assignment,
-            )
-        )
-    last = "value.members"
-    if flexible:
-        r.skip_tagged_fields("value.tagged_fields")
-        last = "value.tagged_fields"
-    r.end(last)
-    return GroupMetadata(
-        group=group,
-        protocol_type=protocol_type,
-        generation=generation,
-        protocol=protocol,
-        leader=leader,
-        current_state_ts_ms=state_ts,
-        members=tuple(members),
-    )
-
-
-def decode_assignment(raw: bytes | None) -> tuple[TopicAssignment, ...]:
-    """The partitions in a ConsumerProtocolAssignment (any version); ``()`` if unreadable.
-
-    Best effort by design: the assignment is client-written bytes (a custom assignor may
-    put anything there), and a member we cannot read is still a member. Versions 1..3 only
-    append fields after ``assigned_partitions``, so every version is read as v0's prefix.
-    """
-    if not raw or len(raw) < 2:
-        return ()
-    r = Reader(bytes(raw), 2)  # skip the assignment's int16 version
-    try:
-        out = []
-        for _ in range(r.array_len("assigned_partitions", compact=False)):
-            topic = r.string("topic", compact=False)
-            n = r.array_len("partitions", compact=False)
-            parts = struct.unpack_from(f">{n}i", r._take(4 * n, "partitions"))
-            out.append(TopicAssignment(topic, tuple(parts)))
-        return tuple(out)
-    except (Malformed, struct.error):
-        return ()
+        return decode_group_metadata(group, value, version)
+    except Malformed as exc:
+        return Skipped("malformed_value", 2, version, str(exc))
 
 
 # --------------------------------------------------------------------------- pipeline edges
