@@ -41,6 +41,7 @@ from pipeline.model.group_state import (
     deleted_event,
     group_state,
 )
+from pipeline.model.record_order import RecordOrder
 from pipeline.read.consumer_group_records import (
     ConsumerGroupEpoch,
     ConsumerGroupRecord,
@@ -71,9 +72,7 @@ class GroupHealth:
         self._owners: dict[str, dict[str, dict[int, Owner]]] = {}  # topic -> group -> p
         self._owners_changed: set[str] = set()
         self._next_scan_ms = 0
-        # offset of the last applied record per record key, and of each group's deletion
-        self._applied: dict[tuple[str, ...], int] = {}
-        self._gone: dict[str, int] = {}
+        self._order = RecordOrder()  # live records against a start-up scan's replay
         self._partition_of: dict[str, int] = {}  # group -> its __consumer_offsets partition
 
     # -- records ---------------------------------------------------------------------------
@@ -87,7 +86,7 @@ class GroupHealth:
         lower offset of the same record key is older, and one below the group's deletion
         is of a group that is gone. ``partition`` (that offsets partition) lets
         :meth:`forget_partitions` drop the groups of a partition this replica gave up."""
-        if offset >= 0 and self._stale(record, offset):
+        if offset >= 0 and self._order.stale(record, offset):
             return
         if partition >= 0 and not isinstance(record, OffsetCommit | OffsetDeleted):
             self._partition_of[getattr(record, "group", "")] = partition
@@ -128,28 +127,7 @@ class GroupHealth:
 
     def forget_order(self) -> None:
         """A start-up scan is over: no older record can come any more."""
-        self._applied.clear()
-        self._gone.clear()
-
-    def _stale(self, record: object, offset: int) -> bool:
-        """Has a newer record of the same key (or the group's deletion) been applied?"""
-        group = getattr(record, "group", None)
-        if group is None or isinstance(record, OffsetCommit | OffsetDeleted):
-            return False
-        if offset < self._gone.get(group, -1):
-            return True
-        if isinstance(record, GroupRemoved) or (
-            isinstance(record, ConsumerGroupTombstone) and record.kind == "group_epoch"
-        ):
-            self._gone[group] = offset
-            for key in [k for k in self._applied if k[0] == group]:
-                del self._applied[key]
-            return False
-        key = _record_key(record)
-        if offset < self._applied.get(key, -1):
-            return True
-        self._applied[key] = offset
-        return False
+        self._order.forget()
 
     def _group(self, name: str, protocol: str) -> Group:
         g = self.groups.get(name)
@@ -487,21 +465,3 @@ class GroupHealth:
         """(group, status, members, generation, rebalances_total) of every group: metrics."""
         for name, g in sorted(self.groups.items()):
             yield name, self.status(name, now_ms), len(g.members), g.generation, g.rebalances_total
-
-
-_KINDS = {
-    GroupMetadata: "group_metadata",
-    ConsumerGroupEpoch: "group_epoch",
-    ConsumerPartitionMetadata: "partition_metadata",
-    ConsumerMemberMetadata: "member_metadata",
-    ConsumerTargetEpoch: "target_epoch",
-    ConsumerMemberAssignment: "member_assignment",
-}
-
-
-def _record_key(record: Any) -> tuple[str, ...]:
-    """The record's key on ``__consumer_offsets`` as (group, kind[, member or regex])."""
-    if isinstance(record, ConsumerGroupTombstone):
-        return (record.group, record.kind, record.member_id or record.regex or "")
-    kind = _KINDS.get(type(record), type(record).__name__)
-    return (record.group, kind, getattr(record, "member_id", "") or getattr(record, "regex", ""))
