@@ -33,7 +33,6 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -41,87 +40,25 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from actuators.backends import Backend
 from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
+from actuators.dispatch import dispatch, with_retries
 from actuators.errors import ActuatorError
 from actuators.kept_halts import kept_global_halt_ms
 from actuators.ledger import Lease, Ledger
+from actuators.ledger_reader import fold_new, position, read_ledger
 from actuators.metrics import Metrics, MetricsServer
 from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
-from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
+from actuators.topics import ensure_topics
+from schemas import ActionType, OutcomeResult, Verifier, encode, tracing
 from schemas.cli import CLIENT_LOG
-from schemas.runtime.backoff import jittered_s
 
 log = logging.getLogger("lagpilot.actuator")
 
-CONTROL_PARTITIONS = 3
-OUTCOME_PARTITIONS = 3
-REBUILD_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
-
-
-def ensure_topics(admin: AdminClient, settings: Settings, timeout_s: float = 15.0) -> None:
-    """Create the control topic and the compacted outcomes topic when they are missing."""
-    existing = admin.list_topics(timeout=timeout_s).topics
-    wanted = [
-        NewTopic(settings.control_topic, CONTROL_PARTITIONS, -1),
-        NewTopic(
-            settings.outcomes_topic, OUTCOME_PARTITIONS, -1, config={"cleanup.policy": "compact"}
-        ),
-    ]
-    missing = [t for t in wanted if t.topic not in existing]
-    if not missing:
-        return
-    for name, future in admin.create_topics(missing, request_timeout=timeout_s).items():
-        try:
-            future.result(timeout=timeout_s)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ActuatorError(
-                    f"cannot create topic {name}: {err.str()}",
-                    code=err.name(),
-                    retriable=bool(err.retriable()),
-                ) from None
-
-
-def dispatch(backend: Backend, action: dict[str, Any]) -> str:
-    """Call the backend operation an action names; returns what was done."""
-    p = action["params"]
-    kind = action["type"]
-    if kind == ActionType.THROTTLE_PRODUCER:
-        return backend.throttle(p["entity"], p["name"], int(p["producer_byte_rate"]))
-    if kind == ActionType.RELEASE_PRODUCER:
-        return backend.release(p["entity"], p["name"])
-    if kind == ActionType.ADD_PARTITIONS:
-        return backend.add_partitions(p["topic"], int(p["total"]))
-    if kind == ActionType.TRANSFER_LEADERSHIP:
-        return backend.transfer_leadership(p["topic"], int(p["partition"]), int(p["target_broker"]))
-    raise ActuatorError(f"no backend operation for {kind!r}", retriable=False)
-
-
-def with_retries(
-    op: Callable[[], str],
-    *,
-    max_retries: int,
-    base_s: float,
-    cap_s: float,
-    sleep: Callable[[float], None] = time.sleep,
-) -> str:
-    """Run ``op``; on a retriable ActuatorError retry with capped exponential backoff and
-    full jitter, at most ``max_retries`` times; then the last error propagates."""
-    attempt = 0
-    while True:
-        try:
-            return op()
-        except ActuatorError as exc:
-            if not exc.retriable or attempt >= max_retries:
-                raise
-            sleep(jittered_s(attempt, base_s, cap_s))
-            attempt += 1
 
 
 class Runner:
@@ -255,44 +192,12 @@ class Runner:
 
     def rebuild_ledger(self) -> None:
         """Read the outcomes topic from the beginning to its end into a fresh ledger."""
-        self.ledger = Ledger()
-        md = self._tail.list_topics(self.settings.outcomes_topic, timeout=10)
-        parts = md.topics[self.settings.outcomes_topic].partitions
-        pending = set(parts)
-        self._tail.assign(
-            [TopicPartition(self.settings.outcomes_topic, p, OFFSET_BEGINNING) for p in parts]
-        )
-        deadline = time.monotonic() + REBUILD_TIMEOUT_S
-        while pending:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"could not read {self.settings.outcomes_topic} to its end in "
-                    f"{REBUILD_TIMEOUT_S:.0f} s (partitions {sorted(pending)} pending); is the "
-                    "broker healthy? an open transaction holds read_committed readers until "
-                    "it times out"
-                )
-            for msg in self._tail.consume(1000, timeout=0.5):
-                err = msg.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                elif err is None:
-                    self._fold_message(msg)
+        self.ledger = read_ledger(self._tail, self.settings.outcomes_topic)
         self._gauges()
-
-    def _fold_message(self, msg: Message) -> None:
-        try:
-            value = msg.value()
-            if value is None:
-                return
-            self.ledger.fold(decode(value))
-        except (EventError, TypeError, ValueError):
-            log.warning("skipped an unreadable outcome at %s", _position(msg))
 
     def _tail_outcomes(self) -> None:
         """Fold outcomes other actuators committed (their applies, releases, halts)."""
-        for msg in self._tail.consume(1000, timeout=0):
-            if msg.error() is None:
-                self._fold_message(msg)
+        fold_new(self._tail, self.ledger)
 
     def _gauges(self) -> None:
         self.metrics.throttles_active.set(len(self.ledger.leases))
@@ -338,7 +243,7 @@ class Runner:
     def _handle(self, msg: Message) -> tuple[str, dict[str, Any]]:
         if not tracing.on():
             return self._handle_one(msg)
-        where = {"lagpilot.control_position": _position(msg)}
+        where = {"lagpilot.control_position": position(msg)}
         with tracing.span(
             "lagpilot.apply", parent=tracing.parent_from(msg.headers()), attributes=where
         ) as applied:
@@ -358,7 +263,7 @@ class Runner:
         now_ms = self._now_ms()
         verdict: Verdict = check(
             msg.value(),
-            position=_position(msg),
+            position=position(msg),
             signing_key=self._key,
             policy=self.policy,
             ledger=self.ledger,
@@ -392,7 +297,7 @@ class Runner:
         now_ms = self._now_ms()
         self._intents.begin()
         for msg in msgs:
-            verdict = check(msg.value(), position=_position(msg), signing_key=self._key,
+            verdict = check(msg.value(), position=position(msg), signing_key=self._key,
                             policy=self.policy, ledger=self.ledger,
                             actuator=self.settings.actuator_id, now_ms=now_ms)  # fmt: skip
             if verdict.action is not None:
@@ -549,7 +454,3 @@ class Runner:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-def _position(msg: Message) -> str:
-    return f"{msg.topic()}/{msg.partition()}@{msg.offset()}"

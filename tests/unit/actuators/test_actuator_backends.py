@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from actuators.backends import DryRunBackend, RedpandaBackend, make_backend
+from actuators.dispatch import dispatch, with_retries
 from actuators.errors import ActuatorError
 from actuators.metrics import Metrics, MetricsServer
 from actuators.quotas import broker_error
 from actuators.redpanda_admin import RedpandaAdmin
-from actuators.runner import dispatch, with_retries
 from actuators.settings import Settings
 from bench.support.actuator_harness import action
 from bench.support.redpanda_admin_stub import ClusterModel, running_stubs
