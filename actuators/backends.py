@@ -194,8 +194,9 @@ class RedpandaBackend:
     because the Admin API has no quota endpoint and partitions are Kafka CreatePartitions.
 
     ``admin`` is a ``RedpandaAdmin`` (or anything with its ``partition`` and
-    ``transfer_leadership``); its errors carry ``message``, ``code`` and ``retriable`` and
-    are passed on as they are. Redpanda's own leader balancer may undo a manual move later;
+    ``transfer_leadership``); its ``RedpandaAdminError`` is an ``ActuatorError`` carrying
+    status, URL, code and hint, and is passed on as it is (another ``LagpilotError`` is
+    rebuilt from its fields). Redpanda's own leader balancer may undo a manual move later;
     the outcome records what was done, and the pipeline sees whether it stuck.
     """
 
@@ -263,9 +264,9 @@ def make_backend(settings: Settings) -> Backend:
             "username": settings.redpanda_admin_username,
             "password": settings.redpanda_admin_password,
         }
-    # max_retries=0: retries live in one layer, the runner's (max_retries, backoff_*).
-    # Nested, 4 runner tries x 5 client attempts made 20 requests of one action, and 120
-    # against a 307 loop (measured by bench/faults.py, row 5).
+    # max_retries=0: the transport follows redirects and fails over, but retries live in
+    # one layer, the runner's (actuators/dispatch.py). Nested, 4 runner tries x 5 client
+    # attempts made 20 requests of one action, and 120 against a 307 loop (bench/faults.py).
     admin = RedpandaAdmin(
         list(settings.redpanda_admin_urls),
         tls_verify=settings.redpanda_admin_tls_verify,

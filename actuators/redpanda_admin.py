@@ -1,18 +1,13 @@
 """A small synchronous client for Redpanda's Admin API (HTTP, default port 9644).
 
 It covers what the actuator needs and nothing else: brokers, cluster health, a partition's
-leader and replicas, leadership transfer, replica moves and cluster config patches. The
-Admin API's quirks are handled here so callers never see them:
-
-- Redpanda answers 307 to a request that must run on a partition's (or the controller's)
-  leader. httpx drops credentials on cross-origin redirects, and the leader has a different
-  origin, so redirects are followed here, bounded, with basic auth sent again.
-- 503 ("a move is in progress", "not ready"), 504 and 429 mean "later": retried with
-  exponential backoff and full jitter, bounded by ``max_retries``.
-- A broker that does not answer is skipped for the next URL; all URLs failing counts as one
-  failed attempt.
-- Errors come back as ``{"message": str, "code": int}``; both are surfaced on
-  :class:`RedpandaAdminError`, whose ``retriable`` tells the caller what to do next.
+leader and replicas, leadership transfer, replica moves and cluster config patches. Each
+method is a thin endpoint: it checks its arguments, sends one logical request and checks
+the answer's shape. The Admin API's quirks live in one httpx transport
+(:class:`~actuators.redpanda_admin_transport.AdminTransport`): failover across the given
+URLs, 307 redirects to the leader with basic auth sent again, and bounded retries of 429,
+503 and 504 with full-jitter backoff. Errors are :class:`RedpandaAdminError` (with status,
+URL, Redpanda's code and a hint; ``retriable`` says what to do next).
 
 Every call that changes the cluster is safe to repeat (moving leadership to the node that
 already leads, or replicas to the set they already have, changes nothing), which is why a
@@ -32,172 +27,47 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from actuators.redpanda_admin_errors import (
+    RETRY_STATUSES,
+    RedpandaAdminError,
+    error_from_response,
+    parse_error_body,
+)
+from actuators.redpanda_admin_transport import (
+    ATTEMPTS_EXTENSION,
+    URL_EXTENSION,
+    AdminTransport,
+    normalise_urls,
+    ssl_context,
+)
 from schemas.runtime.backoff import backoff_s
-from schemas.runtime.errors import LagpilotError
 
 __all__ = [
     "RETRY_STATUSES",
+    "AdminTransport",
     "RedpandaAdmin",
     "RedpandaAdminError",
     "backoff_delay_s",
     "parse_error_body",
 ]
 
-#: Answers that mean "try again later". Other 4xx/5xx are final for this request.
-RETRY_STATUSES = frozenset({429, 503, 504})
-# Redpanda redirects with 307; 308 keeps the method too. 301/302/303 may turn a POST into
-# a GET, which would silently drop the change, so they are errors here.
-_REDIRECT_STATUSES = frozenset({307, 308})
 _MAX_REDIRECTS = 5
 _USER_AGENT = "lagpilot-redpanda-admin/1"
-
-
-class RedpandaAdminError(LagpilotError):
-    """A failed Admin API call, with what the caller needs to decide the next step.
-
-    ``code`` is Redpanda's own code from the error body (often equal to the HTTP status),
-    ``status`` the HTTP status (None when no answer came), ``retriable`` whether the same
-    call may succeed later unchanged.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retriable: bool,
-        method: str = "",
-        url: str = "",
-        status: int | None = None,
-        code: int | None = None,
-        hint: str = "",
-    ) -> None:
-        super().__init__(message, retriable=retriable, code=code, hint=hint)
-        self.method = method
-        self.url = url
-        self.status = status
-
-    def __str__(self) -> str:
-        where = f"{self.method} {self.url}: " if self.method else ""
-        answer = []
-        if self.status is not None:
-            answer.append(f"HTTP {self.status}")
-        if self.code is not None:
-            answer.append(f"Redpanda code {self.code}")
-        detail = f" ({', '.join(answer)})" if answer else ""
-        hint = f"; {self.hint}" if self.hint else ""
-        return f"{where}{self.message}{detail}{hint}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The error as plain data, for an outcome event's ``error`` field."""
-        return {
-            "message": self.message,
-            "code": self.code,
-            "status": self.status,
-            "retriable": self.retriable,
-            "method": self.method,
-            "url": self.url,
-        }
-
+# The client's requests carry only path and query: AdminTransport sends them to each
+# admin URL in turn. This origin is never contacted.
+_ORIGIN = "http://redpanda-admin.invalid"
 
 #: Full-jitter backoff with the draw passed in (schemas.runtime.backoff, the one backoff).
 backoff_delay_s = backoff_s
 
 
-def parse_error_body(content: bytes) -> tuple[str, int | None]:
-    """Redpanda's message and code from an error body, whatever shape it came in.
-
-    Most routes answer ``{"message", "code"}``; PUT /v1/cluster_config answers 400 with a map
-    of property name to error; proxies in between answer HTML or nothing.
-    """
-    text = content.decode("utf-8", "replace").strip()
-    if not text:
-        return "empty error body", None
-    try:
-        body = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return text[:300], None
-    if isinstance(body, dict):
-        message = body.get("message")
-        code = body.get("code")
-        code_int = code if isinstance(code, int) and not isinstance(code, bool) else None
-        if isinstance(message, str):
-            return message, code_int
-        fields = "; ".join(f"{k}: {v}" for k, v in sorted(body.items()) if k != "code")
-        if fields:
-            return f"invalid properties: {fields}", code_int
-    return text[:300], None
-
-
-def _hint_for(status: int) -> str:
-    if status == 401:
-        return "admin_api_require_auth is on: pass username/password of a SASL user"
-    if status == 403:
-        return "the user is not allowed: add it to the cluster's `superusers`"
-    if status == 404:
-        return "check the topic, partition and namespace exist (GET /v1/partitions)"
-    if status == 400:
-        return "the request was refused as invalid: fix the arguments named in the message"
-    if status in RETRY_STATUSES:
-        return "the cluster is busy; retry later or raise max_retries/backoff_max_s"
-    return "see the broker's log for this request"
-
-
-def _normalise_urls(urls: Sequence[str] | str) -> list[str]:
-    items = urls.split(",") if isinstance(urls, str) else list(urls)
-    out = []
-    for raw in items:
-        url = raw.strip().rstrip("/")
-        if not url:
-            continue
-        if not url.startswith(("http://", "https://")):
-            raise RedpandaAdminError(
-                f"admin URL {raw.strip()!r} has no scheme",
-                retriable=False,
-                hint="set urls to e.g. http://redpanda-0:9644 (https:// when admin TLS is on)",
-            )
-        out.append(url)
-    if not out:
-        raise RedpandaAdminError(
-            "no admin URL given",
-            retriable=False,
-            hint="set urls to the brokers' Admin API addresses, e.g. http://redpanda-0:9644",
-        )
-    return out
-
-
-def _ssl_context(tls_verify: bool | str, tls_client_cert: tuple[str, str] | None) -> ssl.SSLContext:
-    """Build the TLS context here: httpx 0.28 deprecates ``verify=<path>`` and ``cert=``."""
-    try:
-        if isinstance(tls_verify, str):
-            ctx = ssl.create_default_context(cafile=tls_verify)
-        else:
-            ctx = ssl.create_default_context()
-            if not tls_verify:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-    except (OSError, ssl.SSLError) as exc:
-        raise RedpandaAdminError(
-            f"tls_verify={tls_verify!r} cannot be loaded as a CA bundle: {exc}",
-            retriable=False,
-            hint="set tls_verify to a readable PEM file of the CA that signed the admin cert",
-        ) from exc
-    if tls_client_cert is not None:
-        try:
-            ctx.load_cert_chain(*tls_client_cert)
-        except (OSError, ssl.SSLError, TypeError) as exc:
-            raise RedpandaAdminError(
-                f"tls_client_cert={tls_client_cert!r} cannot be loaded: {exc}",
-                retriable=False,
-                hint="set tls_client_cert to (cert.pem, key.pem), both readable PEM files",
-            ) from exc
-    return ctx
-
-
 class RedpandaAdmin:
     """Sync client for one Redpanda cluster's Admin API; see the module docstring.
 
-    ``sleep`` and ``rng`` are injectable so tests can check the backoff schedule without
-    waiting for it.
+    ``max_retries`` bounds the transport's retries (0: the caller owns them, as the
+    actuator's runner does); ``transport`` replaces the network under the failover,
+    redirect and retry logic (a test's ``httpx.MockTransport``). ``sleep`` and ``rng`` are
+    injectable so tests check the backoff schedule without waiting for it.
     """
 
     def __init__(
@@ -217,7 +87,7 @@ class RedpandaAdmin:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.urls = _normalise_urls(urls)
+        self.urls = normalise_urls(urls)
         if (username is None) != (password is None):
             raise RedpandaAdminError(
                 "username and password must be given together",
@@ -237,27 +107,35 @@ class RedpandaAdmin:
             )
         self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self.max_redirects = max_redirects
-        self._auth = (
+        auth = (
             httpx.BasicAuth(username, password)
             if username is not None and password is not None
             else None
         )
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-        self._preferred = 0  # index of the last URL that answered
-        needs_tls = any(u.startswith("https://") for u in self.urls)
-        verify: ssl.SSLContext | bool = (
-            _ssl_context(tls_verify, tls_client_cert) if needs_tls or tls_client_cert else True
+        if transport is None:
+            needs_tls = any(u.startswith("https://") for u in self.urls)
+            verify: ssl.SSLContext | bool = (
+                ssl_context(tls_verify, tls_client_cert) if needs_tls or tls_client_cert else True
+            )
+            # trust_env=False: proxy and SSL_CERT_FILE variables must not silently change
+            # where admin credentials go or which CA vouches for the cluster.
+            transport = httpx.HTTPTransport(verify=verify, trust_env=False)
+        self.transport = AdminTransport(
+            self.urls,
+            inner=transport,
+            max_retries=max_retries,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            max_redirects=max_redirects,
+            timeout_s=timeout_s,
+            sleep=sleep,
+            rng=rng,
         )
-        # trust_env=False: proxy and SSL_CERT_FILE variables must not silently change where
-        # admin credentials go or which CA vouches for the cluster.
         self._client = httpx.Client(
+            base_url=_ORIGIN,
+            auth=auth,
             timeout=httpx.Timeout(timeout_s),
-            verify=verify,
-            transport=transport,
+            transport=self.transport,
             follow_redirects=False,
             trust_env=False,
             headers={"User-Agent": _USER_AGENT, "Accept": "application/json"},
@@ -365,7 +243,7 @@ class RedpandaAdmin:
         result = self._call("PUT", "/v1/cluster_config", params=params or None, json=body)
         return {} if result is None else self._expect_dict(result, "PUT", "/v1/cluster_config")
 
-    # -- transport -------------------------------------------------------------------------
+    # -- one logical request (the transport does the rest) ---------------------------------
 
     def _call(
         self,
@@ -375,152 +253,16 @@ class RedpandaAdmin:
         params: Mapping[str, int] | None = None,
         json: Any = None,
     ) -> Any:
-        """Send one logical request: URLs in turn, redirects, then backoff and retry."""
         content = orjson.dumps(json) if json is not None else None
-        last: RedpandaAdminError | None = None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                unit = self._rng.random()
-                self._sleep(
-                    backoff_delay_s(attempt - 1, self.backoff_base_s, self.backoff_max_s, unit)
-                )
-            try:
-                response = self._send_any_url(method, path, params, content)
-            except RedpandaAdminError as exc:
-                if not exc.retriable:
-                    raise
-                last = exc
-                continue
-            if response.status_code in RETRY_STATUSES:
-                last = self._error(method, response)
-                continue
-            if response.is_success:
-                return _decode_success(method, response)
-            raise self._error(method, response)
-        assert last is not None
-        last.message = f"{last.message} (gave up after {self.max_retries + 1} attempts)"
-        raise last
-
-    def _send_any_url(
-        self, method: str, path: str, params: Mapping[str, int] | None, content: bytes | None
-    ) -> httpx.Response:
-        """The first answer from the URLs, starting at the one that answered last."""
-        errors = []
-        n = len(self.urls)
-        for step in range(n):
-            index = (self._preferred + step) % n
-            url = self.urls[index] + path
-            try:
-                response = self._send_following(method, url, params, content)
-            except RedpandaAdminError as exc:
-                if not exc.retriable:
-                    raise
-                errors.append(exc)
-                continue
-            self._preferred = index
-            return response
-        last = errors[-1]
-        if n > 1:
-            last.message = f"no admin URL answered ({'; '.join(e.message for e in errors)})"
-        raise last
-
-    def _send_following(
-        self, method: str, url: str, params: Mapping[str, int] | None, content: bytes | None
-    ) -> httpx.Response:
-        """Send, following redirects ourselves so credentials reach the leader."""
-        request_url = httpx.URL(url, params=params)
-        for _ in range(self.max_redirects + 1):
-            response = self._send_once(method, request_url, content)
-            if response.status_code not in _REDIRECT_STATUSES:
-                return response
-            location = response.headers.get("Location")
-            if not location:
-                raise RedpandaAdminError(
-                    "redirect without a Location header",
-                    retriable=False,
-                    method=method,
-                    url=str(request_url),
-                    status=response.status_code,
-                    hint="check the broker's advertised admin address",
-                )
-            try:
-                target = request_url.join(location)
-            except httpx.InvalidURL as exc:
-                raise RedpandaAdminError(
-                    f"redirect to an invalid Location {location!r}",
-                    retriable=False,
-                    method=method,
-                    url=str(request_url),
-                    status=response.status_code,
-                    hint="check the broker's advertised admin address",
-                ) from exc
-            if request_url.scheme == "https" and target.scheme != "https":
-                raise RedpandaAdminError(
-                    f"refusing redirect from https to {target}: credentials would go in clear",
-                    retriable=False,
-                    method=method,
-                    url=str(request_url),
-                    status=response.status_code,
-                    hint="enable TLS on every broker's admin listener",
-                )
-            request_url = target
-        raise RedpandaAdminError(
-            f"more than {self.max_redirects} redirects",
-            retriable=True,
-            method=method,
-            url=url,
-            hint="leadership is moving; retry later or raise max_redirects",
-        )
-
-    def _send_once(self, method: str, url: httpx.URL, content: bytes | None) -> httpx.Response:
-        """One HTTP exchange; httpx's exceptions end here (the I/O edge)."""
         headers = {"Content-Type": "application/json"} if content is not None else None
-        try:
-            return self._client.request(
-                method, url, content=content, headers=headers, auth=self._auth
-            )
-        except httpx.TimeoutException as exc:
-            raise RedpandaAdminError(
-                f"no answer within timeout_s={self.timeout_s} ({type(exc).__name__})",
-                retriable=True,
-                method=method,
-                url=str(url),
-                hint="the broker is slow or unreachable; raise timeout_s or check the broker",
-            ) from exc
-        except httpx.TransportError as exc:
-            untrusted = "CERTIFICATE_VERIFY_FAILED" in str(exc)
-            raise RedpandaAdminError(
-                f"the admin certificate was not trusted ({exc})"
-                if untrusted
-                else f"cannot reach the Admin API ({type(exc).__name__}: {exc})",
-                retriable=not untrusted,  # trust does not come back by itself
-                method=method,
-                url=str(url),
-                hint="set tls_verify to the CA bundle (PEM path) that signed it"
-                if untrusted
-                else "check the URL/port (default 9644), the TLS settings and that it runs",
-            ) from exc
-        except httpx.HTTPError as exc:  # e.g. an invalid URL built from a Location header
-            raise RedpandaAdminError(
-                f"request failed ({type(exc).__name__}: {exc})",
-                retriable=False,
-                method=method,
-                url=str(url),
-                hint="check the admin URLs",
-            ) from exc
-
-    def _error(self, method: str, response: httpx.Response) -> RedpandaAdminError:
-        message, code = parse_error_body(response.content)
-        status = response.status_code
-        return RedpandaAdminError(
-            message,
-            retriable=status in RETRY_STATUSES,
-            method=method,
-            url=str(response.request.url),
-            status=status,
-            code=code,
-            hint=_hint_for(status),
+        response = self._client.request(
+            method, path, params=params, content=content, headers=headers
         )
+        url = response.extensions.get(URL_EXTENSION, path)
+        if response.is_success:
+            return _decode_success(method, url, response)
+        attempts = response.extensions.get(ATTEMPTS_EXTENSION, 1)
+        raise error_from_response(method, url, response, attempts)
 
     @staticmethod
     def _expect_dict(value: Any, method: str, path: str) -> dict[str, Any]:
@@ -535,7 +277,7 @@ class RedpandaAdmin:
         return value
 
 
-def _decode_success(method: str, response: httpx.Response) -> Any:
+def _decode_success(method: str, url: str, response: httpx.Response) -> Any:
     if not response.content.strip():
         return None
     try:
@@ -546,7 +288,7 @@ def _decode_success(method: str, response: httpx.Response) -> Any:
             f"{response.text[:120]!r}",
             retriable=False,
             method=method,
-            url=str(response.request.url),
+            url=url,
             status=response.status_code,
             hint="the URL may point at something other than Redpanda's Admin API (port 9644)",
         ) from exc
