@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.decide.policy_config import (
     POLICY_ACTIONS,
+    SECTIONS,
     PolicyConfig,
     Thresholds,
     config_from_mapping,
@@ -124,6 +125,14 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"partitions": {"growth_ratio": 0.9}}, "policy.partitions.growth_ratio"),
     ({"state": {"forget_after_s": 0}}, "policy.state.forget_after_s"),
     ({"budget": 5}, "policy.budget"),
+    ({"partitions": {"max_total": 0}}, "policy.partitions.max_total"),
+    ({"hotspot": {"pool": ""}}, "policy.hotspot.pool"),
+    ({"diagnosis": {"enabled": "yes"}}, "policy.diagnosis.enabled"),
+    ({"diagnosis": {"burst_ratio": 0.5}}, "policy.diagnosis.burst_ratio"),
+    ({"diagnosis": {"hold_ratio": 2}}, "policy.diagnosis.hold_ratio"),
+    ({"verify": {"improve_ratio": 1.5}}, "policy.verify.improve_ratio"),
+    ({"ladders": {"default": {"hotspot": "spread"}}}, "policy.ladders.default.hotspot"),
+    ({"ladders": {"default": {"flood": []}}}, "policy.ladders.default.flood"),
 ]
 
 
@@ -134,6 +143,74 @@ def test_every_error_names_its_key_and_a_fix(data: dict[str, Any], key: str) -> 
     message = str(err.value)
     assert message.startswith(key + ":") or message.startswith(key + " "), message
     assert ";" in message, f"no fix given: {message}"
+
+
+def test_every_section_of_the_table_has_an_error_case() -> None:
+    """Each section parser of SECTIONS is proved to name its key and the fix above."""
+    covered = {key.split(".")[1].split('"')[0] for _, key in BAD if key.count(".") >= 1}
+    assert {name for name, _ in SECTIONS} <= covered
+
+
+@pytest.mark.parametrize("section", [n for n, _ in SECTIONS if n not in ("producers", "ladders")])
+def test_a_misspelt_key_in_any_section_is_named_with_the_known_ones(section: str) -> None:
+    """``producers`` maps any client id and ``ladders`` any glob: they have no fixed keys."""
+    data: dict[str, Any] = {section: {"no_such_key": 1}}
+    if section == "thresholds":
+        data = {"thresholds": {"default": {"no_such_key": 1}}}
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping(data)
+    message = str(err.value)
+    assert ".no_such_key: unknown key; remove it or fix its spelling (known: " in message
+    assert message.startswith(f"policy.{section}."), message
+
+
+def test_every_section_reaches_the_config() -> None:
+    """A value set in each section arrives in its PolicyConfig field (none is dropped by the
+    table of parsers)."""
+    cfg = config_from_mapping(
+        {
+            "mode": "act",
+            "policy_version": "v7",
+            "thresholds": {"default": {"time_lag_s": 9}, "topic:t": {"offset_lag": 5}},
+            "cooldowns": {"default_s": 11, "add_partitions": 99},
+            "budget": {"actions_per_minute": 4},
+            "throttle": {"floor_bytes_per_s": 1000, "start_bytes_per_s": 2000,
+                         "step_ratio": 0.25, "lease_s": 600},
+            "allow": {"partition_topics": ["docs"], "throttle_client_ids": ["ingest-*"]},
+            "producers": {"ingest-*": ["docs"]},
+            "brokers": {"ids": [3, 1, 3]},
+            "actions": {"enabled": ["throttle_producer"], "ttl_s": 7},
+            "hotspot": {"ratio": 3, "lanes": 6, "pool": "big"},
+            "leadership": {"min_partitions": 4},
+            "scale": {"lag_per_replica": 123},
+            "partitions": {"growth_ratio": 1.5, "max_total": 64},
+            "state": {"forget_after_s": 77},
+            "diagnosis": {"enabled": True, "burst_ratio": 2.5, "hold_ratio": 0.6,
+                          "rates_stale_s": 8},
+            "verify": {"improve_ratio": 0.4},
+            "ladders": {"default": {"hotspot": ["spread_partition:2"]}},
+        }
+    )  # fmt: skip
+    assert (cfg.mode, cfg.policy_version) == (Mode.ACT, "v7")
+    assert cfg.default_thresholds.time_lag_s == 9 and cfg.overrides[0].values == {"offset_lag": 5}
+    assert cfg.cooldown_default_s == 11 and cfg.cooldowns_s["add_partitions"] == 99
+    assert cfg.actions_per_minute == 4
+    assert (cfg.throttle_floor_bytes_per_s, cfg.throttle_start_bytes_per_s,
+            cfg.throttle_step_ratio, cfg.throttle_lease_s) == (1000, 2000, 0.25, 600)  # fmt: skip
+    assert cfg.partition_topics == ("docs",) and cfg.throttle_client_ids == ("ingest-*",)
+    assert [(p.entity, p.name, p.topics) for p in cfg.producers] == [
+        ("client-id-prefix", "ingest-", ("docs",))
+    ]
+    assert cfg.broker_ids == (1, 3)
+    assert cfg.enabled == {"throttle_producer"} and cfg.action_ttl_s == 7
+    assert (cfg.hot_ratio, cfg.spread_lanes, cfg.spread_pool) == (3, 6, "big")
+    assert cfg.leadership_min_partitions == 4 and cfg.lag_per_replica == 123
+    assert (cfg.partitions_growth_ratio, cfg.partitions_max_total) == (1.5, 64)
+    assert cfg.forget_after_s == 77
+    assert (cfg.diagnose, cfg.burst_ratio, cfg.hold_ratio, cfg.rates_stale_s) == (
+        True, 2.5, 0.6, 8)  # fmt: skip
+    assert cfg.verify_improve_ratio == 0.4
+    assert cfg.ladders != PolicyConfig().ladders
 
 
 def test_the_briefs_example_message() -> None:
