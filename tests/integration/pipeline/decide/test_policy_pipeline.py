@@ -18,7 +18,7 @@ from bench.support.harness import (
 )
 from pipeline.decide.control import control_action, publish_actions
 from schemas import ActionType, validate, verify
-from tests.integration.pipeline.model.test_lag_pipeline import _wait_ready
+from tests.support.pipeline import wait_ready
 
 KEY = b"policy-e2e-signing-key-0123456789"
 POLICY = """
@@ -84,7 +84,7 @@ def test_a_lagging_partition_gets_one_signed_explained_action_and_halt_stops_mor
 
     t = threading.Thread(target=load)
     try:
-        _wait_ready(pipe)
+        wait_ready(pipe)
         t.start()
         time.sleep(4)  # every partition committed and modelled, all OK
         assert _actions(kafka_bootstrap, control) == []

@@ -24,7 +24,7 @@ from bench.support.actuator_harness import KEY, Harness
 from bench.support.harness import PipelineProcess, ScriptedLoad, create_topic
 from bench.war_story import read_topic
 from schemas import encode, topics, validate, verify
-from tests.integration.pipeline.model.test_lag_pipeline import _wait_ready
+from tests.support.pipeline import wait_ready
 
 POLICY = """
 mode = "act"
@@ -126,7 +126,7 @@ def test_burst_throttles_the_flooder_verified_released_and_hotspot_spread_then_h
     burst = ScriptedLoad(kafka_bootstrap, burst_topic, burst_group, rate=20, partitions=4)
     hot = ScriptedLoad(kafka_bootstrap, hot_topic, hot_group, rate=20, partitions=4)
     try:
-        _wait_ready(pipe)
+        wait_ready(pipe)
         publisher.start()
         with burst, hot:
             time.sleep(8)  # modelled, calm: the usual rates are learnt

@@ -29,26 +29,13 @@ from bench.support.scaler_harness import (
     scrape,
 )
 from pipeline.status import read_latest
-from tests.integration.pipeline.model.test_lag_pipeline import _wait_ready
+from tests.support.pipeline import module_pipeline
 
 RUN = uuid.uuid4().hex[:6]
 PREFIX = f"lpk-{RUN}-"
 
 
-@pytest.fixture(scope="module")
-def pipeline(
-    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[PipelineProcess]:
-    p = PipelineProcess(
-        kafka_bootstrap,
-        include=f"{PREFIX}.*",
-        state_dir=tmp_path_factory.mktemp("pipe") / "state",
-        LAGPILOT_WINDOW_S="4",
-        LAGPILOT_METADATA_REFRESH_MS="500",
-    ).start()
-    _wait_ready(p)
-    yield p
-    p.stop()
+pipeline = module_pipeline(f"{PREFIX}.*", LAGPILOT_WINDOW_S="4", LAGPILOT_METADATA_REFRESH_MS="500")
 
 
 @pytest.fixture(scope="module")

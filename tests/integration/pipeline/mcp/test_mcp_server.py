@@ -34,7 +34,7 @@ from bench.support.harness import (
 )
 from pipeline.mcp.reading import recent_events
 from pipeline.status import main as status
-from tests.integration.pipeline.model.test_lag_pipeline import _wait_ready
+from tests.support.pipeline import wait_ready
 
 KEY = "mcp-e2e-signing-key-0123456789"
 RUN = uuid.uuid4().hex[:6]
@@ -72,7 +72,7 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     ).start()
     reader = LagReader(kafka_bootstrap, {group})
     try:
-        _wait_ready(pipe)
+        wait_ready(pipe)
         reader.start()
         with ScriptedLoad(kafka_bootstrap, topic, group, rate=50, partitions=2):
             reader.wait_for(lambda e: e["event"] == "group_lag" and e["topic"] == topic, 60)

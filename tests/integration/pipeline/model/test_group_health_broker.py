@@ -30,7 +30,7 @@ from bench.support.harness import LagReader, PipelineProcess, create_topic
 from pipeline.read.offsets import decode_record
 from schemas import GroupMetadata, validate
 from schemas.topics import CONSUMER_OFFSETS
-from tests.integration.pipeline.model.test_lag_pipeline import _wait_ready
+from tests.support.pipeline import module_pipeline
 
 RUN = uuid.uuid4().hex[:6]
 PREFIX = f"lph-{RUN}-"
@@ -61,22 +61,13 @@ class _Groups:
         return isinstance(group, str) and group.startswith(self.prefix)
 
 
-@pytest.fixture(scope="module")
-def pipeline(
-    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[PipelineProcess]:
-    p = PipelineProcess(
-        kafka_bootstrap,
-        include=f"{PREFIX}.*",
-        state_dir=tmp_path_factory.mktemp("health") / "state",
-        LAGPILOT_STORM_WINDOW_S=str(WINDOW_S),
-        LAGPILOT_GROUP_STALL_S="5",
-        LAGPILOT_GROUP_HEALTH_INTERVAL_MS="1000",
-        LAGPILOT_METADATA_REFRESH_MS="500",
-    ).start()
-    _wait_ready(p)
-    yield p
-    p.stop()
+pipeline = module_pipeline(
+    f"{PREFIX}.*",
+    LAGPILOT_STORM_WINDOW_S=str(WINDOW_S),
+    LAGPILOT_GROUP_STALL_S="5",
+    LAGPILOT_GROUP_HEALTH_INTERVAL_MS="1000",
+    LAGPILOT_METADATA_REFRESH_MS="500",
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,36 +25,13 @@ from bench.support.harness import (
     producer,
 )
 from schemas import validate
+from tests.support.pipeline import module_pipeline, wait_ready
 
 RUN = uuid.uuid4().hex[:6]
 PREFIX = f"lpt-{RUN}-"
 
 
-@pytest.fixture(scope="module")
-def pipeline(
-    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[PipelineProcess]:
-    p = PipelineProcess(
-        kafka_bootstrap,
-        include=f"{PREFIX}.*",
-        state_dir=tmp_path_factory.mktemp("pipe") / "state",
-        LAGPILOT_WINDOW_S="4",
-        LAGPILOT_METADATA_REFRESH_MS="500",
-    ).start()
-    _wait_ready(p)
-    yield p
-    p.stop()
-
-
-def _wait_ready(p: PipelineProcess, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{p.metrics_port}/readyz", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"pipeline never became ready:\n{p.log_tail()}")
+pipeline = module_pipeline(f"{PREFIX}.*", LAGPILOT_WINDOW_S="4", LAGPILOT_METADATA_REFRESH_MS="500")
 
 
 def _admin_lag(bootstrap: str, topic: str, group: str) -> int:
@@ -204,8 +180,8 @@ def test_two_replicas_split_the_work_each_topic_modelled_once(
     b.group = a.group  # the same consumer group: replicas of one pipeline
     b.start()
     try:
-        _wait_ready(a)
-        _wait_ready(b)
+        wait_ready(a)
+        wait_ready(b)
         want = {(group, n) for n in names}
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline:
@@ -233,7 +209,7 @@ def test_kill_9_and_restart_resumes_the_model_without_a_gap_or_spike(
     ).start()
     reader = LagReader(kafka_bootstrap, {stopped, steady}).start()
     try:
-        _wait_ready(pipe)
+        wait_ready(pipe)
         with ScriptedLoad(kafka_bootstrap, topic, steady, rate=300, consume_rate=200):
             reader.wait_for(lambda e: e["event"] == "partition_lag", timeout_s=60)  # live
             committer = ScriptedCommitter(kafka_bootstrap, stopped)
