@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from bench.support import actuator_harness as T  # noqa: E402
 from bench.support import broker  # noqa: E402
+from bench.support.machine import load_avg_1m  # noqa: E402
 from schemas import encode  # noqa: E402
 
 KEY = b"bench-signing-key-0123456789abcdef"
@@ -157,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)
     n, warmup = (5, 1) if args.smoke else (args.n, 10)
+    load_start = load_avg_1m()
     result = run(args.bootstrap, n, warmup)
+    result.update(load_avg_1m_start=load_start, load_avg_1m_end=load_avg_1m())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from bench.support import kafka_schemas  # noqa: E402  (the baseline: Kafka's own schemas)
 from bench.support.layout_codec import encode  # noqa: E402  (the stated layouts)
+from bench.support.machine import load_avg_1m  # noqa: E402
 from pipeline.read import offsets  # noqa: E402
 from schemas import OffsetCommit  # noqa: E402
 
@@ -205,7 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"error: the baseline needs Kafka's schemas: {exc}", file=sys.stderr)
         return 2
+    load_start = load_avg_1m()
     result = run(n)
+    result.update(load_avg_1m_start=load_start, load_avg_1m_end=load_avg_1m())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     print(

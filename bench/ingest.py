@@ -46,6 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parents[1]
 
 from bench.support import broker  # noqa: E402
+from bench.support.machine import load_avg_1m  # noqa: E402
 
 TARGET_RPS = 25_000
 
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     def fill() -> None:
         prefill(args.bootstrap, topic, n, args.groups, args.topics, args.partitions)
 
+    load_start = load_avg_1m()
     result = pipeline_rps(args.bootstrap, topic, n, 120 if args.smoke else 900, fill)
     raw = raw_rps(args.bootstrap, topic, n + 1)
     result.update(
@@ -209,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         target_pipeline_rps=TARGET_RPS,
         python=platform.python_version(),
         cpus=os.cpu_count(),
+        load_avg_1m_start=load_start,
+        load_avg_1m_end=load_avg_1m(),
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")

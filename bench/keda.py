@@ -39,6 +39,7 @@ from bench.support.harness import (  # noqa: E402  (shared scripted parts)
     ScriptedLoad,
     create_topic,
 )
+from bench.support.machine import load_avg_1m  # noqa: E402
 from bench.support.scaler_harness import (  # noqa: E402
     Client,
     PushWatcher,
@@ -143,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)
     trials = 2 if args.smoke else args.trials
+    load_start = load_avg_1m()
     result = run(args.bootstrap, trials, args.partitions, args.rate)
+    result.update(load_avg_1m_start=load_start, load_avg_1m_end=load_avg_1m())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     print(

@@ -51,6 +51,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from bench.support.machine import load_avg_1m  # noqa: E402
 from pipeline.model.config import LagConfig  # noqa: E402
 from pipeline.model.history import SOURCE_NAMES, HistoryBound  # noqa: E402
 from pipeline.model.lag import TopicModel  # noqa: E402
@@ -268,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         f.result(30)
     time.sleep(1.0)  # metadata settles
     started = time.time()
+    load_start = load_avg_1m()
     with ProcessPoolExecutor(len(chosen), mp_context=get_context("spawn")) as pool:
         futures = {
             sc.name: pool.submit(run_named, args.bootstrap, sc.name, topics[sc.name], args.smoke)
@@ -294,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         and offline["within_bound"],
         "wall_s": round(time.time() - started, 1),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "load_avg_1m_start": load_start,
+        "load_avg_1m_end": load_avg_1m(),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
