@@ -31,7 +31,7 @@ from pipeline.model.arrays import widen as _widen
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
 from pipeline.model.fits import Fit
-from pipeline.model.history import READ, compact, time_lag_s
+from pipeline.model.history import EXTRAPOLATED, INTERPOLATED, READ, compact, written_ms
 from pipeline.model.progress import WorkerProgress
 from pipeline.model.status import classify
 from schemas.lag import SEVERITY, LagStatus
@@ -84,6 +84,9 @@ class TopicModel:
         self.read_offset: np.ndarray
         self.read_ms: np.ndarray
         self._since_compact = 0  # rows appended since the history was last compacted
+        # when each committed offset was written (see _time_lag): (committed, t_star ms,
+        # source) as last computed, valid while the history's rows are only appended to
+        self._written: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._history_saved_ms = 0  # when the whole history was last persisted...
         self._history_split_ms = 0  # ...up to this row
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
@@ -107,6 +110,7 @@ class TopicModel:
         self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
         self._t_buf[: len(a)] = a
         self._rows_t = len(a)
+        self._written = None
 
     @property
     def hw(self) -> np.ndarray:
@@ -117,6 +121,7 @@ class TopicModel:
         self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
         self._hw_buf[: len(a)] = a
         self._rows_hw = len(a)
+        self._written = None
 
     def _append_row(self, t_ms: int, row: np.ndarray) -> None:
         n = self._rows_t
@@ -148,6 +153,7 @@ class TopicModel:
         self.w_c = _widen(self.w_c, width, -1)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
+        self._written = None
 
     def _group(self, name: str) -> int:
         g = self._index.get(name)
@@ -155,6 +161,7 @@ class TopicModel:
             return g
         g = self._index[name] = len(self.groups)
         self.groups.append(name)
+        self._written = None
         w = self._width
 
         def row(a: np.ndarray, fill: float | int) -> np.ndarray:
@@ -172,6 +179,7 @@ class TopicModel:
         for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms", "last_alert_ms"):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
         del self.groups[g]
+        self._written = None
         self._index = {name: i for i, name in enumerate(self.groups)}
 
     # -- inputs ---------------------------------------------------------------------------
@@ -306,7 +314,7 @@ class TopicModel:
         """Drop the history rows its bound allows (``pipeline.model.history.compact``)."""
         keep = compact(self.t_ms, self.hw, now_ms, self.cfg.history_bound)
         if not keep.all():
-            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]
+            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]  # (forgets _written)
         self._since_compact = 0
 
     def record_read(self, group: str, partition: int, offset: int, record_ms: int) -> None:
@@ -363,7 +371,7 @@ class TopicModel:
         recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
 
         # time lag: only where data waits
-        tl, how = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        tl, how = self._time_lag(c, now_ms)
         # a record timestamp read at the committed offset is the truth: it wins
         read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
         if read.any():
@@ -408,6 +416,33 @@ class TopicModel:
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
             },
         )
+
+    def _time_lag(self, c: np.ndarray, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """``pipeline.model.history.time_lag_s`` of the committed offsets ``c``, computed
+        only where it can have changed: when an offset was written depends only on the
+        history rows up to the first one beyond it, and rows are appended, so a partition
+        whose committed offset did not move since the last tick keeps its write time (the
+        time lag is ``now`` minus it). A commit, a partition that fell behind, a history
+        compacted or reloaded, a group added or gone: recomputed there. The same numbers as
+        computing them all, at the cost of the partitions that moved."""
+        hw = self.hw
+        behind = (c >= 0) & (c < hw[-1])
+        cached = self._written
+        if cached is not None and cached[0].shape == c.shape:
+            last_c, t_star, src = cached
+            keep = behind & (last_c == c) & (src == INTERPOLATED)
+            t_star, src = t_star.copy(), np.where(keep, src, 0).astype(np.int8)
+        else:
+            keep = np.zeros(c.shape, bool)
+            t_star, src = np.zeros(c.shape), np.zeros(c.shape, np.int8)
+        gi, pi = np.nonzero(behind & ~keep)
+        if len(gi):
+            written, inside = written_ms(self.t_ms, hw, pi, c[gi, pi])
+            t_star[gi, pi] = written
+            src[gi, pi] = np.where(inside, INTERPOLATED, EXTRAPOLATED)
+        self._written = (c.copy(), t_star, src)
+        tl = np.where(behind, np.maximum(0.0, (now_ms - t_star) / 1000.0), 0.0)
+        return tl, src
 
     def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
         """Between samples, as worker reports arrive: the observation as of the newest
