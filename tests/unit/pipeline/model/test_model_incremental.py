@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
+from pipeline.model.fits import Fit
 from pipeline.model.history import first_beyond, time_lag_s
 from pipeline.model.lag import TopicModel
 
@@ -62,3 +63,43 @@ def test_time_lags_carried_between_ticks_equal_time_lags_computed_afresh(seed: i
         assert np.array_equal(obs.time_lag_source, how)
 
     _run(seed, 200, check)
+
+
+def rates_afresh(m: TopicModel, now_ms: int) -> dict[str, np.ndarray]:
+    """The fits as the model computed them before its window kept buffers: from the window's
+    rows, every mask and difference rebuilt (``Fit`` over the rows, rows last)."""
+    width, cfg = m.width, m.cfg
+    hw_now, c = m.hw[-1], m.committed[:, :width]
+    x = (m.w_t - now_ms) / 1000.0
+    w_c = np.ascontiguousarray(m.w_c[:, :, :width].transpose(0, 2, 1))
+    w_hw = np.ascontiguousarray(m.w_hw.T)
+    valid = w_c >= 0
+    mask = valid.astype(np.float64)
+    fit = Fit(x, mask)
+    wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
+    is_recent = x >= -cfg.recent_s
+    recent = Fit(x, mask * is_recent)
+    return {
+        "produce": Fit(x, np.ones_like(w_hw, np.float64)).slope(w_hw - hw_now[:, None]),
+        "consume": fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64)),
+        "lag_rate": fit.slope(wlag),
+        "accel": fit.accel(wlag),
+        "recent_rate": np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan),
+    }
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000))
+def test_the_window_buffers_fit_what_the_rows_rebuilt_each_tick_fit(seed: int) -> None:
+    """Late commits, a forgotten partition, a group joining, the buffers moving: the rates
+    and acceleration from the kept buffers are those of the rows rebuilt from scratch."""
+
+    def check(m: TopicModel, obs: TopicObservation, t: int) -> None:
+        want = rates_afresh(m, t)
+        got = m._win.fits(t, m.hw[-1], m.committed[:, : m.width], m.cfg.recent_s)
+        for k, v in want.items():
+            assert np.allclose(getattr(got, k), v, rtol=1e-9, atol=1e-6, equal_nan=True), k
+        assert np.array_equal(obs.lag_rate_per_s, got.lag_rate)
+        assert np.array_equal(obs.consume_rate_per_s, got.consume)
+
+    _run(seed, 160, check)
