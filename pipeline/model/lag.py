@@ -30,10 +30,10 @@ from pipeline.model.arrays import encode as _enc
 from pipeline.model.arrays import widen as _widen
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
-from pipeline.model.fits import Fit
-from pipeline.model.history import READ, compact, time_lag_s
+from pipeline.model.history import EXTRAPOLATED, INTERPOLATED, READ, compact, written_ms
 from pipeline.model.progress import WorkerProgress
 from pipeline.model.status import classify
+from pipeline.model.window import RateWindow
 from schemas.lag import SEVERITY, LagStatus
 
 MAX_PARTITIONS_UNSAMPLED = 4096
@@ -84,12 +84,13 @@ class TopicModel:
         self.read_offset: np.ndarray
         self.read_ms: np.ndarray
         self._since_compact = 0  # rows appended since the history was last compacted
+        # when each committed offset was written (see _time_lag): (committed, t_star ms,
+        # source) as last computed, valid while the history's rows are only appended to
+        self._written: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._history_saved_ms = 0  # when the whole history was last persisted...
         self._history_split_ms = 0  # ...up to this row
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
-        self.w_t = np.zeros(0, np.int64)
-        self.w_hw = np.zeros((0, 0), np.int64)
-        self.w_c = np.zeros((0, 0, 0), np.int64)
+        self._win = RateWindow()
         # what the operator last published per group-partition (the model does not use it)
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
@@ -107,6 +108,7 @@ class TopicModel:
         self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
         self._t_buf[: len(a)] = a
         self._rows_t = len(a)
+        self._written = None
 
     @property
     def hw(self) -> np.ndarray:
@@ -117,6 +119,7 @@ class TopicModel:
         self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
         self._hw_buf[: len(a)] = a
         self._rows_hw = len(a)
+        self._written = None
 
     def _append_row(self, t_ms: int, row: np.ndarray) -> None:
         n = self._rows_t
@@ -125,6 +128,21 @@ class TopicModel:
         self._t_buf[n] = t_ms
         self._hw_buf[n] = row
         self._rows_t = self._rows_hw = n + 1
+
+    @property
+    def w_t(self) -> np.ndarray:
+        """The rate window's row times (R,)."""
+        return self._win.times
+
+    @property
+    def w_hw(self) -> np.ndarray:
+        """The rate window's HWM rows (R, partitions sampled)."""
+        return self._win.rows_hw(self.width)
+
+    @property
+    def w_c(self) -> np.ndarray:
+        """The rate window's committed offsets (groups, R, partitions)."""
+        return self._win.rows_c()
 
     @property
     def width(self) -> int:
@@ -145,9 +163,10 @@ class TopicModel:
             return
         for name, fill in _POSITION.items():
             setattr(self, name, _widen(getattr(self, name), width, fill))
-        self.w_c = _widen(self.w_c, width, -1)
+        self._win.widen(width)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
+        self._written = None
 
     def _group(self, name: str) -> int:
         g = self._index.get(name)
@@ -155,23 +174,25 @@ class TopicModel:
             return g
         g = self._index[name] = len(self.groups)
         self.groups.append(name)
-        w = self._width
+        self._written = None
 
         def row(a: np.ndarray, fill: float | int) -> np.ndarray:
             return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
 
         for key, fill in _POSITION.items():
             setattr(self, key, row(getattr(self, key), fill))
-        self.w_c = np.concatenate([self.w_c, np.full((1, len(self.w_t), w), -1, np.int64)])
+        self._win.add_group()
         self.last_status = row(self.last_status, 0)
         self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
         self.last_alert_ms = np.append(self.last_alert_ms, 0)
         return g
 
     def _drop_group(self, g: int) -> None:
-        for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms", "last_alert_ms"):
+        for key in (*_POSITION, "last_status", "last_snapshot_ms", "last_alert_ms"):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
+        self._win.drop_group(g)
         del self.groups[g]
+        self._written = None
         self._index = {name: i for i, name in enumerate(self.groups)}
 
     # -- inputs ---------------------------------------------------------------------------
@@ -204,11 +225,9 @@ class TopicModel:
                 alpha = self.cfg.interval_alpha
                 self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
             self.progress_ms[g, p] = ts_ms
-            if len(self.w_t) and self.w_t[-1] >= ts_ms:
-                # a commit that arrives after samples taken later than it (a replay after a
-                # restart, a slow coordinator): correct the window rows it should have been in
-                late = self.w_t >= ts_ms
-                self.w_c[g, late, p] = np.maximum(self.w_c[g, late, p], offset)
+            # a commit that arrives after samples taken later than it (a replay after a
+            # restart, a slow coordinator): correct the window rows it should have been in
+            self._win.correct(g, p, offset, ts_ms)
         self.commit_ms[g, p] = ts_ms
         self.committed[g, p] = offset
 
@@ -250,10 +269,10 @@ class TopicModel:
         self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
         moved = rewind | advance
         self.progress_ms[g[moved], p[moved]] = ts[moved]
-        if len(self.w_t):
-            for i in np.nonzero(advance & (ts <= self.w_t[-1]))[0].tolist():
-                late = self.w_t >= ts[i]  # see commit(): correct the window rows after it
-                self.w_c[g[i], late, p[i]] = np.maximum(self.w_c[g[i], late, p[i]], off[i])
+        if self._win.rows:
+            last = int(self._win.times[-1])
+            for i in np.nonzero(advance & (ts <= last))[0].tolist():  # late: see commit()
+                self._win.correct(int(g[i]), int(p[i]), int(off[i]), int(ts[i]))
         self.commit_ms[g, p] = ts
         self.committed[g, p] = off
         return set(names)
@@ -283,7 +302,6 @@ class TopicModel:
         width = max(len(row), self.width)
         if width > self.width:
             self.hw = _widen(self.hw, width, 0)
-            self.w_hw = _widen(self.w_hw, width, 0)
         row = _widen(row, width, -1)
         if len(self.t_ms):
             # a partition whose ListOffsets failed (-1) keeps its last known HWM
@@ -306,7 +324,7 @@ class TopicModel:
         """Drop the history rows its bound allows (``pipeline.model.history.compact``)."""
         keep = compact(self.t_ms, self.hw, now_ms, self.cfg.history_bound)
         if not keep.all():
-            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]
+            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]  # (forgets _written)
         self._since_compact = 0
 
     def record_read(self, group: str, partition: int, offset: int, record_ms: int) -> None:
@@ -321,49 +339,26 @@ class TopicModel:
 
     # -- the tick -------------------------------------------------------------------------
 
-    def _slide_window(self, now_ms: int) -> None:
-        """Append this tick's row to the rate window and drop rows older than the window."""
-        width = self.width
-        w_hw = _widen(self.w_hw, width, 0)[:, :width]
-        w_c = _widen(self.w_c, self._width, -1)
-        first = int(np.searchsorted(self.w_t, now_ms - self.cfg.window_ms, side="left"))
-        self.w_t = np.append(self.w_t[first:], now_ms)
-        self.w_hw = np.concatenate([w_hw[first:], self.hw[-1][None, :]])
-        self.w_c = np.concatenate([w_c[:, first:], self.committed[:, None, :]], axis=1)
-
     def observe(self, now_ms: int, *, slide: bool = True) -> TopicObservation:
         """Model every group at the latest sample, all groups at once. ``slide=False``
         judges between samples (``judge_reports``): the rate window is left as it is."""
         cfg, width = self.cfg, self.width
         if not len(self.t_ms):
             return self._observation(now_ms, np.zeros((len(self.groups), 0), bool), {})
-        if slide:
-            self._slide_window(now_ms)
+        if slide:  # this tick's row into the rate window, rows older than it out
+            self._win.slide(now_ms, cfg.window_ms, self.hw[-1], self.committed)
         hw_now = self.hw[-1]
         c = self.committed[:, :width]
         mask = c >= 0
         lag = np.maximum(hw_now[None, :] - c, 0)
 
         # rates and acceleration: least squares over the window, every series at once;
-        # a group-partition's rows are those where it had a commit. Rows last: (G, P, R).
-        x = (self.w_t - now_ms) / 1000.0
-        w_c = np.ascontiguousarray(self.w_c[:, :, :width].transpose(0, 2, 1))
-        w_hw = np.ascontiguousarray(self.w_hw.T)
-        valid = w_c >= 0
-        m = valid.astype(np.float64)
-        powers = Fit.powers_of(x)
-        fit = Fit(x, m, powers)
-        produce = Fit(x, np.ones_like(w_hw, np.float64), powers).slope(w_hw - hw_now[:, None])
-        consume = fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64))
-        wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
-        lag_rate = fit.slope(wlag)
-        accel = fit.accel(wlag)
-        is_recent = x >= -cfg.recent_s
-        recent = Fit(x, m * is_recent, powers)
-        recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
+        # a group-partition's rows are those where it had a commit
+        rates = self._win.fits(now_ms, hw_now, c, cfg.recent_s)
+        lag_rate, produce, consume = rates.lag_rate, rates.produce, rates.consume
 
         # time lag: only where data waits
-        tl, how = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        tl, how = self._time_lag(c, now_ms)
         # a record timestamp read at the committed offset is the truth: it wins
         read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
         if read.any():
@@ -382,7 +377,7 @@ class TopicModel:
             "interval_s": self.interval_s[:, :width],
             "lag_rate": lag_rate,
             "produce_rate": produce[None, :],
-            "recent_lag_rate": recent_rate,
+            "recent_lag_rate": rates.recent_rate,
         }
         if len(self.progress):  # workers' own reports, where present, judge the status
             inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
@@ -398,7 +393,7 @@ class TopicModel:
                 "committed": c.copy(),
                 "lag": lag,
                 "lag_rate_per_s": lag_rate,
-                "lag_accel_per_s2": accel,
+                "lag_accel_per_s2": rates.accel,
                 "produce_rate_per_s": produce,
                 "consume_rate_per_s": consume,
                 "time_lag_s": tl,
@@ -408,6 +403,33 @@ class TopicModel:
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
             },
         )
+
+    def _time_lag(self, c: np.ndarray, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """``pipeline.model.history.time_lag_s`` of the committed offsets ``c``, computed
+        only where it can have changed: when an offset was written depends only on the
+        history rows up to the first one beyond it, and rows are appended, so a partition
+        whose committed offset did not move since the last tick keeps its write time (the
+        time lag is ``now`` minus it). A commit, a partition that fell behind, a history
+        compacted or reloaded, a group added or gone: recomputed there. The same numbers as
+        computing them all, at the cost of the partitions that moved."""
+        hw = self.hw
+        behind = (c >= 0) & (c < hw[-1])
+        cached = self._written
+        if cached is not None and cached[0].shape == c.shape:
+            last_c, t_star, src = cached
+            keep = behind & (last_c == c) & (src == INTERPOLATED)
+            t_star, src = t_star.copy(), np.where(keep, src, 0).astype(np.int8)
+        else:
+            keep = np.zeros(c.shape, bool)
+            t_star, src = np.zeros(c.shape), np.zeros(c.shape, np.int8)
+        gi, pi = np.nonzero(behind & ~keep)
+        if len(gi):
+            written, inside = written_ms(self.t_ms, hw, pi, c[gi, pi])
+            t_star[gi, pi] = written
+            src[gi, pi] = np.where(inside, INTERPOLATED, EXTRAPOLATED)
+        self._written = (c.copy(), t_star, src)
+        tl = np.where(behind, np.maximum(0.0, (now_ms - t_star) / 1000.0), 0.0)
+        return tl, src
 
     def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
         """Between samples, as worker reports arrive: the observation as of the newest
@@ -534,12 +556,13 @@ class TopicModel:
         w_t, w_hw, w_c = _dec(d["w_t"]), _dec(d["w_hw"]), _dec(d["w_c"])
         status, snap = _dec(d["last_status"]), _dec(d["last_snapshot_ms"])
         self._widen(max(w_hw.shape[1], w_c.shape[2]))
-        self.w_t = w_t
-        self.w_hw = _widen(w_hw, self.width, 0)[:, : self.width]
-        self.w_c = np.full((len(self.groups), len(w_t), self._width), -1, np.int64)
+        hw_rows = _widen(w_hw, self._width, 0)[:, : self._width].copy()
+        hw_rows[:, self.width :] = 0  # partitions not sampled yet: HWM 0, as when they come
+        rows_c = np.full((len(self.groups), len(w_t), self._width), -1, np.int64)
         for i, name in enumerate(d["groups"]):
             g = self._index.get(name)
             if g is not None:
-                self.w_c[g, :, : w_c.shape[2]] = w_c[i]
+                rows_c[g, :, : w_c.shape[2]] = w_c[i]
                 self.last_status[g, : status.shape[1]] = status[i]
                 self.last_snapshot_ms[g] = snap[i]
+        self._win.load(w_t, hw_rows, rows_c)

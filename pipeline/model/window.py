@@ -1,0 +1,211 @@
+"""The rate window of a topic's model: the rows its rates and acceleration are fitted on.
+
+Pure (numpy, ``now_ms`` passed in). Each tick appends one row (the sample time, every
+partition's HWM, every group-partition's committed offset) and drops the rows older than
+the window. The rows live in buffers laid out for the fits, with the rows LAST (groups x
+partitions x slots) and room to append, so a tick writes one column instead of copying
+and transposing the whole window (which, with the masks and differences rebuilt from it
+every tick, was most of the model's cost):
+
+- the lag of each row (HWM minus committed, 0 where nothing was committed) is computed
+  once, when the row is appended (or corrected by a late commit), not re-derived from
+  the offsets every tick;
+- the count of rows where each group-partition had a commit is kept, so the sums of the
+  powers of time (the same for every series with a commit in every row, which is nearly
+  all of them) are computed once per tick, and per series only for the few others;
+- every sum a tick needs over the rows (the plain and the recent fits, slope and
+  acceleration) is one matrix product with the powers of time side by side.
+
+The live rows are slots ``[s, e)`` of the buffers, oldest first; when the buffers are full
+the live rows move to the front (every ``SPARE`` ticks, not every tick).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.model.fits import accel_of, slope_of
+
+SPARE = 8  # slots appended between two moves of the live rows to the front
+
+
+@dataclass
+class Rates:
+    """The fits of one tick, (groups x partitions) but ``produce`` (partitions)."""
+
+    produce: np.ndarray
+    consume: np.ndarray
+    lag_rate: np.ndarray
+    accel: np.ndarray
+    recent_rate: np.ndarray  # nan where fewer than 4 recent rows
+
+
+class RateWindow:
+    """Rows of (time, HWM per partition, committed per group-partition), oldest first."""
+
+    def __init__(self) -> None:
+        self.t = np.zeros(SPARE, np.int64)  # slot -> sample time
+        self.hw = np.zeros((0, SPARE), np.int64)  # (P, slots)
+        self.c = np.full((0, 0, SPARE), -1, np.int64)  # (G, P, slots); -1: no commit yet
+        self.lag = np.zeros((0, 0, SPARE))  # (G, P, slots): max(hw - c, 0) where c >= 0
+        self.valid = np.zeros((0, 0), np.int64)  # (G, P): live rows with a commit
+        self.s = self.e = 0
+
+    @property
+    def rows(self) -> int:
+        return self.e - self.s
+
+    @property
+    def times(self) -> np.ndarray:
+        return self.t[self.s : self.e]
+
+    # -- shape ------------------------------------------------------------------------------
+
+    def widen(self, width: int) -> None:
+        """Room for ``width`` partitions (new ones: HWM 0, no commit)."""
+        extra = width - self.c.shape[1]
+        if extra <= 0:
+            return
+        self.hw = np.pad(self.hw, ((0, extra), (0, 0)))
+        self.c = np.pad(self.c, ((0, 0), (0, extra), (0, 0)), constant_values=-1)
+        self.lag = np.pad(self.lag, ((0, 0), (0, extra), (0, 0)))
+        self.valid = np.pad(self.valid, ((0, 0), (0, extra)))
+
+    def add_group(self) -> None:
+        _, width, slots = self.c.shape
+        self.c = np.concatenate([self.c, np.full((1, width, slots), -1, np.int64)])
+        self.lag = np.concatenate([self.lag, np.zeros((1, width, slots))])
+        self.valid = np.concatenate([self.valid, np.zeros((1, width), np.int64)])
+
+    def drop_group(self, g: int) -> None:
+        self.c, self.lag = np.delete(self.c, g, axis=0), np.delete(self.lag, g, axis=0)
+        self.valid = np.delete(self.valid, g, axis=0)
+
+    # -- rows -------------------------------------------------------------------------------
+
+    def slide(self, now_ms: int, window_ms: int, hw_row: np.ndarray, committed: np.ndarray) -> None:
+        """Drop the rows older than ``window_ms`` and append this tick's row."""
+        s, e = self.s, self.e
+        first = s + int(np.searchsorted(self.t[s:e], now_ms - window_ms, side="left"))
+        if first > s:
+            self.valid -= (self.c[:, :, s:first] >= 0).sum(axis=2)
+            self.s = first
+        if self.e == len(self.t):
+            self._move_to_front()
+        k = self.e
+        width = self.c.shape[1]
+        hw = np.zeros(width, np.int64)
+        hw[: len(hw_row)] = hw_row
+        ok = committed >= 0
+        self.t[k] = now_ms
+        self.hw[:, k] = hw
+        self.c[:, :, k] = committed
+        self.lag[:, :, k] = np.where(ok, np.maximum(hw - committed, 0), 0)
+        self.valid += ok
+        self.e = k + 1
+
+    def _move_to_front(self) -> None:
+        s, e = self.s, self.e
+        slots = (e - s) + SPARE
+        t = np.zeros(slots, np.int64)
+        t[: e - s] = self.t[s:e]
+        hw = np.zeros((self.hw.shape[0], slots), np.int64)
+        hw[:, : e - s] = self.hw[:, s:e]
+        c = np.full((*self.c.shape[:2], slots), -1, np.int64)
+        c[:, :, : e - s] = self.c[:, :, s:e]
+        lag = np.zeros((*self.c.shape[:2], slots))
+        lag[:, :, : e - s] = self.lag[:, :, s:e]
+        self.t, self.hw, self.c, self.lag = t, hw, c, lag
+        self.s, self.e = 0, e - s
+
+    def correct(self, g: int, p: int, offset: int, ts_ms: int) -> None:
+        """A commit at ``ts_ms`` that arrives after samples taken later than it (a replay
+        after a restart, a slow coordinator): the rows from ``ts_ms`` on get its offset."""
+        s, e = self.s, self.e
+        if e == s or self.t[e - 1] < ts_ms:
+            return
+        late = s + np.nonzero(self.t[s:e] >= ts_ms)[0]
+        old = self.c[g, p, late]
+        new = np.maximum(old, offset)
+        self.c[g, p, late] = new
+        self.lag[g, p, late] = np.where(new >= 0, np.maximum(self.hw[p, late] - new, 0), 0)
+        self.valid[g, p] += int((new >= 0).sum() - (old >= 0).sum())
+
+    # -- state (rows first, as persisted) ---------------------------------------------------
+
+    def rows_hw(self, width: int) -> np.ndarray:
+        """(rows, width): the HWM of each live row."""
+        return self.hw[:width, self.s : self.e].T
+
+    def rows_c(self) -> np.ndarray:
+        """(groups, rows, partitions): the committed offsets of each live row."""
+        return self.c[:, :, self.s : self.e].transpose(0, 2, 1)
+
+    def load(self, t: np.ndarray, hw: np.ndarray, c: np.ndarray) -> None:
+        """Replace the rows: ``t`` (R,), ``hw`` (R, P), ``c`` (G, R, P), same P."""
+        rows, slots = len(t), len(t) + SPARE
+        self.t = np.zeros(slots, np.int64)
+        self.t[:rows] = t
+        self.hw = np.zeros((hw.shape[1], slots), np.int64)
+        self.hw[:, :rows] = hw.T
+        self.c = np.full((c.shape[0], c.shape[2], slots), -1, np.int64)
+        self.c[:, :, :rows] = c.transpose(0, 2, 1)
+        ok = self.c >= 0
+        self.lag = np.where(ok, np.maximum(self.hw[None, :, :] - self.c, 0), 0).astype(np.float64)
+        self.valid = ok[:, :, :rows].sum(axis=2).astype(np.int64)
+        self.s, self.e = 0, rows
+
+    # -- the fits ---------------------------------------------------------------------------
+
+    def _series(self, a: np.ndarray, width: int) -> np.ndarray:
+        """(G x width, rows): the live rows of a (G, P, slots) buffer, a view when it can."""
+        g, p, slots = a.shape
+        if p == width:
+            return a.reshape(g * p, slots)[:, self.s : self.e]
+        return a[:, :width, self.s : self.e].reshape(g * width, self.rows)
+
+    def fits(
+        self, now_ms: int, hw_now: np.ndarray, committed: np.ndarray, recent_s: float
+    ) -> Rates:
+        """Least squares over the live rows, every series at once: the produce rate per
+        partition (HWM), and per group-partition over the rows where it had a commit the
+        consume rate, the lag rate and acceleration, and the lag rate of the last
+        ``recent_s`` (nan with fewer than 4 such rows)."""
+        groups, width = committed.shape
+        x = (self.times - now_ms) / 1000.0
+        powers = np.vander(x, 5, increasing=True)  # (R, 5): 1, x .. x^4
+        recent = powers[:, :3] * (x >= -recent_s)[:, None]
+        p_s = np.concatenate([powers, recent], axis=1)  # sums of the rows' powers
+        p_y = np.ascontiguousarray(np.concatenate([powers[:, :3], recent[:, :2]], axis=1))
+        # sums over the rows where a series has a commit: those with one in every row share
+        # them; the others (new, forgotten, late) get their own
+        n = len(x)
+        sums = np.broadcast_to(p_s.sum(axis=0), (groups * width, 8))
+        c_rows = self._series(self.c, width)
+        some = np.nonzero(self.valid[:, :width].reshape(-1) != n)[0]
+        if len(some):
+            sums = sums.copy()
+            sums[some] = (c_rows[some] >= 0).astype(np.float64) @ p_s
+        ty = self._series(self.lag, width) @ p_y
+        # consumed offsets relative to the latest (small numbers: no float cancellation)
+        dc = np.subtract(c_rows, committed.reshape(-1, 1), dtype=np.float64)
+        if len(some):
+            dc[some] = np.where(c_rows[some] >= 0, dc[some], 0.0)
+        tc = dc @ powers[:, :2]
+        s = [sums[:, k] for k in range(8)]
+        recent_rate = np.where(s[5] >= 4, slope_of(s[5:8], [ty[:, 3], ty[:, 4]]), np.nan).reshape(
+            groups, width
+        )
+        t_lag = [ty[:, 0], ty[:, 1], ty[:, 2]]
+        hw_rows = self.hw[:width, self.s : self.e]
+        tp = np.subtract(hw_rows, hw_now[:, None], dtype=np.float64) @ powers[:, :2]
+        ps = list(powers.sum(axis=0)[:3])
+        return Rates(
+            produce=slope_of(ps, [tp[:, 0], tp[:, 1]]),
+            consume=slope_of(s, [tc[:, 0], tc[:, 1]]).reshape(groups, width),
+            lag_rate=slope_of(s, t_lag).reshape(groups, width),
+            accel=accel_of(s, t_lag).reshape(groups, width),
+            recent_rate=recent_rate,
+        )
