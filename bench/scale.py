@@ -115,7 +115,7 @@ def run_phase(
             Pipeline(args.bootstrap, run, name, offsets_topic, i, args.profile, reset)
             for i in range(n_replicas)
         ]
-        wait_modelling(replicas, 90, args.bootstrap, name, offsets_topic)
+        wait_modelling(replicas, 180, args.bootstrap, name, offsets_topic)
         for r in replicas:
             r.start_prometheus(args.prometheus_interval_s)
         return replicas
