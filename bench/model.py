@@ -67,7 +67,7 @@ def build(
         t_hist, hw_hist = day_of_history(history_h, partitions, t)
         base = base_offset(history_h)
         for m in (shared, *alone):
-            m.t_ms, m.hw = t_hist.copy(), hw_hist.copy()
+            m.history.replace(t_hist, hw_hist)
     for i in range(ticks):
         t += TICK_MS
         hw = [base + i * 40 + p for p in range(partitions)]

@@ -4,15 +4,17 @@ Pure and numpy-based: no Kafka, no Quix, no clock (``now_ms`` is the sample's ev
 so the same inputs always give the same outputs and every rule is unit-tested.
 
 One ``TopicModel`` per topic holds
-- the topic's high-watermark history: rows of (sample time, every partition's HWM),
-  compacted by ``pipeline.model.history`` so that time lag is interpolated within a stated error
-  (1 s or 1 % of the lag) for 24 h back (kafka-lag-exporter's offset->time table, without
-  its 30 s poll and without its error on idle and spiky partitions);
+- the topic's high-watermark history (``pipeline.model.hw_table``): rows of (sample time,
+  every partition's HWM), compacted by ``pipeline.model.history`` so that time lag is
+  interpolated within a stated error (1 s or 1 % of the lag) for 24 h back
+  (kafka-lag-exporter's offset->time table, without its 30 s poll and without its error on
+  idle and spiky partitions); a time lag is recomputed only where the offset moved;
 - every consumer group on the topic as one row of (groups x partitions) arrays: committed
-  offset, last commit time, last progress time and the usual interval between progress,
-  and the window of (time, HWM, committed) rows the rates are fitted on. A tick fits every
-  group at once (``Fit``: masked least squares as matrix products), so its cost is a few
-  numpy calls per topic, not a dozen per group.
+  offset, last commit time, last progress time and the usual interval between progress;
+- the rate window (``pipeline.model.window``): the (time, HWM, committed) rows the rates
+  are fitted on, in buffers laid out for the fits. A tick fits every group at once (a few
+  matrix products per topic, not a dozen numpy calls per group) and touches each row of
+  the window once, when it is appended.
 
 Every sample updates every group on the topic, so lag is observed every tick, not only when
 consumers commit (Burrow's blind spot), and a consumer that stopped committing is seen from
@@ -30,7 +32,8 @@ from pipeline.model.arrays import encode as _enc
 from pipeline.model.arrays import widen as _widen
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
-from pipeline.model.history import EXTRAPOLATED, INTERPOLATED, READ, compact, written_ms
+from pipeline.model.history import READ
+from pipeline.model.hw_table import HwTable
 from pipeline.model.progress import WorkerProgress
 from pipeline.model.status import classify
 from pipeline.model.window import RateWindow
@@ -50,9 +53,6 @@ _POSITION = {  # per group x partition, what commits change; fill for a new row/
     "read_ms": 0,
 }
 _DTYPES = {"interval_s": np.float64}
-_COMPACT_EVERY = 32  # samples between compactions of the HWM history (8 s at 250 ms)
-_SPARE_ROWS = 2 * _COMPACT_EVERY  # room to append in the history's buffers
-_HISTORY_FULL_MS = 30_000  # the whole HWM history is persisted this often (see history_state)
 
 
 class TopicModel:
@@ -64,13 +64,7 @@ class TopicModel:
     def __init__(self, topic: str, cfg: LagConfig) -> None:
         self.topic = topic
         self.cfg = cfg
-        # the HWM history, in buffers with room to append (``t_ms``/``hw`` are views of the
-        # rows in use): a day of history is ~1,100 rows, and copying the table on every
-        # sample (np.vstack) cost more than the fits of 2,500 group-partitions
-        self._t_buf = np.zeros(0, np.int64)
-        self._hw_buf = np.zeros((0, 0), np.int64)
-        self._rows_t = self._rows_hw = 0
-        self.leaders = np.zeros(0, np.int64)
+        self.history = HwTable()  # the HWM history (pipeline/model/hw_table.py)
         self.groups: list[str] = []
         self._index: dict[str, int] = {}
         self._width = 0  # partitions known from samples or commits
@@ -83,12 +77,6 @@ class TopicModel:
         self.rewind_ms: np.ndarray
         self.read_offset: np.ndarray
         self.read_ms: np.ndarray
-        self._since_compact = 0  # rows appended since the history was last compacted
-        # when each committed offset was written (see _time_lag): (committed, t_star ms,
-        # source) as last computed, valid while the history's rows are only appended to
-        self._written: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._history_saved_ms = 0  # when the whole history was last persisted...
-        self._history_split_ms = 0  # ...up to this row
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
         self._win = RateWindow()
         # what the operator last published per group-partition (the model does not use it)
@@ -101,33 +89,15 @@ class TopicModel:
 
     @property
     def t_ms(self) -> np.ndarray:
-        return self._t_buf[: self._rows_t]
-
-    @t_ms.setter
-    def t_ms(self, a: np.ndarray) -> None:
-        self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
-        self._t_buf[: len(a)] = a
-        self._rows_t = len(a)
-        self._written = None
+        return self.history.t_ms
 
     @property
     def hw(self) -> np.ndarray:
-        return self._hw_buf[: self._rows_hw]
+        return self.history.hw
 
-    @hw.setter
-    def hw(self, a: np.ndarray) -> None:
-        self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
-        self._hw_buf[: len(a)] = a
-        self._rows_hw = len(a)
-        self._written = None
-
-    def _append_row(self, t_ms: int, row: np.ndarray) -> None:
-        n = self._rows_t
-        if n == len(self._t_buf):
-            self.t_ms, self.hw = self.t_ms, self.hw  # a bigger buffer (a copy)
-        self._t_buf[n] = t_ms
-        self._hw_buf[n] = row
-        self._rows_t = self._rows_hw = n + 1
+    @property
+    def leaders(self) -> np.ndarray:
+        return self.history.leaders
 
     @property
     def w_t(self) -> np.ndarray:
@@ -166,7 +136,7 @@ class TopicModel:
         self._win.widen(width)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
-        self._written = None
+        self.history.forget_written()
 
     def _group(self, name: str) -> int:
         g = self._index.get(name)
@@ -174,7 +144,7 @@ class TopicModel:
             return g
         g = self._index[name] = len(self.groups)
         self.groups.append(name)
-        self._written = None
+        self.history.forget_written()
 
         def row(a: np.ndarray, fill: float | int) -> np.ndarray:
             return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
@@ -192,7 +162,7 @@ class TopicModel:
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
         self._win.drop_group(g)
         del self.groups[g]
-        self._written = None
+        self.history.forget_written()
         self._index = {name: i for i, name in enumerate(self.groups)}
 
     # -- inputs ---------------------------------------------------------------------------
@@ -301,7 +271,7 @@ class TopicModel:
         row = np.asarray(high_watermarks, dtype=np.int64)
         width = max(len(row), self.width)
         if width > self.width:
-            self.hw = _widen(self.hw, width, 0)
+            self.history.replace(self.t_ms, _widen(self.hw, width, 0))
         row = _widen(row, width, -1)
         if len(self.t_ms):
             # a partition whose ListOffsets failed (-1) keeps its last known HWM
@@ -309,23 +279,12 @@ class TopicModel:
             row = np.maximum(row, self.hw[-1])  # HWMs never go back (truncation aside)
         else:
             row = np.maximum(row, 0)
-        if len(leaders):
-            self.leaders = _widen(np.asarray(leaders, dtype=np.int64), width, -1)
-        else:
-            self.leaders = _widen(self.leaders, width, -1)
-        self._append_row(sampled_at_ms, row)
-        self._since_compact += 1
-        if self._since_compact >= _COMPACT_EVERY or len(self.t_ms) > self.cfg.history_rows:
-            self._compact(sampled_at_ms)
+        h = self.history
+        leaders = np.asarray(leaders, dtype=np.int64) if len(leaders) else h.leaders
+        h.leaders = _widen(leaders, width, -1)
+        h.append(sampled_at_ms, row, self.cfg.history_bound, self.cfg.history_rows)
         self._widen(width)
         return True
-
-    def _compact(self, now_ms: int) -> None:
-        """Drop the history rows its bound allows (``pipeline.model.history.compact``)."""
-        keep = compact(self.t_ms, self.hw, now_ms, self.cfg.history_bound)
-        if not keep.all():
-            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]  # (forgets _written)
-        self._since_compact = 0
 
     def record_read(self, group: str, partition: int, offset: int, record_ms: int) -> None:
         """The timestamp of the record at ``offset``, read from the broker (an edge does
@@ -358,7 +317,7 @@ class TopicModel:
         lag_rate, produce, consume = rates.lag_rate, rates.produce, rates.consume
 
         # time lag: only where data waits
-        tl, how = self._time_lag(c, now_ms)
+        tl, how = self.history.time_lag(c, now_ms)
         # a record timestamp read at the committed offset is the truth: it wins
         read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
         if read.any():
@@ -403,33 +362,6 @@ class TopicModel:
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
             },
         )
-
-    def _time_lag(self, c: np.ndarray, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """``pipeline.model.history.time_lag_s`` of the committed offsets ``c``, computed
-        only where it can have changed: when an offset was written depends only on the
-        history rows up to the first one beyond it, and rows are appended, so a partition
-        whose committed offset did not move since the last tick keeps its write time (the
-        time lag is ``now`` minus it). A commit, a partition that fell behind, a history
-        compacted or reloaded, a group added or gone: recomputed there. The same numbers as
-        computing them all, at the cost of the partitions that moved."""
-        hw = self.hw
-        behind = (c >= 0) & (c < hw[-1])
-        cached = self._written
-        if cached is not None and cached[0].shape == c.shape:
-            last_c, t_star, src = cached
-            keep = behind & (last_c == c) & (src == INTERPOLATED)
-            t_star, src = t_star.copy(), np.where(keep, src, 0).astype(np.int8)
-        else:
-            keep = np.zeros(c.shape, bool)
-            t_star, src = np.zeros(c.shape), np.zeros(c.shape, np.int8)
-        gi, pi = np.nonzero(behind & ~keep)
-        if len(gi):
-            written, inside = written_ms(self.t_ms, hw, pi, c[gi, pi])
-            t_star[gi, pi] = written
-            src[gi, pi] = np.where(inside, INTERPOLATED, EXTRAPOLATED)
-        self._written = (c.copy(), t_star, src)
-        tl = np.where(behind, np.maximum(0.0, (now_ms - t_star) / 1000.0), 0.0)
-        return tl, src
 
     def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
         """Between samples, as worker reports arrive: the observation as of the newest
@@ -496,34 +428,17 @@ class TopicModel:
 
     # -- persistence ----------------------------------------------------------------------
 
-    def hw_state(self, rows: np.ndarray | None = None) -> dict[str, Any]:
-        """The HWM history (``rows``: a mask of the rows to write; all by default)."""
-        t_ms, hw = (self.t_ms, self.hw) if rows is None else (self.t_ms[rows], self.hw[rows])
-        return {"t_ms": _enc(t_ms), "hw": _enc(hw), "leaders": _enc(self.leaders)}
+    def hw_state(self) -> dict[str, Any]:
+        """The whole HWM history (``history_state`` writes it in two parts)."""
+        return self.history.state()
 
     def history_state(self, now_ms: int) -> dict[str, dict[str, Any]]:
-        """What to persist of the HWM history: ``hw``, the rows since the last full write,
-        every time; ``hwold``, every row, at most every ``_HISTORY_FULL_MS``. A day of
-        history is ~1,100 rows x partitions: written whole every second it would be most of
-        the state traffic, and its old rows change only when they are compacted."""
-        out: dict[str, dict[str, Any]] = {}
-        if not self._history_saved_ms or now_ms - self._history_saved_ms >= _HISTORY_FULL_MS:
-            out["hwold"] = self.hw_state()
-            self._history_saved_ms = now_ms
-            self._history_split_ms = self.last_sample_ms
-        out["hw"] = self.hw_state(self.t_ms > self._history_split_ms)
-        return out
+        """What to persist of the HWM history (``HwTable.history_state``)."""
+        return self.history.history_state(now_ms)
 
     def load_hw_state(self, d: dict[str, Any], old: dict[str, Any] | None = None) -> None:
         """Restore the history from ``hw`` (and ``hwold``, the rows before it, if any)."""
-        t_ms, hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
-        if old is not None:
-            t_old, hw_old = _dec(old["t_ms"]), _dec(old["hw"])
-            before = t_old < (t_ms[0] if len(t_ms) else np.iinfo(np.int64).max)
-            width = max(hw.shape[1], hw_old.shape[1])
-            t_ms = np.concatenate([t_old[before], t_ms])
-            hw = np.concatenate([_widen(hw_old[before], width, 0), _widen(hw, width, 0)])
-        self.t_ms, self.hw = t_ms, hw
+        self.history.load(d, old)
         self._widen(self.width)
 
     def position_state(self, group: str) -> dict[str, Any]:

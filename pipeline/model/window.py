@@ -51,6 +51,7 @@ class RateWindow:
         self.c = np.full((0, 0, SPARE), -1, np.int64)  # (G, P, slots); -1: no commit yet
         self.lag = np.zeros((0, 0, SPARE))  # (G, P, slots): max(hw - c, 0) where c >= 0
         self.valid = np.zeros((0, 0), np.int64)  # (G, P): live rows with a commit
+        self.ahead = np.zeros((0, 0), np.int64)  # (G, P): ...of which committed > HWM
         self.s = self.e = 0
 
     @property
@@ -72,16 +73,19 @@ class RateWindow:
         self.c = np.pad(self.c, ((0, 0), (0, extra), (0, 0)), constant_values=-1)
         self.lag = np.pad(self.lag, ((0, 0), (0, extra), (0, 0)))
         self.valid = np.pad(self.valid, ((0, 0), (0, extra)))
+        self.ahead = np.pad(self.ahead, ((0, 0), (0, extra)))
 
     def add_group(self) -> None:
         _, width, slots = self.c.shape
         self.c = np.concatenate([self.c, np.full((1, width, slots), -1, np.int64)])
         self.lag = np.concatenate([self.lag, np.zeros((1, width, slots))])
         self.valid = np.concatenate([self.valid, np.zeros((1, width), np.int64)])
+        self.ahead = np.concatenate([self.ahead, np.zeros((1, width), np.int64)])
 
     def drop_group(self, g: int) -> None:
         self.c, self.lag = np.delete(self.c, g, axis=0), np.delete(self.lag, g, axis=0)
         self.valid = np.delete(self.valid, g, axis=0)
+        self.ahead = np.delete(self.ahead, g, axis=0)
 
     # -- rows -------------------------------------------------------------------------------
 
@@ -90,7 +94,9 @@ class RateWindow:
         s, e = self.s, self.e
         first = s + int(np.searchsorted(self.t[s:e], now_ms - window_ms, side="left"))
         if first > s:
-            self.valid -= (self.c[:, :, s:first] >= 0).sum(axis=2)
+            gone = self.c[:, :, s:first]
+            self.valid -= (gone >= 0).sum(axis=2)
+            self.ahead -= (gone > self.hw[None, :, s:first]).sum(axis=2)
             self.s = first
         if self.e == len(self.t):
             self._move_to_front()
@@ -104,6 +110,7 @@ class RateWindow:
         self.c[:, :, k] = committed
         self.lag[:, :, k] = np.where(ok, np.maximum(hw - committed, 0), 0)
         self.valid += ok
+        self.ahead += committed > hw
         self.e = k + 1
 
     def _move_to_front(self) -> None:
@@ -132,6 +139,8 @@ class RateWindow:
         self.c[g, p, late] = new
         self.lag[g, p, late] = np.where(new >= 0, np.maximum(self.hw[p, late] - new, 0), 0)
         self.valid[g, p] += int((new >= 0).sum() - (old >= 0).sum())
+        hw = self.hw[p, late]
+        self.ahead[g, p] += int((new > hw).sum() - (old > hw).sum())
 
     # -- state (rows first, as persisted) ---------------------------------------------------
 
@@ -155,6 +164,7 @@ class RateWindow:
         ok = self.c >= 0
         self.lag = np.where(ok, np.maximum(self.hw[None, :, :] - self.c, 0), 0).astype(np.float64)
         self.valid = ok[:, :, :rows].sum(axis=2).astype(np.int64)
+        self.ahead = (self.c > self.hw[None, :, :])[:, :, :rows].sum(axis=2).astype(np.int64)
         self.s, self.e = 0, rows
 
     # -- the fits ---------------------------------------------------------------------------
@@ -181,31 +191,35 @@ class RateWindow:
         p_y = np.ascontiguousarray(np.concatenate([powers[:, :3], recent[:, :2]], axis=1))
         # sums over the rows where a series has a commit: those with one in every row share
         # them; the others (new, forgotten, late) get their own
-        n = len(x)
+        full = (self.valid[:, :width] == len(x)).reshape(-1)
         sums = np.broadcast_to(p_s.sum(axis=0), (groups * width, 8))
         c_rows = self._series(self.c, width)
-        some = np.nonzero(self.valid[:, :width].reshape(-1) != n)[0]
+        some = np.nonzero(~full)[0]
         if len(some):
             sums = sums.copy()
             sums[some] = (c_rows[some] >= 0).astype(np.float64) @ p_s
         ty = self._series(self.lag, width) @ p_y
-        # consumed offsets relative to the latest (small numbers: no float cancellation)
-        dc = np.subtract(c_rows, committed.reshape(-1, 1), dtype=np.float64)
-        if len(some):
-            dc[some] = np.where(c_rows[some] >= 0, dc[some], 0.0)
-        tc = dc @ powers[:, :2]
         s = [sums[:, k] for k in range(8)]
-        recent_rate = np.where(s[5] >= 4, slope_of(s[5:8], [ty[:, 3], ty[:, 4]]), np.nan).reshape(
-            groups, width
-        )
         t_lag = [ty[:, 0], ty[:, 1], ty[:, 2]]
+        lag_rate = slope_of(s, t_lag)
         hw_rows = self.hw[:width, self.s : self.e]
         tp = np.subtract(hw_rows, hw_now[:, None], dtype=np.float64) @ powers[:, :2]
-        ps = list(powers.sum(axis=0)[:3])
+        produce = slope_of(list(powers.sum(axis=0)[:3]), [tp[:, 0], tp[:, 1]])
+        # the consume rate: where a series has a commit in every row, none beyond its HWM,
+        # consumed = produced - lag row by row, so its slope is the produce rate minus the
+        # lag rate; elsewhere fitted on the committed offsets (relative to the latest)
+        consume = np.repeat(produce[None, :], groups, axis=0).reshape(-1) - lag_rate
+        other = np.nonzero(~full | (self.ahead[:, :width] > 0).reshape(-1))[0]
+        if len(other):
+            rows = c_rows[other]
+            dc = np.subtract(rows, committed.reshape(-1, 1)[other], dtype=np.float64)
+            tc = np.where(rows >= 0, dc, 0.0) @ powers[:, :2]
+            consume[other] = slope_of([v[other] for v in s[:3]], [tc[:, 0], tc[:, 1]])
+        recent = np.where(s[5] >= 4, slope_of(s[5:8], [ty[:, 3], ty[:, 4]]), np.nan)
         return Rates(
-            produce=slope_of(ps, [tp[:, 0], tp[:, 1]]),
-            consume=slope_of(s, [tc[:, 0], tc[:, 1]]).reshape(groups, width),
-            lag_rate=slope_of(s, t_lag).reshape(groups, width),
+            produce=produce,
+            consume=consume.reshape(groups, width),
+            lag_rate=lag_rate.reshape(groups, width),
             accel=accel_of(s, t_lag).reshape(groups, width),
-            recent_rate=recent_rate,
+            recent_rate=recent.reshape(groups, width),
         )
