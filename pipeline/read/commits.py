@@ -57,6 +57,8 @@ STATS_HEADER = "lagpilot-offsets"
 RUN_KEY = "_run"  # in the stats header: which run of the source its counters belong to
 HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
 FETCH_WAIT_MS = 10
+#: samples dropped because the commits were not read through their time within the timeout
+ALIGN_DROPS = "sampler|align:commits_behind"
 
 
 class CommitsSource(Source):
@@ -145,10 +147,12 @@ class CommitsSource(Source):
             pending.add(tick, now_s)
         dropped = pending.dropped
         for sampled_at_ms, messages, fields in pending.due(self._read_through_ms, now_s):
-            header = [(SAMPLER_HEADER, orjson.dumps(pending.header(fields)))]
+            header = [(SAMPLER_HEADER, orjson.dumps(fields))]
             for topic, value in messages:
                 self.produce(key=topic, value=value, headers=header, timestamp=sampled_at_ms)
         self._wanted_ms = max(self._wanted_ms, pending.wanted_ms)
+        if pending.dropped > dropped:  # counted as the sampler's (lagpilot_sampler_errors_total)
+            self.stats[ALIGN_DROPS] = pending.dropped
         if pending.dropped > dropped and now_s >= self._drop_logged_s + 60:
             self._drop_logged_s = now_s
             log.warning(

@@ -105,7 +105,8 @@ class PendingSamples:
     ``add`` a tick as it arrives; ``due(read_through_ms, now_s)`` gives the ticks whose
     sample time the reader has read through (to produce) and counts those that waited
     longer than ``timeout_s`` (dropped: a sample modelled against stale commits would show
-    healthy groups as stopped)."""
+    healthy groups as stopped). The reader reports ``dropped`` in its own counters: they
+    reach the metrics even when no sample goes out at all."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
@@ -132,11 +133,3 @@ class PendingSamples:
                 break
             self._held.popleft()
         return ready
-
-    def header(self, fields: dict[str, Any]) -> dict[str, Any]:
-        """A tick's header fields with this side's drops counted as the sampler's
-        ``align:commits_behind`` errors (where the metrics look for them)."""
-        if not self.dropped:
-            return fields
-        by_kind = {**fields.get("by_kind", {}), "align:commits_behind": self.dropped}
-        return {**fields, "by_kind": by_kind, "errors": fields.get("errors", 0) + self.dropped}

@@ -29,14 +29,3 @@ def test_samples_keep_their_order_and_a_stale_one_is_dropped_and_counted() -> No
     assert p.due(read_through_ms=0, now_s=1.2) == []
     assert p.dropped == 1
     assert [t[0] for t in p.due(read_through_ms=1_300, now_s=1.3)] == [1_250]
-
-
-def test_drops_reach_the_header_as_the_samplers_align_errors() -> None:
-    p = PendingSamples(timeout_s=0.0)
-    p.add(tick(1_000), now_s=0.0)
-    p.due(read_through_ms=0, now_s=1.0)
-    fields = {"tick": 7, "errors": 2, "by_kind": {"partition:timed_out": 2}, "sample_ms": 3.0}
-    header = p.header(fields)
-    assert header["by_kind"] == {"partition:timed_out": 2, "align:commits_behind": 1}
-    assert header["errors"] == 3
-    assert fields["by_kind"] == {"partition:timed_out": 2}  # the sampler's own is untouched
