@@ -2,11 +2,11 @@
 
 confluent-kafka's ``AdminClient.list_offsets`` sends one request per broker too, but its
 Python side builds a future (with a lock and a condition) per partition, validates every
-partition in Python and hands back one result object each: about 30 us of CPU per
-partition, 74 ms a tick at 2,500 partitions (0.3 core at 250 ms sampling; measured in
-``docs/benchmarks.md``). kafka-python's public ``KafkaConsumer.end_offsets`` groups the
-partitions by leader, sends one ``ListOffsets`` per broker and returns a plain dict: about
-a quarter of that CPU. A consumer with no group, that never subscribes or fetches: it only
+partition in Python and hands back one result object each: 88.5 ms of CPU a tick at 2,500
+partitions, 0.35 core at 250 ms sampling (``make bench-list-offsets``,
+``bench/results/list_offsets.json``). kafka-python's public ``KafkaConsumer.end_offsets``
+groups the partitions by leader, sends one ``ListOffsets`` per broker and returns a plain
+dict: 20.6 ms, 4.3x less. A consumer with no group, that never subscribes or fetches: it only
 asks for offsets.
 
 It answers all or nothing (a partition whose leader is gone makes the call fail after its
