@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+Sums = list[np.ndarray] | np.ndarray  # sums by power of x: a list, or the rows of a matrix
+
 
 class Fit:
     """Least-squares fits of many series at once, each over its own rows.
@@ -51,7 +53,7 @@ class Fit:
         return accel_of(self.s, self._t(y, 3))
 
 
-def slope_of(s: list[np.ndarray], t: list[np.ndarray]) -> np.ndarray:
+def slope_of(s: Sums, t: Sums) -> np.ndarray:
     """The least-squares slope from the sums: ``s[k]`` = sum of x^k over a series' rows,
     ``t[k]`` = sum of x^k y (``Fit.slope``; the rate window feeds its own sums)."""
     n, s1, s2 = s[:3]
@@ -61,7 +63,7 @@ def slope_of(s: list[np.ndarray], t: list[np.ndarray]) -> np.ndarray:
     return np.where(ok, (n * t1 - s1 * t0) / np.where(ok, den, 1.0), 0.0)
 
 
-def accel_of(s: list[np.ndarray], t: list[np.ndarray]) -> np.ndarray:
+def accel_of(s: Sums, t: Sums) -> np.ndarray:
     """The second derivative of the least-squares parabola from the sums (``Fit.accel``)."""
     s0, s1, s2, s3, s4 = s[:5]
     t0, t1, t2 = t[:3]

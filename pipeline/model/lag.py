@@ -55,6 +55,23 @@ _POSITION = {  # per group x partition, what commits change; fill for a new row/
 _DTYPES = {"interval_s": np.float64}
 
 
+# an observation's arrays before the first sample: (fill, dtype)
+_EMPTY: dict[str, tuple[int, Any]] = {
+    "committed": (-1, np.int64),
+    "lag": (0, np.int64),
+    "lag_rate_per_s": (0, np.float64),
+    "lag_accel_per_s2": (0, np.float64),
+    "produce_rate_per_s": (0, np.float64),
+    "consume_rate_per_s": (0, np.float64),
+    "time_lag_s": (0, np.float64),
+    "time_lag_source": (0, np.int8),
+    "eta_drain_s": (0, np.float64),
+    "status": (0, np.int8),
+    "last_commit_ms": (0, np.int64),
+}
+_PER_PARTITION = {"produce_rate_per_s"}
+
+
 class TopicModel:
     """The model of one topic: its HWM history and every group that commits on it.
 
@@ -213,16 +230,15 @@ class TopicModel:
             rows = kept
         if not rows:
             return set()
-        names = [r[0] for r in rows]
+        names, parts, offsets, times = zip(*rows, strict=True)  # columns
         g = np.fromiter((self._group(n) for n in names), np.int64, len(rows))
-        p = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+        p = np.array(parts, np.int64)
         self._widen(int(p.max()) + 1)
         if len(np.unique(g * self._width + p)) < len(rows):
             for name, partition, offset, ts_ms in rows:
                 self.commit(name, partition, offset, ts_ms)
             return set(names)
-        off = np.fromiter((r[2] for r in rows), np.int64, len(rows))
-        ts = np.fromiter((r[3] for r in rows), np.int64, len(rows))
+        off, ts = np.array(offsets, np.int64), np.array(times, np.int64)
         fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
         g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
         prev = self.committed[g, p]
@@ -402,19 +418,9 @@ class TopicModel:
         self, now_ms: int, mask: np.ndarray, arrays: dict[str, np.ndarray]
     ) -> TopicObservation:
         shape, width = mask.shape, mask.shape[1]
-        zeros: dict[str, np.ndarray] = {
-            "committed": np.full(shape, -1, np.int64),
-            "lag": np.zeros(shape, np.int64),
-            "lag_rate_per_s": np.zeros(shape),
-            "lag_accel_per_s2": np.zeros(shape),
-            "produce_rate_per_s": np.zeros(width),
-            "consume_rate_per_s": np.zeros(shape),
-            "time_lag_s": np.zeros(shape),
-            "time_lag_source": np.zeros(shape, np.int8),
-            "eta_drain_s": np.zeros(shape),
-            "status": np.zeros(shape, np.int8),
-            "last_commit_ms": np.zeros(shape, np.int64),
-        }
+        if not arrays:  # nothing sampled yet: every number at its empty value
+            arrays = {k: np.full(width if k in _PER_PARTITION else shape, fill, dtype)
+                      for k, (fill, dtype) in _EMPTY.items()}  # fmt: skip
         return TopicObservation(
             topic=self.topic,
             now_ms=now_ms,
@@ -423,7 +429,7 @@ class TopicModel:
             high_watermark=self.hw[-1].copy() if len(self.t_ms) else np.zeros(0, np.int64),
             leaders=_widen(self.leaders, width, -1)[:width],
             topic_partitions=width,
-            **{**zeros, **arrays},
+            **arrays,
         )
 
     # -- persistence ----------------------------------------------------------------------
