@@ -60,10 +60,12 @@ log = logging.getLogger("lagpilot.actuator")
 CONTROL_PARTITIONS = 3
 OUTCOME_PARTITIONS = 3
 REBUILD_TIMEOUT_S = 60.0
-# errors that say another producer with our transactional id took over: never worked around
+# errors that say another producer with our transactional id took over (or the coordinator
+# expired our transaction while a node was down, which reads the same)
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
+TWIN_WINDOW_S = 60.0  # fenced again this soon after a renewal: a twin actuator, not a timeout
 TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
@@ -161,6 +163,7 @@ class Runner:
             "linger.ms": 1,
         }
         self._producer = Producer(self._producer_config)
+        self._renewed_at = float("-inf")  # monotonic time of the last renewal (_settle)
         # Intents are written outside the transaction: they must be on the topic before the
         # backend call, whether or not the batch's transaction commits.
         self._intents = IntentLog(
@@ -550,12 +553,17 @@ class Runner:
         actuator: each call is retried with backoff until TXN_SETTLE_S has passed. A
         transaction this producer cannot end (the coordinator moved while it was open and
         answers "invalid state", or a fatal error other than fencing) is ended by a new
-        producer with the same transactional id: its init_transactions aborts it."""
+        producer with the same transactional id: its init_transactions aborts it.
+
+        "Fenced" is ambiguous: another actuator with our id, or the coordinator that timed
+        the transaction out (transaction.timeout.ms) while its node was down and bumped the
+        epoch. The first is renewed once; fenced again within TWIN_WINDOW_S of a renewal, it
+        is a twin (its consumer is fenced too: static membership) and the actuator stops."""
         deadline = time.monotonic() + TXN_SETTLE_S
         attempt = 0
         aborting = renewing = False  # once decided, only that ends the transaction
         while True:
-            if err.code() in _FENCED:
+            if err.code() in _FENCED and time.monotonic() - self._renewed_at < TWIN_WINDOW_S:
                 raise RuntimeError(
                     f"transactional producer failed ({err.str()}): another actuator with "
                     f"actuator_id={self.settings.actuator_id!r} has fenced this one; give "
@@ -571,11 +579,16 @@ class Runner:
                 # aborts it at init_transactions, and the batch's offsets were not committed.
                 raise _Stopped
             attempt += 1
-            renewing = renewing or not (err.retriable() or err.txn_requires_abort())
+            renewing = (
+                renewing
+                or err.code() in _FENCED
+                or not (err.retriable() or err.txn_requires_abort())
+            )
             aborting = aborting or err.txn_requires_abort()
             try:
                 if renewing:
                     log.warning("transaction stuck (%s); a new producer aborts it", err.str())
+                    self._renewed_at = time.monotonic()
                     self._producer = Producer(self._producer_config)
                     self._producer.init_transactions(30)
                     return False
