@@ -54,6 +54,7 @@ from actuators.settings import Policy, Settings
 from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
 from schemas.runtime.backoff import jittered_s
+from schemas.runtime.errors import LagpilotError
 
 log = logging.getLogger("lagpilot.actuator")
 
@@ -606,8 +607,11 @@ class Runner:
         return int(self._clock() * 1000)
 
 
-class _Stopped(Exception):
-    """Raised out of a step when the actuator is told to stop while it waits for a broker."""
+class _Stopped(LagpilotError):
+    """Raised out of a step when the actuator is told to stop while it waits for a broker;
+    run() ends quietly on it. Retriable: the next actuator with this id takes over."""
+
+    retriable = True
 
 
 def _position(msg: Message) -> str:
