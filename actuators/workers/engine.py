@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from actuators.workers.control import Command, ControlReader
 from actuators.workers.dedupe import (
-    Context,
     DedupeStore,
+    EffectGuard,
     InDoubtError,
     idempotency_key,
     open_store,
@@ -34,7 +34,7 @@ from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Message, Context], None]
+Handler = Callable[[Message, EffectGuard], None]
 FailureHook = Callable[[Message, BaseException], None]
 
 DEDUPE_PATH_ENV = "LAGPILOT_DEDUPE_PATH"
@@ -135,7 +135,10 @@ class Engine(abc.ABC):
             default_lanes=lanes,
             name=f"lagpilot-{self.kind}-{group}",
         )
-        self._stats: Counter[str] = Counter()
+        # counters, one dict per thread that counts (the lanes count every message: a shared
+        # lock would be one more contended lock per message); stats() adds them up
+        self._tallies: list[dict[str, int]] = []
+        self._tally = threading.local()
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -251,16 +254,9 @@ class Engine(abc.ABC):
 
     def _poll_once(self) -> None:
         assert self._consumer is not None and self._control is not None
-        for msg in self._consumer.consume(num_messages=500, timeout=0.1):
-            err = msg.error()
-            if err is not None:
-                self._count("consumer_error")
-                if err.fatal():
-                    raise KafkaException(err)
-                continue
-            tp = (msg.topic(), msg.partition())
-            if self._held(tp) or not self._dispatcher.submit(msg):
-                self._count("dropped_held")
+        batch = self._consumer.consume(num_messages=500, timeout=0.1)
+        if batch:
+            self._intake(batch)
         now_ms = _now_ms()
         for cmd in self._control.poll(now_ms):
             log.info("%s of group %s obeys %s", self.kind, self.group, cmd)
@@ -273,6 +269,30 @@ class Engine(abc.ABC):
             moved = {tp: p for tp, p in positions.items() if self._acked.get(tp) != p}
             self._commit(moved, asynchronous=True)
             self._last_commit = time.monotonic()
+
+    def _intake(self, batch: list[Message]) -> None:
+        """Hand a polled batch to the lanes in one go (held partitions' messages dropped)."""
+        ok: list[Message] = []
+        held: dict[TopicPart, bool] = {}
+        dropped = 0
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                self._count("consumer_error")
+                if err.fatal():
+                    raise KafkaException(err)
+                continue
+            tp = (msg.topic(), msg.partition())
+            hold = held.get(tp)
+            if hold is None:
+                hold = held[tp] = self._held(tp)
+            if hold:
+                dropped += 1
+            else:
+                ok.append(msg)
+        dropped += self._dispatcher.submit_many(ok)
+        if dropped:
+            self._count("dropped_held", dropped)
 
     def _obey(self, cmd: Command) -> None:
         if not tracing.on():
@@ -411,7 +431,7 @@ class Engine(abc.ABC):
         assert topic is not None and partition is not None and offset is not None
         key = idempotency_key(self.group, topic, partition, offset, msg.headers())
         for attempt in range(1, self._max_attempts + 1):
-            ctx = Context(key, self.group, topic, partition, offset, attempt, self.dedupe)
+            ctx = EffectGuard(key, self.group, topic, partition, offset, attempt, self.dedupe)
             try:
                 self._handler(msg, ctx)
             except Exception as exc:
@@ -508,16 +528,23 @@ class Engine(abc.ABC):
     # -- introspection -------------------------------------------------------------------------
 
     def _count(self, name: str, n: int = 1) -> None:
-        with self._stats_lock:
-            self._stats[name] += n
+        tally: dict[str, int] | None = getattr(self._tally, "counts", None)
+        if tally is None:
+            tally = self._tally.counts = {}
+            with self._stats_lock:
+                self._tallies.append(tally)
+        tally[name] = tally.get(name, 0) + n  # only this thread writes its dict
 
     def stats(self) -> dict[str, int]:
         """Counters: processed, retried, failed, commits, paused, obeyed_*, control_*."""
         with self._stats_lock:
-            out = dict(self._stats)
+            tallies = list(self._tallies)
+        out: Counter[str] = Counter()
+        for tally in tallies:
+            out.update(dict(tally))  # dict() copies in one step under the GIL
         if self._control is not None:
             out.update({f"control_{k}": v for k, v in self._control.counts.items()})
-        return out
+        return dict(out)
 
     def paused(self) -> set[TopicPart]:
         """Partitions paused right now (backpressure, halt, or handed off)."""
