@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from actuators.workers import Context, MemoryDedupeStore, Worker
+from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
 from bench.support import broker
 from bench.support.harness import create_topic
@@ -143,7 +143,7 @@ def run_sdk(
     if sql:
         _effects_table(store, mode)
 
-    def handle(msg: Any, ctx: Context) -> None:
+    def handle(msg: Any, ctx: EffectGuard) -> None:
         time.sleep(WORK_S)
         key, seq = msg.key() or b"", orjson.loads(msg.value() or b"0")
         if sql:

@@ -1,4 +1,4 @@
-"""Idempotent side effects: idempotency keys, dedupe stores, and the per-message ``Context``.
+"""Idempotent side effects: idempotency keys, dedupe stores, and each message's ``EffectGuard``.
 
 Kafka redelivers: after a crash or a rebalance, every message above the last committed
 offset is processed again. A handler's *side effect* (a tool call, a write, a payment) must
@@ -379,9 +379,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass
-class Context:
-    """What a handler gets beside the message: its idempotency key and once-only helpers."""
+@dataclass(slots=True)
+class EffectGuard:
+    """The handler's second argument (``ctx``): it guards one message's side effects, so they
+    happen once. It holds the message's idempotency key, where it came from, which attempt
+    this is, and the dedupe store that ``once`` and ``once_sql`` mark done keys in.
+    (Named ``Context`` before 2026-12: the name said nothing of what it holds.)"""
 
     key: str
     group: str

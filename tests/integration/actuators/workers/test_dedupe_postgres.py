@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from actuators.workers import Claim, Context, InDoubtError, SQLiteDedupeStore
+from actuators.workers import Claim, EffectGuard, InDoubtError, SQLiteDedupeStore
 from actuators.workers.dedupe_pg import MIGRATIONS, PostgresDedupeStore
 
 
@@ -23,8 +23,8 @@ def table() -> str:
     return f"dd_{uuid.uuid4().hex[:10]}"
 
 
-def ctx(store: Any, offset: int = 7) -> Context:
-    return Context(f"g/t/0/{offset}", "g", "t", 0, offset, 1, store)
+def ctx(store: Any, offset: int = 7) -> EffectGuard:
+    return EffectGuard(f"g/t/0/{offset}", "g", "t", 0, offset, 1, store)
 
 
 def effects(dsn: str, table: str) -> list[tuple[str, str]]:
@@ -138,7 +138,7 @@ def test_concurrent_hosts_run_each_effect_once(postgres_dsn: str, table: str) ->
                 db.execute(f"INSERT INTO {table}_fx (key, host) VALUES (%s, %s)", (key, str(i)))
 
             c.once_sql(write)
-            c2 = Context(f"once/{n}", "g", "t", 0, n, 1, stores[i])
+            c2 = EffectGuard(f"once/{n}", "g", "t", 0, n, 1, stores[i])
             c2.once(functools.partial(ran.append, c2.key), in_doubt="skip")
 
     threads = [threading.Thread(target=host, args=(i,)) for i in range(8)]
