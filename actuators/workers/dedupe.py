@@ -28,18 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sqlite3
 import threading
-import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
+from actuators.workers.dedupe_sql import Claim, SQLMarks
 from schemas.runtime.errors import LagpilotError
 
 T = TypeVar("T")
@@ -57,14 +53,6 @@ class InDoubtError(LagpilotError, RuntimeError):
     retriable = False
     code = "in_doubt"
     hint = "pass in_doubt='retry' if the downstream dedupes on ctx.key, 'skip' for at-most-once"
-
-
-class Claim(StrEnum):
-    """What ``DedupeStore.claim`` found for a key."""
-
-    NEW = "new"  # claimed by this call: run the effect, then complete() or release()
-    DONE = "done"  # the effect already happened: skip it
-    IN_DOUBT = "in_doubt"  # claimed by an attempt that never finished
 
 
 def idempotency_key(
@@ -101,10 +89,6 @@ class DedupeStore(Protocol):
     def state(self, key: str) -> str | None: ...
 
     def close(self) -> None: ...
-
-
-def _owner_token() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class MemoryDedupeStore:
@@ -147,7 +131,19 @@ class MemoryDedupeStore:
         return None
 
 
-class SQLiteDedupeStore:
+#: at most this many once_sql calls share one commit (all lanes queued at once, usually fewer)
+MAX_GROUP = 256
+
+
+@dataclass
+class _Batch:
+    """One group transaction of ``once_sql`` calls; its members wait for ``committed``."""
+
+    committed: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None  # the commit's, raised in every member
+
+
+class SQLiteDedupeStore(SQLMarks):
     """The default store: a SQLite file shared by every worker process on the host (WAL mode).
 
     ``synchronous="FULL"`` makes a done mark survive power loss, not only a process crash;
@@ -163,39 +159,30 @@ class SQLiteDedupeStore:
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout_ms: int = 30_000,
     ) -> None:
+        super().__init__(self.TABLE)
         self.path = Path(path)
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
-        self._owner = _owner_token()
-        self._local = threading.local()
-        self._active: set[str] = set()
-        self._cond = threading.Condition()
-        self._conns: list[sqlite3.Connection] = []
         # one writer at a time in this process: lanes queue here, not in SQLite's busy
         # handler, whose sleeps (up to 100 ms each) collapse throughput under many lanes
         self._write = threading.Lock()
         self._writer: sqlite3.Connection | None = None  # every write goes through it
-        self._batch = 0  # the open group transaction of once_sql calls (0: none)
-        self._batches = 0
-        self._outcomes: dict[int, BaseException | None] = {}  # batch -> commit error
-        self._waiting: Counter[int] = Counter()  # batch -> callers yet to read its outcome
+        self._open: _Batch | None = None  # the open group transaction of once_sql calls
+        self._members = 0  # once_sql calls in the open batch
+        self._joining = 0  # once_sql calls queued on _write to join the open batch
+        self._joins = threading.Lock()
+        self.batches = 0  # group commits so far (for tests and benchmarks)
         with self._tx() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, "
                 "state TEXT NOT NULL, owner TEXT NOT NULL, at_ms INTEGER NOT NULL)"
             )
 
-    def connection(self) -> sqlite3.Connection:
-        """This thread's connection (autocommit; transactions are explicit)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._local.conn = conn
-            with self._cond:
-                self._conns.append(conn)
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
         return conn
 
     def _db(self) -> sqlite3.Connection:
@@ -205,17 +192,18 @@ class SQLiteDedupeStore:
         return self._writer
 
     def _end_batch(self) -> None:
-        """Commit the open group transaction, if any (hold ``_write``)."""
-        if not self._batch:
+        """Commit the open group transaction, if any, and wake its members (hold ``_write``)."""
+        batch, self._open = self._open, None
+        if batch is None:
             return
-        batch, self._batch = self._batch, 0
         try:
             self._db().execute("COMMIT")
-            self._outcomes[batch] = None
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 self._db().execute("ROLLBACK")
-            self._outcomes[batch] = exc
+            batch.error = exc
+        self.batches += 1
+        batch.committed.set()
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -230,139 +218,51 @@ class SQLiteDedupeStore:
                 raise
             db.execute("COMMIT")
 
-    def _get(self, db: sqlite3.Connection, key: str) -> tuple[str, str] | None:
-        row = db.execute(f"SELECT state, owner FROM {self.TABLE} WHERE key = ?", (key,)).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def claim(self, key: str) -> Claim:
-        with self._cond:
-            while key in self._active:  # running now on another lane of this process
-                self._cond.wait()
-            self._active.add(key)
-        try:
-            with self._tx() as db:
-                row = self._get(db, key)
-                if row is None:
-                    db.execute(
-                        f"INSERT INTO {self.TABLE} VALUES (?, 'claimed', ?, ?)",
-                        (key, self._owner, _now_ms()),
-                    )
-                    return Claim.NEW
-        except BaseException:
-            self._forget(key)
-            raise
-        self._forget(key)
-        return Claim.DONE if row[0] == "done" else Claim.IN_DOUBT
-
-    def take_over(self, key: str) -> None:
-        with self._cond:
-            self._active.add(key)
-        with self._tx() as db:
-            db.execute(
-                f"UPDATE {self.TABLE} SET owner = ?, at_ms = ? WHERE key = ?",
-                (self._owner, _now_ms(), key),
-            )
-
-    def complete(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                db.execute(
-                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
-                    (key, self._owner, _now_ms()),
-                )
-        finally:
-            self._forget(key)
-
-    def release(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                db.execute(f"DELETE FROM {self.TABLE} WHERE key = ? AND state = 'claimed'", (key,))
-        finally:
-            self._forget(key)
-
     def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], object]) -> bool:
         """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done.
 
         Group commit: calls from several lanes share one transaction, each in its own
-        savepoint (``fn`` raising undoes only its own writes). The transaction commits when a
-        caller finds nobody else writing, and every caller returns only after the commit that
-        holds its effect and mark; a failed commit raises in each of them. One fsync serves
-        the whole group instead of one per message.
+        savepoint (``fn`` raising undoes only its own writes). The call that finds nobody
+        queued to join commits it; the others wait for that commit, so every caller returns
+        only after the commit that holds its effect and mark, and a failed commit raises in
+        each of them. One fsync (about 2 ms here) serves the whole group instead of one per
+        message: while it runs, the lanes that arrive queue up and form the next group.
         """
+        with self._joins:
+            self._joining += 1
         with self._write:
+            with self._joins:
+                self._joining -= 1
             db = self._db()
-            if not self._batch:
+            if self._open is None:
                 db.execute("BEGIN IMMEDIATE")
-                self._batches += 1
-                self._batch = self._batches
-            batch = self._batch
-            self._waiting[batch] += 1
+                self._open, self._members = _Batch(), 0
+            batch = self._open
+            self._members += 1
             db.execute("SAVEPOINT once_sql")
+            raised: BaseException | None = None
             try:
-                row = self._get(db, key)
-                if row is not None and row[0] == "done":
-                    db.execute("RELEASE once_sql")
-                    self._leave(batch)
-                    return False
-                fn(db)
-                db.execute(
-                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
-                    (key, self._owner, _now_ms()),
-                )
+                ran = self._mark_first(db, key)
+                if ran:
+                    fn(db)
                 db.execute("RELEASE once_sql")
-            except BaseException:
+            except BaseException as exc:
                 db.execute("ROLLBACK TO once_sql")
                 db.execute("RELEASE once_sql")
-                self._leave(batch)
-                raise
-        with self._write:  # the lanes queued on the lock meanwhile joined the batch
-            if self._batch == batch:
+                raised = exc
+            if not self._joining or self._members >= MAX_GROUP:  # commit the group now
                 self._end_batch()
-            error = self._outcomes[batch]
-            self._leave(batch)
-        if error is not None:
-            raise error
-        return True
-
-    def _leave(self, batch: int) -> None:
-        """A caller is done with ``batch`` (hold ``_write``); the last one forgets it, and
-        commits it if still open (a caller that found its key done or whose ``fn`` raised
-        must not leave the file's write lock held for the other processes)."""
-        if self._batch == batch and self._waiting[batch] <= 1:
-            self._end_batch()
-        self._waiting[batch] -= 1
-        if self._waiting[batch] <= 0:
-            del self._waiting[batch]
-            self._outcomes.pop(batch, None)
-
-    def state(self, key: str) -> str | None:
-        row = self._get(self.connection(), key)
-        return None if row is None else row[0]
-
-    def prune(self, older_than_ms: int) -> int:
-        """Forget done keys older than ``older_than_ms`` (epoch ms); returns how many.
-
-        Keep keys at least as long as a message can be redelivered (your topic's retention
-        if consumers may reset to earliest).
-        """
-        with self._tx() as db:
-            cur = db.execute(
-                f"DELETE FROM {self.TABLE} WHERE state = 'done' AND at_ms < ?", (older_than_ms,)
-            )
-            return cur.rowcount
+        if raised is not None:
+            raise raised
+        batch.committed.wait()
+        if batch.error is not None:
+            raise batch.error
+        return ran
 
     def close(self) -> None:
         with self._write:
             self._end_batch()
-        with self._cond:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-
-    def _forget(self, key: str) -> None:
-        with self._cond:
-            self._active.discard(key)
-            self._cond.notify_all()
+        super().close()
 
 
 def open_store(where: str | os.PathLike[str]) -> DedupeStore:
@@ -373,10 +273,6 @@ def open_store(where: str | os.PathLike[str]) -> DedupeStore:
 
         return PostgresDedupeStore(text)
     return SQLiteDedupeStore(Path(text))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)

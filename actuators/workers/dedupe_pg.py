@@ -22,17 +22,17 @@ The guarantees are the SQLite store's (see ``dedupe.py``), now across hosts:
 
 Each thread has its own connection (the handler lanes call in parallel); psycopg is imported
 only when a store is made, so the SDK needs it only with this store
-(``pip install 'lagpilot[postgres]'``).
+(``pip install 'lagpilot[postgres]'``). The marks and their statements are the SQLite
+store's (``dedupe_sql.SQLMarks``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from actuators.workers.dedupe import Claim, _now_ms, _owner_token
+from actuators.workers.dedupe_sql import SQLMarks
 from schemas.runtime.errors import LagpilotError
 
 #: schema migrations, in order; the version table says how many have run
@@ -55,12 +55,14 @@ class DedupeStoreError(LagpilotError, RuntimeError):
         super().__init__(message, retriable=retriable)
 
 
-class PostgresDedupeStore:
+class PostgresDedupeStore(SQLMarks):
     """A dedupe store in one PostgreSQL database, shared by every host of a group."""
 
+    PARAM = "%s"
+    LOCK_ROW = " FOR UPDATE"
+
     def __init__(self, dsn: str, *, table: str = "lagpilot_dedupe", connect_timeout_s: int = 10):
-        if not table.isidentifier():
-            raise ValueError(f"table={table!r}: use a plain SQL identifier, e.g. lagpilot_dedupe")
+        super().__init__(table)
         try:
             import psycopg
         except ImportError:
@@ -68,35 +70,21 @@ class PostgresDedupeStore:
                 "PostgresDedupeStore needs psycopg 3: pip install 'lagpilot[postgres]'", False
             ) from None
         self._psycopg = psycopg
-        self.dsn, self.table = dsn, table
+        self.dsn = dsn
         self._timeout_s = connect_timeout_s
-        self._owner = _owner_token()
-        self._local = threading.local()
-        self._cond = threading.Condition()
-        self._active: set[str] = set()
-        self._conns: list[Any] = []
         self.schema_version = self._migrate()
 
     # -- connections and transactions ------------------------------------------------------
 
-    def connection(self) -> Any:
-        """This thread's connection (autocommit; transactions are explicit)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            try:
-                conn = self._psycopg.connect(
-                    self.dsn, autocommit=True, connect_timeout=self._timeout_s
-                )
-            except self._psycopg.OperationalError as exc:
-                raise DedupeStoreError(
-                    f"cannot connect to the dedupe database ({str(exc).strip()[:200]}); check "
-                    "the DSN (LAGPILOT_DEDUPE_URL), the server and its pg_hba.conf",
-                    True,
-                ) from None
-            self._local.conn = conn
-            with self._cond:
-                self._conns.append(conn)
-        return conn
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._timeout_s)
+        except self._psycopg.OperationalError as exc:
+            raise DedupeStoreError(
+                f"cannot connect to the dedupe database ({str(exc).strip()[:200]}); check "
+                "the DSN (LAGPILOT_DEDUPE_URL), the server and its pg_hba.conf",
+                True,
+            ) from None
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -126,107 +114,12 @@ class PostgresDedupeStore:
                 db.execute(f"UPDATE {t}_schema SET version = %s", (len(MIGRATIONS),))
         return len(MIGRATIONS)
 
-    # -- the DedupeStore protocol ----------------------------------------------------------
-
-    def claim(self, key: str) -> Claim:
-        with self._cond:
-            while key in self._active:  # running now on another lane of this process
-                self._cond.wait()
-            self._active.add(key)
-        try:
-            with self._tx() as db:
-                won = db.execute(
-                    f"INSERT INTO {self.table} VALUES (%s, 'claimed', %s, %s) "
-                    "ON CONFLICT (key) DO NOTHING RETURNING key",
-                    (key, self._owner, _now_ms()),
-                ).fetchone()
-                if won is not None:
-                    return Claim.NEW
-                row = db.execute(
-                    f"SELECT state FROM {self.table} WHERE key = %s", (key,)
-                ).fetchone()
-        except BaseException:
-            self._forget(key)
-            raise
-        self._forget(key)
-        if row is None:  # released meanwhile by the other attempt: try again
-            return self.claim(key)
-        return Claim.DONE if row[0] == "done" else Claim.IN_DOUBT
-
-    def take_over(self, key: str) -> None:
-        with self._cond:
-            self._active.add(key)
-        with self._tx() as db:
-            db.execute(
-                f"UPDATE {self.table} SET owner = %s, at_ms = %s WHERE key = %s",
-                (self._owner, _now_ms(), key),
-            )
-
-    def complete(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                self._mark_done(db, key)
-        finally:
-            self._forget(key)
-
-    def release(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                db.execute(f"DELETE FROM {self.table} WHERE key = %s AND state = 'claimed'", (key,))
-        finally:
-            self._forget(key)
+    # -- exactly once ------------------------------------------------------------------------
 
     def once_sql(self, key: str, fn: Callable[[Any], object]) -> bool:
         """Run ``fn(conn)`` and mark ``key`` done in one transaction; False if already done."""
         with self._tx() as db:
-            inserted = db.execute(
-                f"INSERT INTO {self.table} VALUES (%s, 'done', %s, %s) "
-                "ON CONFLICT (key) DO NOTHING RETURNING key",
-                (key, self._owner, _now_ms()),
-            ).fetchone()
-            if inserted is None:
-                row = db.execute(
-                    f"SELECT state FROM {self.table} WHERE key = %s FOR UPDATE", (key,)
-                ).fetchone()
-                if row is not None and row[0] == "done":
-                    return False
-                self._mark_done(db, key)  # a claim that never finished: ours now
+            if not self._mark_first(db, key):
+                return False
             fn(db)
         return True
-
-    def state(self, key: str) -> str | None:
-        row = (
-            self.connection()
-            .execute(f"SELECT state FROM {self.table} WHERE key = %s", (key,))
-            .fetchone()
-        )
-        return None if row is None else str(row[0])
-
-    def prune(self, older_than_ms: int) -> int:
-        """Forget done keys older than ``older_than_ms`` (epoch ms); returns how many.
-
-        Keep keys at least as long as a message can be redelivered (your topic's retention
-        if consumers may reset to earliest)."""
-        with self._tx() as db:
-            cur = db.execute(
-                f"DELETE FROM {self.table} WHERE state = 'done' AND at_ms < %s", (older_than_ms,)
-            )
-            return int(cur.rowcount)
-
-    def close(self) -> None:
-        with self._cond:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-
-    def _mark_done(self, db: Any, key: str) -> None:
-        db.execute(
-            f"INSERT INTO {self.table} VALUES (%s, 'done', %s, %s) ON CONFLICT (key) DO UPDATE "
-            "SET state = 'done', owner = EXCLUDED.owner, at_ms = EXCLUDED.at_ms",
-            (key, self._owner, _now_ms()),
-        )
-
-    def _forget(self, key: str) -> None:
-        with self._cond:
-            self._active.discard(key)
-            self._cond.notify_all()

@@ -12,6 +12,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "control",
         "dedupe",
         "dedupe_pg",
+        "dedupe_sql",
         "engine",
         "handoff",
         "lanes",
