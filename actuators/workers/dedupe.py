@@ -136,11 +136,11 @@ MAX_GROUP = 256
 
 
 @dataclass
-class _Batch:
+class _Group:
     """One group transaction of ``once_sql`` calls; its members wait for ``committed``."""
 
     committed: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None  # the commit's, raised in every member
+    error: BaseException | None = None  # why it did not commit, raised in every member
 
 
 class SQLiteDedupeStore(SQLMarks):
@@ -148,6 +148,14 @@ class SQLiteDedupeStore(SQLMarks):
 
     ``synchronous="FULL"`` makes a done mark survive power loss, not only a process crash;
     ``"NORMAL"`` is faster and still survives SIGKILL.
+
+    ``once_sql`` commits in groups on one writer connection per store: the lanes' calls share
+    one transaction, each in its own savepoint (``fn`` raising undoes only its own writes). The
+    call that finds nobody queued to join commits the group; the others wait for that commit, so
+    every caller returns only after the commit that holds its effect and mark, and a failed
+    commit raises in each of them. One commit (an fsync, for SQLite about 2 ms here) serves the
+    whole group instead of one per message; while it runs, the lanes that arrive queue up and
+    form the next group.
     """
 
     TABLE = "lagpilot_dedupe"
@@ -163,15 +171,16 @@ class SQLiteDedupeStore(SQLMarks):
         self.path = Path(path)
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
-        # one writer at a time in this process: lanes queue here, not in SQLite's busy
-        # handler, whose sleeps (up to 100 ms each) collapse throughput under many lanes
-        self._write = threading.Lock()
-        self._writer: sqlite3.Connection | None = None  # every write goes through it
-        self._open: _Batch | None = None  # the open group transaction of once_sql calls
-        self._members = 0  # once_sql calls in the open batch
-        self._joining = 0  # once_sql calls queued on _write to join the open batch
+        # every write goes through one writer connection, one writer at a time: lanes queue
+        # on the group lock, not in SQLite's busy handler, whose sleeps (up to 100 ms each)
+        # collapse throughput under many lanes
+        self._writer_conn: sqlite3.Connection | None = None
+        self._write = threading.Lock()  # the writer's, held by a group's member
+        self._open: _Group | None = None  # the open group transaction of once_sql calls
+        self._members = 0  # once_sql calls in the open group
+        self._joining = 0  # once_sql calls queued on _write to join the open group
         self._joins = threading.Lock()
-        self.batches = 0  # group commits so far (for tests and benchmarks)
+        self.groups = 0  # group transactions ended so far (for tests and benchmarks)
         with self._tx() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, "
@@ -185,31 +194,17 @@ class SQLiteDedupeStore(SQLMarks):
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
         return conn
 
-    def _db(self) -> sqlite3.Connection:
-        """The writer connection (hold ``_write``)."""
-        if self._writer is None:
-            self._writer = self.connection()
-        return self._writer
-
-    def _end_batch(self) -> None:
-        """Commit the open group transaction, if any, and wake its members (hold ``_write``)."""
-        batch, self._open = self._open, None
-        if batch is None:
-            return
-        try:
-            self._db().execute("COMMIT")
-        except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                self._db().execute("ROLLBACK")
-            batch.error = exc
-        self.batches += 1
-        batch.committed.set()
+    def _writer(self) -> sqlite3.Connection:
+        """The writer connection: once_sql's groups and every other write (hold ``_write``)."""
+        if self._writer_conn is None:
+            self._writer_conn = self.connection()
+        return self._writer_conn
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._write:
-            self._end_batch()
-            db = self._db()
+            self._end_batch()  # the writer is the group's connection too: commit it first
+            db = self._writer()
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -218,46 +213,63 @@ class SQLiteDedupeStore(SQLMarks):
                 raise
             db.execute("COMMIT")
 
-    def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], object]) -> bool:
+    def once_sql(self, key: str, fn: Callable[[Any], object]) -> bool:
         """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done.
 
-        Group commit: calls from several lanes share one transaction, each in its own
-        savepoint (``fn`` raising undoes only its own writes). The call that finds nobody
-        queued to join commits it; the others wait for that commit, so every caller returns
-        only after the commit that holds its effect and mark, and a failed commit raises in
-        each of them. One fsync (about 2 ms here) serves the whole group instead of one per
-        message: while it runs, the lanes that arrive queue up and form the next group.
+        ``db`` is the writer connection, inside the group transaction (see the module
+        docstring); the call returns once that transaction committed.
         """
         with self._joins:
             self._joining += 1
         with self._write:
             with self._joins:
                 self._joining -= 1
-            db = self._db()
+            db = self._writer()
             if self._open is None:
                 db.execute("BEGIN IMMEDIATE")
-                self._open, self._members = _Batch(), 0
-            batch = self._open
+                self._open, self._members = _Group(), 0
+            group = self._open
             self._members += 1
-            db.execute("SAVEPOINT once_sql")
             raised: BaseException | None = None
+            ran = False
             try:
-                ran = self._mark_first(db, key)
+                ran = self._savepoint_mark(db, key)
                 if ran:
                     fn(db)
-                db.execute("RELEASE once_sql")
+                db.execute("RELEASE SAVEPOINT once_sql")
             except BaseException as exc:
-                db.execute("ROLLBACK TO once_sql")
-                db.execute("RELEASE once_sql")
                 raised = exc
+                try:
+                    db.execute("ROLLBACK TO SAVEPOINT once_sql")
+                    db.execute("RELEASE SAVEPOINT once_sql")
+                except BaseException as broken:  # the connection or transaction is gone
+                    self._end_batch(broken)
             if not self._joining or self._members >= MAX_GROUP:  # commit the group now
                 self._end_batch()
         if raised is not None:
             raise raised
-        batch.committed.wait()
-        if batch.error is not None:
-            raise batch.error
+        group.committed.wait()
+        if group.error is not None:
+            raise group.error
         return ran
+
+    def _end_batch(self, failed: BaseException | None = None) -> None:
+        """Commit the open group (roll it back if ``failed``) and wake its members (hold
+        ``_write``)."""
+        group, self._open = self._open, None
+        if group is None:
+            return
+        db = self._writer()
+        try:
+            if failed is not None:
+                raise failed
+            db.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                db.execute("ROLLBACK")
+            group.error = exc
+        self.groups += 1
+        group.committed.set()
 
     def close(self) -> None:
         with self._write:

@@ -114,8 +114,6 @@ class PostgresDedupeStore(SQLMarks):
                 db.execute(f"UPDATE {t}_schema SET version = %s", (len(MIGRATIONS),))
         return len(MIGRATIONS)
 
-    # -- exactly once ------------------------------------------------------------------------
-
     def once_sql(self, key: str, fn: Callable[[Any], object]) -> bool:
         """Run ``fn(conn)`` and mark ``key`` done in one transaction; False if already done."""
         with self._tx() as db:

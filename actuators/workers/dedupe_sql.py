@@ -4,8 +4,10 @@ Both keep a row per idempotency key (``key``, ``state`` claimed|done, ``owner``,
 and give ``claim``/``complete``/``release``/``take_over``/``state``/``prune`` the same
 meaning; only the connection, the transaction and ``once_sql`` differ (SQLite commits a
 group of lanes' calls at once on one writer, PostgreSQL one transaction per call on each
-lane's connection). The statements use ``INSERT .. ON CONFLICT`` (SQLite 3.24 or newer,
-any supported PostgreSQL); ``{p}`` is the driver's parameter mark.
+lane's connection: its backends run them side by side and its WAL flushes concurrent
+commits together already: a group on one connection only serialized them, 1.0-1.1k/s
+against 2.1-2.5k/s in one measure with 128 lanes). The statements use
+``INSERT .. ON CONFLICT`` (SQLite 3.24 or newer, any supported PostgreSQL).
 
 Within one process, two lanes never hold one key at once: a second ``claim`` of a key that is
 running on another lane waits for its result (``_enter``/``_forget``), so the store's answer
@@ -156,10 +158,15 @@ class SQLMarks(abc.ABC):
 
     # -- helpers -----------------------------------------------------------------------------------
 
+    def _savepoint_mark(self, db: Any, key: str) -> bool:
+        """``once_sql``'s first step: a savepoint, then ``_mark_first``."""
+        db.execute("SAVEPOINT once_sql")
+        return self._mark_first(db, key)
+
     def _mark_first(self, db: Any, key: str) -> bool:
-        """``once_sql``'s first step: mark ``key`` done in the open transaction; False if it
-        was done already. A claim left by a ``once`` that never finished is taken over: the
-        effect runs in this transaction. The mark comes first, so a concurrent attempt on
+        """Mark ``key`` done in the open transaction; False if it was done already. A claim
+        left by a ``once`` that never finished is taken over: the effect runs in this
+        transaction. The mark comes first, so a concurrent attempt on
         another connection waits on the key's row until this transaction ends."""
         if db.execute(self._sql_first_done, (key, self._owner, now_ms())).rowcount == 1:
             return True
