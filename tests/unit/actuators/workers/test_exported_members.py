@@ -14,6 +14,8 @@ def test_all_names_are_exported_and_documented() -> None:
         "dedupe_pg",
         "dedupe_sql",
         "engine",
+        "engine_settings",
+        "handling",
         "handoff",
         "lanes",
         "metrics",
