@@ -60,6 +60,7 @@ log = logging.getLogger("lagpilot.actuator")
 CONTROL_PARTITIONS = 3
 OUTCOME_PARTITIONS = 3
 REBUILD_TIMEOUT_S = 60.0
+TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
 
@@ -533,19 +534,43 @@ class Runner:
             p.commit_transaction(10)
             return True
         except KafkaException as exc:
-            err = exc.args[0]
-            if err.txn_requires_abort():
-                log.warning("transaction aborted (%s); reprocessing the batch", err.str())
-                p.abort_transaction(10)
-                return False
-            if err.retriable():
+            return self._settle(exc.args[0])
+
+    def _settle(self, err: KafkaError) -> bool:
+        """End a transaction whose commit failed: retry the commit while the error is
+        retriable, abort when it says so (the batch is then reprocessed: False). A broker or
+        a partition leader gone for a while (a node restart) must cost time, never the
+        actuator: each call is retried with backoff until TXN_SETTLE_S has passed."""
+        p = self._producer
+        deadline = time.monotonic() + TXN_SETTLE_S
+        attempt = 0
+        aborting = False  # once the broker said abort, only an abort ends the transaction
+        while True:
+            if err.fatal() or not (err.txn_requires_abort() or err.retriable()):
+                raise RuntimeError(
+                    f"transactional producer failed ({err.str()}): another actuator with "
+                    f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
+                    "each running actuator its own LAGPILOT_ACTUATOR_ID"
+                ) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"could not end a transaction in {TXN_SETTLE_S:.0f} s ({err.str()}); is "
+                    "the broker up? (lagpilot doctor)"
+                )
+            if attempt:
+                time.sleep(jittered_s(attempt, base_s=0.2, cap_s=2.0))
+            attempt += 1
+            aborting = aborting or err.txn_requires_abort()
+            try:
+                if aborting:
+                    log.warning("transaction aborted (%s); reprocessing the batch", err.str())
+                    p.abort_transaction(10)
+                    return False
+                log.warning("transaction commit failed (%s); retrying it", err.str())
                 p.commit_transaction(10)
                 return True
-            raise RuntimeError(
-                f"transactional producer failed ({err.str()}): another actuator with "
-                f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
-                "each running actuator its own LAGPILOT_ACTUATOR_ID"
-            ) from None
+            except KafkaException as again:
+                err = again.args[0]
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
