@@ -146,6 +146,7 @@ class Runner:
         self._release_retry_at: dict[str, float] = {}
         self._trace_headers: dict[str, list[tuple[str, bytes]]] = {}  # outcome key -> traceparent
         self._ready = False
+        self._stop = threading.Event()  # run()'s: set on SIGTERM
         self._server: MetricsServer | None = None
         # librdkafka's own lines go to lagpilot's logging (logger lagpilot.kafka, DEBUG)
         base = {"bootstrap.servers": settings.bootstrap, **settings.kafka, "logger": CLIENT_LOG}
@@ -227,8 +228,12 @@ class Runner:
         return self
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         while not stop.is_set():
-            self.step()
+            try:
+                self.step()
+            except _Stopped:
+                return
 
     def close(self) -> None:
         self._ready = False
@@ -557,8 +562,10 @@ class Runner:
                     f"could not end a transaction in {TXN_SETTLE_S:.0f} s ({err.str()}); is "
                     "the broker up? (lagpilot doctor)"
                 )
-            if attempt:
-                time.sleep(jittered_s(attempt, base_s=0.2, cap_s=2.0))
+            if attempt and self._stop.wait(jittered_s(attempt, base_s=0.2, cap_s=2.0)):
+                # Told to stop: leave the transaction open. The next actuator with this id
+                # aborts it at init_transactions, and the batch's offsets were not committed.
+                raise _Stopped
             attempt += 1
             aborting = aborting or err.txn_requires_abort()
             try:
@@ -574,6 +581,10 @@ class Runner:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+class _Stopped(Exception):
+    """Raised out of a step when the actuator is told to stop while it waits for a broker."""
 
 
 def _position(msg: Message) -> str:

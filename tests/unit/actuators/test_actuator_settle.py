@@ -51,12 +51,17 @@ def _runner(producer: _Producer) -> Runner:
     r = Runner.__new__(Runner)
     r._producer = producer
     r.settings = SimpleNamespace(actuator_id="a1")  # type: ignore[assignment]
+    r._stop = _NoWait()  # type: ignore[assignment]
     return r
 
 
-@pytest.fixture(autouse=True)
-def _no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner_mod.time, "sleep", lambda s: None)
+class _NoWait:
+    """run()'s stop event, without the backoff's real waits."""
+
+    stopping = False
+
+    def wait(self, timeout: float) -> bool:
+        return self.stopping
 
 
 def test_abort_is_retried_through_a_broker_restart_and_the_batch_is_reprocessed() -> None:
@@ -95,3 +100,12 @@ def test_a_broker_away_longer_than_the_settle_window_is_an_error(
     with pytest.raises(RuntimeError, match="could not end a transaction"):
         _runner(p)._settle(_err(abort=True))
     assert 0 < p.calls.count("abort") < 100
+
+
+def test_a_stop_while_the_broker_is_away_ends_the_wait_at_once() -> None:
+    p = _Producer(commits=[], aborts=[_err(retriable=True)] * 5)
+    r = _runner(p)
+    r._stop.stopping = True  # type: ignore[attr-defined]
+    with pytest.raises(runner_mod._Stopped):
+        r._settle(_err(abort=True))
+    assert p.calls == ["abort"]
