@@ -167,6 +167,7 @@ def run_sdk(
         rows = _effect_rows(store, mode)
         out["effect_rows"] = rows
         out["lost"] = n - rows
+        out["commit_groups"] = getattr(store, "groups", None)  # once_sql transactions
     return out
 
 
@@ -220,6 +221,7 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
     base = out["naive"]["records_per_s"]
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
+            load = round(os.getloadavg()[0], 2)
             if mode == "postgres":
                 with postgres_store() as store:
                     out[mode] = run_sdk(bootstrap, topic, messages, mode, store, settings)
@@ -230,6 +232,7 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
                     out[mode] = run_sdk(bootstrap, topic, messages, mode, store, settings)
                 finally:
                     store.close()
+            out[mode]["load_avg_1m_before"] = load
             out[f"{mode}_ratio"] = round(out[mode]["records_per_s"] / base, 2)
     out["lost"] = sum(out[m]["lost"] for m in modes)
     out["duplicates"] = sum(out[m]["duplicates"] for m in modes)
