@@ -2,12 +2,11 @@
 
 Both keep a row per idempotency key (``key``, ``state`` claimed|done, ``owner``, ``at_ms``)
 and give ``claim``/``complete``/``release``/``take_over``/``state``/``prune`` the same
-meaning; only the connection, the transaction and ``once_sql`` differ (SQLite commits a
-group of lanes' calls at once on one writer, PostgreSQL one transaction per call on each
-lane's connection: its backends run them side by side and its WAL flushes concurrent
-commits together already: a group on one connection only serialized them, 1.0-1.1k/s
-against 2.1-2.5k/s in one measure with 128 lanes). The statements use
-``INSERT .. ON CONFLICT`` (SQLite 3.24 or newer, any supported PostgreSQL).
+meaning; only the connection, the transaction and ``once_sql``'s group commit differ
+(SQLite: one writer, a savepoint per call, since its cost is the fsync; PostgreSQL: 4
+writers and no savepoints, since its cost is the statements, and a group on one connection
+with a savepoint per call ran at half the rate of a transaction per call). The statements
+use ``INSERT .. ON CONFLICT`` (SQLite 3.24 or newer, any supported PostgreSQL).
 
 Within one process, two lanes never hold one key at once: a second ``claim`` of a key that is
 running on another lane waits for its result (``_enter``/``_forget``), so the store's answer
