@@ -106,8 +106,7 @@ class RateWindow:
         ok = committed >= 0
         self.t[k] = now_ms
         self.c[k] = committed
-        np.maximum(hw - committed, 0, out=self.lag[k], where=ok)
-        self.lag[k][~ok] = 0.0
+        np.multiply(np.maximum(hw - committed, 0), ok, out=self.lag[k])  # 0 without a commit
         self.valid += ok
         self.ahead += committed > hw
         self.e = k + 1
