@@ -18,10 +18,15 @@ from actuators import runner as runner_mod
 from actuators.runner import Runner
 
 
-def _err(*, retriable: bool = False, abort: bool = False, fatal: bool = False) -> KafkaError:
+def _err(
+    *,
+    retriable: bool = False,
+    abort: bool = False,
+    fatal: bool = False,
+    code: int = KafkaError._TIMED_OUT,
+) -> KafkaError:
     return KafkaError(
-        KafkaError._TIMED_OUT, "1 message(s) timed out", fatal=fatal, retriable=retriable,
-        txn_requires_abort=abort,
+        code, "1 message(s) timed out", fatal=fatal, retriable=retriable, txn_requires_abort=abort
     )  # fmt: skip
 
 
@@ -84,11 +89,38 @@ def test_a_commit_retry_that_turns_abortable_aborts() -> None:
     assert p.calls == ["commit", "abort"]
 
 
-def test_fenced_or_fatal_ends_the_actuator_with_the_fix() -> None:
+def test_fenced_ends_the_actuator_with_the_fix() -> None:
     p = _Producer(commits=[], aborts=[])
     with pytest.raises(RuntimeError, match="LAGPILOT_ACTUATOR_ID"):
-        _runner(p)._settle(_err(fatal=True))
+        _runner(p)._settle(_err(fatal=True, code=KafkaError._FENCED))
     assert p.calls == []
+
+
+def test_a_transaction_the_producer_cannot_end_is_ended_by_a_new_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in bench-faults row 2: after a coordinator's node restarted, the abort was
+    answered INVALID_TXN_STATE (neither retriable nor abortable)."""
+    made: list[_Renewed] = []
+
+    class _Renewed:
+        def __init__(self, config: dict[str, object]) -> None:
+            self.config = config
+            self.inits: list[float] = []
+            made.append(self)
+
+        def init_transactions(self, timeout: float) -> None:
+            self.inits.append(timeout)
+
+    monkeypatch.setattr(runner_mod, "Producer", _Renewed)
+    p = _Producer(commits=[], aborts=[_err(code=KafkaError.INVALID_TXN_STATE)])
+    r = _runner(p)
+    r._producer_config = {"transactional.id": "lagpilot-actuator-a1"}
+    assert r._settle(_err(abort=True)) is False
+    assert p.calls == ["abort"]
+    assert len(made) == 1 and made[0].inits == [30]
+    assert made[0].config["transactional.id"] == "lagpilot-actuator-a1"
+    assert r._producer is made[0]
 
 
 def test_a_broker_away_longer_than_the_settle_window_is_an_error(
