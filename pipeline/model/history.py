@@ -123,17 +123,21 @@ def time_lag_s(
 def first_beyond(hw: np.ndarray, pi: np.ndarray, c: np.ndarray) -> np.ndarray:
     """For each (partition ``pi[k]``, offset ``c[k]``): the first row whose HWM is beyond
     ``c[k]`` (``np.searchsorted(hw[:, pi[k]], c[k], side="right")``), every pair at once: a
-    binary search run in lockstep, ~log2(rows) numpy calls whatever the number of
-    partitions (a search per partition was a Python loop over thousands of them)."""
-    lo = np.zeros(len(pi), np.int64)
-    hi = np.full(len(pi), len(hw), np.int64)
-    for _ in range(len(hw).bit_length()):
-        mid = (lo + hi) >> 1
-        beyond = hw[np.minimum(mid, len(hw) - 1), pi] > c
-        open_ = lo < hi
-        hi = np.where(open_ & beyond, mid, hi)
-        lo = np.where(open_ & ~beyond, mid + 1, lo)
-    return lo
+    binary search run in lockstep, ~log2(rows) steps of a few numpy calls whatever the
+    number of partitions (a search per partition was a Python loop over thousands of them).
+
+    The count of rows at or below ``c`` is built a power of two at a time, largest first;
+    reads past the last row read the last row (the column, padded so, stays sorted), and
+    the count is capped at the number of rows."""
+    n = len(hw)
+    pos = np.zeros(len(pi), np.int64)
+    if not n:
+        return pos
+    for k in reversed(range(n.bit_length())):
+        cand = pos + (1 << k)
+        below = hw[np.minimum(cand - 1, n - 1), pi] <= c
+        pos = np.where(below, cand, pos)
+    return np.minimum(pos, n)
 
 
 def written_ms(

@@ -92,7 +92,7 @@ class HwTable:
         if cached is not None and cached[0].shape == c.shape:
             last_c, t_star, src = cached
             keep = behind & (last_c == c) & (src == INTERPOLATED)
-            t_star, src = t_star.copy(), np.where(keep, src, 0).astype(np.int8)
+            src = np.where(keep, src, 0).astype(np.int8)  # (t_star: updated in place)
         else:
             keep = np.zeros(c.shape, bool)
             t_star, src = np.zeros(c.shape), np.zeros(c.shape, np.int8)
@@ -101,7 +101,11 @@ class HwTable:
             written, inside = written_ms(self.t_ms, hw, pi, c[gi, pi])
             t_star[gi, pi] = written
             src[gi, pi] = np.where(inside, INTERPOLATED, EXTRAPOLATED)
-        self._written = (c.copy(), t_star, src)
+        if cached is not None and cached[0].shape == c.shape:
+            np.copyto(cached[0], c)
+            self._written = (cached[0], t_star, src)
+        else:
+            self._written = (c.copy(), t_star, src)
         tl = np.where(behind, np.maximum(0.0, (now_ms - t_star) / 1000.0), 0.0)
         return tl, src
 

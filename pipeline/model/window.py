@@ -23,6 +23,7 @@ the live rows move to the front (every ``SPARE`` ticks, not every tick).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -106,8 +107,7 @@ class RateWindow:
         ok = committed >= 0
         self.t[k] = now_ms
         self.c[k] = committed
-        np.maximum(hw - committed, 0, out=self.lag[k], where=ok)
-        self.lag[k][~ok] = 0.0
+        np.multiply(np.maximum(hw - committed, 0), ok, out=self.lag[k])  # 0 without a commit
         self.valid += ok
         self.ahead += committed > hw
         self.e = k + 1
@@ -190,16 +190,18 @@ class RateWindow:
         p_s = np.concatenate([powers, recent], axis=1).T  # (8, R): sums of the rows' powers
         p_y = np.concatenate([powers[:, :3], recent[:, :2]], axis=1).T  # (5, R)
         # sums over the rows where a series has a commit: those with one in every row share
-        # them; the others (new, forgotten, late) get their own
+        # them (scalars, while every series does: the fits' arithmetic on the sums alone is
+        # then done once); the others (new, forgotten, late) get their own
         full = (self.valid[:, :width] == len(x)).reshape(-1)
-        sums = np.broadcast_to(p_s.sum(axis=1)[:, None], (8, groups * width))
+        shared = p_s.sum(axis=1)
         c_rows = self._series(self.c, width)
         some = np.nonzero(~full)[0]
+        s: list[Any] = list(shared)
         if len(some):
-            sums = sums.copy()
+            sums = np.repeat(shared[:, None], groups * width, axis=1)
             sums[:, some] = p_s @ (c_rows[:, some] >= 0).astype(np.float64)
+            s = list(sums)
         ty = p_y @ self._series(self.lag, width)  # (5, G x width)
-        s = list(sums)
         lag_rate = slope_of(s, ty[:2])
         tp = powers[:, :2].T @ np.subtract(self.rows_hw(width), hw_now, dtype=np.float64)
         produce = slope_of(list(powers.sum(axis=0)[:3]), tp)
@@ -212,7 +214,8 @@ class RateWindow:
             rows = c_rows[:, other]
             dc = np.subtract(rows, committed.reshape(-1)[other], dtype=np.float64)
             tc = powers[:, :2].T @ np.where(rows >= 0, dc, 0.0)
-            consume[other] = slope_of([v[other] for v in s[:3]], tc)
+            s_other = [v[other] if np.ndim(v) else v for v in s[:3]]
+            consume[other] = slope_of(s_other, tc)
         recent_rate = np.where(s[5] >= 4, slope_of(s[5:8], ty[3:5]), np.nan)
         return Rates(
             produce=produce,
