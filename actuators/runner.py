@@ -44,6 +44,7 @@ from confluent_kafka.admin import AdminClient
 
 from actuators.backends import Backend
 from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
+from actuators.clients import client_configs
 from actuators.dispatch import dispatch, with_retries
 from actuators.errors import ActuatorError
 from actuators.kept_halts import kept_global_halt_ms
@@ -54,11 +55,17 @@ from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
 from actuators.topics import ensure_topics
 from schemas import ActionType, OutcomeResult, Verifier, encode, tracing
-from schemas.cli import CLIENT_LOG
 from schemas.runtime.backoff import jittered_s
+from schemas.runtime.errors import LagpilotError
 
 log = logging.getLogger("lagpilot.actuator")
 
+# errors that say another producer with our transactional id took over (or the coordinator
+# expired our transaction while a node was down, which reads the same)
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+TWIN_WINDOW_S = 60.0  # fenced again this soon after a renewal: a twin actuator, not a timeout
 TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
@@ -84,51 +91,18 @@ class Runner:
         self._release_retry_at: dict[str, float] = {}
         self._trace_headers: dict[str, list[tuple[str, bytes]]] = {}  # outcome key -> traceparent
         self._ready = False
+        self._stop = threading.Event()  # run()'s: set on SIGTERM
         self._server: MetricsServer | None = None
-        # librdkafka's own lines go to lagpilot's logging (logger lagpilot.kafka, DEBUG)
-        base = {"bootstrap.servers": settings.bootstrap, **settings.kafka, "logger": CLIENT_LOG}
-        self._admin = AdminClient(base)
-        self._producer = Producer(
-            base
-            | {
-                "transactional.id": f"lagpilot-actuator-{settings.actuator_id}",
-                "transaction.timeout.ms": 10000,
-                "linger.ms": 1,
-            }
-        )
-        # Intents are written outside the transaction: they must be on the topic before the
-        # backend call, whether or not the batch's transaction commits.
+        cfg = client_configs(settings)  # actuators/clients.py: one config per role
+        self._admin = AdminClient(cfg.base)
+        self._producer_config = cfg.transactional
+        self._producer = Producer(self._producer_config)
+        self._renewed_at = float("-inf")  # monotonic time of the last renewal (_settle)
         self._intents = IntentLog(
-            lambda: Producer(base | {"enable.idempotence": True, "acks": "all", "linger.ms": 0}),
-            settings.outcomes_topic,
-            settings.actuator_id,
+            lambda: Producer(cfg.intents), settings.outcomes_topic, settings.actuator_id
         )
-        self._consumer = Consumer(
-            base
-            | {
-                "group.id": settings.group_id,
-                "client.id": f"lagpilot-actuator-{settings.actuator_id}",
-                # Static membership (KIP-345): a restarted actuator takes its partitions back
-                # at once instead of waiting for its dead self's session to time out; one
-                # that stays dead hands them to the others after session.timeout.ms.
-                "group.instance.id": settings.actuator_id,
-                "session.timeout.ms": 10000,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 50,
-            }
-        )
-        self._tail = Consumer(
-            base
-            | {
-                "group.id": f"lagpilot-actuator-ledger-{settings.actuator_id}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": 50,
-            }
-        )
+        self._consumer = Consumer(cfg.control)
+        self._tail = Consumer(cfg.ledger_tail)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -165,8 +139,12 @@ class Runner:
         return self
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         while not stop.is_set():
-            self.step()
+            try:
+                self.step()
+            except _Stopped:
+                return
 
     def close(self) -> None:
         self._ready = False
@@ -446,16 +424,23 @@ class Runner:
         """End a transaction whose commit failed: retry the commit while the error is
         retriable, abort when it says so (the batch is then reprocessed: False). A broker or
         a partition leader gone for a while (a node restart) must cost time, never the
-        actuator: each call is retried with backoff until TXN_SETTLE_S has passed."""
-        p = self._producer
+        actuator: each call is retried with backoff until TXN_SETTLE_S has passed. A
+        transaction this producer cannot end (the coordinator moved while it was open and
+        answers "invalid state", or a fatal error other than fencing) is ended by a new
+        producer with the same transactional id: its init_transactions aborts it.
+
+        "Fenced" is ambiguous: another actuator with our id, or the coordinator that timed
+        the transaction out (transaction.timeout.ms) while its node was down and bumped the
+        epoch. The first is renewed once; fenced again within TWIN_WINDOW_S of a renewal, it
+        is a twin (its consumer is fenced too: static membership) and the actuator stops."""
         deadline = time.monotonic() + TXN_SETTLE_S
         attempt = 0
-        aborting = False  # once the broker said abort, only an abort ends the transaction
+        aborting = renewing = False  # once decided, only that ends the transaction
         while True:
-            if err.fatal() or not (err.txn_requires_abort() or err.retriable()):
+            if err.code() in _FENCED and time.monotonic() - self._renewed_at < TWIN_WINDOW_S:
                 raise RuntimeError(
                     f"transactional producer failed ({err.str()}): another actuator with "
-                    f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
+                    f"actuator_id={self.settings.actuator_id!r} has fenced this one; give "
                     "each running actuator its own LAGPILOT_ACTUATOR_ID"
                 ) from None
             if time.monotonic() > deadline:
@@ -463,20 +448,40 @@ class Runner:
                     f"could not end a transaction in {TXN_SETTLE_S:.0f} s ({err.str()}); is "
                     "the broker up? (lagpilot doctor)"
                 )
-            if attempt:
-                time.sleep(jittered_s(attempt, base_s=0.2, cap_s=2.0))
+            if attempt and self._stop.wait(jittered_s(attempt, base_s=0.2, cap_s=2.0)):
+                # Told to stop: leave the transaction open. The next actuator with this id
+                # aborts it at init_transactions, and the batch's offsets were not committed.
+                raise _Stopped
             attempt += 1
+            renewing = (
+                renewing
+                or err.code() in _FENCED
+                or not (err.retriable() or err.txn_requires_abort())
+            )
             aborting = aborting or err.txn_requires_abort()
             try:
+                if renewing:
+                    log.warning("transaction stuck (%s); a new producer aborts it", err.str())
+                    self._renewed_at = time.monotonic()
+                    self._producer = Producer(self._producer_config)
+                    self._producer.init_transactions(30)
+                    return False
                 if aborting:
                     log.warning("transaction aborted (%s); reprocessing the batch", err.str())
-                    p.abort_transaction(10)
+                    self._producer.abort_transaction(10)
                     return False
                 log.warning("transaction commit failed (%s); retrying it", err.str())
-                p.commit_transaction(10)
+                self._producer.commit_transaction(10)
                 return True
             except KafkaException as again:
                 err = again.args[0]
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+class _Stopped(LagpilotError):
+    """Raised out of a step when the actuator is told to stop while it waits for a broker;
+    run() ends quietly on it. Retriable: the next actuator with this id takes over."""
+
+    retriable = True
