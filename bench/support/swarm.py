@@ -136,7 +136,7 @@ class Swarm:
                 ledger_path=self.ledger.path, work_ms=_head,
                 members=cfg.naive_members, batch=cfg.naive_batch,
             )  # fmt: skip
-            self._threads = []
+            self._threads: list[threading.Thread] = []
             return
         self.worker = Worker(
             bootstrap=cfg.workers_bootstrap or cfg.bootstrap,
@@ -152,7 +152,7 @@ class Swarm:
             instance_id=f"swarm-{uuid.uuid4().hex[:6]}",
             commit_interval_s=0.2,  # progress is what lagpilot sees: commit it often
         )
-        self._threads: list[threading.Thread] = []
+        self._threads = []
 
     # -- workers -------------------------------------------------------------------------
 
