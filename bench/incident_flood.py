@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 
 from actuators.workers import RateProducer, Worker
-from bench.support.control_loop import ControlLoop, read_topic
+from bench.support.control_loop import ControlLoop, both_arms, read_topic
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
@@ -263,10 +263,9 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
 
 
 def flood(
-    bootstrap: str, shape: FloodShape, workdir: Path
+    bootstrap: str, shape: FloodShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off = one_flood(bootstrap, shape, workdir, on=False)
-    on = one_flood(bootstrap, shape, workdir, on=True)
+    off, on = both_arms(one_flood, bootstrap, shape, workdir, parallel=parallel)
     others = [c for c in on["client_ids"] if c != on["flooder"]]
     kept = {c: round(on["producer_rates"][c]["during_per_s"] / shape.rate_per_s, 3) for c in others}
     first = min((a["at_ms"] for a in on["actions"]), default=None)

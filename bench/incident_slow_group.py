@@ -33,7 +33,7 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from actuators.workers import Worker
-from bench.support.control_loop import ControlLoop
+from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
@@ -276,10 +276,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def slow_group(
-    bootstrap: str, shape: SlowShape, workdir: Path
+    bootstrap: str, shape: SlowShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off = one_slow(bootstrap, shape, workdir, on=False)
-    on = one_slow(bootstrap, shape, workdir, on=True)
+    off, on = both_arms(one_slow, bootstrap, shape, workdir, parallel=parallel)
     remedy = remedy_of(on["actions"])
     adds = [a for a in on["actions"] if a["type"] == "add_partitions"]
     scaled = [w for w in on["workers_at_ms"] if w[1] > 1]

@@ -41,7 +41,7 @@ from confluent_kafka import Producer
 from actuators.workers import PoolWorker
 from bench.incident_slow_group import action_row, remedy_of, verdict_row, verified_of
 from bench.storm_member import record
-from bench.support.control_loop import ControlLoop
+from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
@@ -322,10 +322,9 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
 
 
 def storm(
-    bootstrap: str, shape: StormShape, workdir: Path
+    bootstrap: str, shape: StormShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off = one_storm(bootstrap, shape, workdir, on=False)
-    on = one_storm(bootstrap, shape, workdir, on=True)
+    off, on = both_arms(one_storm, bootstrap, shape, workdir, parallel=parallel)
     ratio = (
         round(off["rebalances_per_min"] / max(on["rebalances_per_min"], 1e-9), 2)
         if off["rebalances_per_min"]

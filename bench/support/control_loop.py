@@ -18,7 +18,8 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,25 @@ def wait_modelling(pipe: PipelineProcess, timeout_s: float = 120) -> None:
             pass
         time.sleep(0.3)
     raise SystemExit(f"the pipeline never modelled a sample:\n{pipe.log_tail()}")
+
+
+def both_arms(
+    one: Callable[..., dict[str, Any]],
+    bootstrap: str,
+    shape: Any,
+    workdir: Path,
+    *,
+    parallel: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``one(..., on=False)`` then ``one(..., on=True)``; with ``parallel``, both at once.
+
+    Each arm has its own topics, group, control loop and ledger, so the two never see each
+    other's messages or actions; at once they share the machine. The test suite's smokes
+    run them so (their checks are about the mechanics, and the wall time halves); the
+    figures of ``make bench-incidents`` come from arms run one after the other."""
+    if not parallel:
+        return one(bootstrap, shape, workdir, on=False), one(bootstrap, shape, workdir, on=True)
+    with ThreadPoolExecutor(2, thread_name_prefix="arm") as pool:
+        off = pool.submit(one, bootstrap, shape, workdir, on=False)
+        on = pool.submit(one, bootstrap, shape, workdir, on=True)
+        return off.result(), on.result()
