@@ -9,8 +9,9 @@ time the incident or throttle episode began, never the wall clock).
 The rails, in the order they apply:
 
 1. hysteresis: ``enter_windows`` consecutive summaries above the enter level open an
-   incident, ``exit_windows`` below the exit level (``exit_ratio`` of it) close it; in
-   between nothing changes, so lag oscillating around a threshold never flaps;
+   incident (one, when a partition is in STALL: the workers' progress reports confirm it),
+   ``exit_windows`` below the exit level (``exit_ratio`` of it) close it; in between
+   nothing changes, so lag oscillating around a threshold never flaps;
 2. the kill switch: while a halt covers the group, decide tracks lag but returns nothing,
    not even renewals or releases; throttles end by their lease, the hands-off state a halt
    asks for;
@@ -55,7 +56,7 @@ from pipeline.decide.state import (
     build_action,
     incident_key,
 )
-from schemas import ActionType, GroupLag, Mode
+from schemas import ActionType, GroupLag, LagStatus, Mode
 from schemas.halts import ACTIONS, halt_scope
 
 #: what other modules and the tests import from here (the rules live in ``rules``)
@@ -110,11 +111,23 @@ def level(s: GroupLag, t: Thresholds) -> str:
     return BETWEEN if above_exit else BELOW
 
 
-def step_hysteresis(inc: Incident, lvl: str, t: Thresholds, now: int) -> None:
-    """N consecutive windows above enter open an incident, M below exit close it."""
+def confirmed_stall(s: GroupLag) -> bool:
+    """A partition the model calls STALL: data waits, the workers keep reporting, and the
+    position has not moved beyond the stop floor. The workers' own reports confirm it, so
+    waiting out more windows would only let the backlog grow (a hotspot climbs through
+    WARN first and waits for its windows)."""
+    return any(w.status is LagStatus.STALL for w in s.worst)
+
+
+def step_hysteresis(
+    inc: Incident, lvl: str, t: Thresholds, now: int, *, confirmed: bool = False
+) -> None:
+    """N consecutive windows above enter open an incident, M below exit close it; one
+    window above is enough when ``confirmed`` (a STALL the workers' reports confirm)."""
     inc.above = inc.above + 1 if lvl == ABOVE else 0
     inc.below = inc.below + 1 if lvl == BELOW else 0
-    if not inc.active and inc.above >= t.enter_windows:
+    enter = 1 if confirmed else t.enter_windows
+    if not inc.active and inc.above >= enter:
         inc.active, inc.since_ms = True, now
     elif inc.active and inc.below >= t.exit_windows:
         inc.active = False
@@ -190,7 +203,7 @@ def decide(
     for w in summary.worst:
         if w.leader >= 0:
             s.brokers_seen[str(w.leader)] = now
-    step_hysteresis(inc, level(summary, t), t, now)
+    step_hysteresis(inc, level(summary, t), t, now, confirmed=confirmed_stall(summary))
     acting = not halted(s, summary.group)
     _prune(c, acting)
     if not acting:
