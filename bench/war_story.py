@@ -68,6 +68,7 @@ def one_run(
     try:
         loop.wait_modelling()  # the clock starts once the pipeline samples the topic
         swarm.start_workers()
+        swarm.wait_assigned()  # the producers start once the group owns every partition
         tick = _throttled(view, reader, swarm, cfg)
         swarm.run_producers(on_tick=(lambda _s: tick("producing")) if view else None)
         drained = swarm.wait_drained(

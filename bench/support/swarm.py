@@ -252,6 +252,18 @@ class Swarm:
         t.start()
         self._threads.append(t)
 
+    def wait_assigned(self, timeout_s: float = 60.0) -> bool:
+        """Until the workers own every partition: the run's clock starts there, so no arm's
+        latency counts its group's first join (the broker holds a new group's first
+        rebalance for group.initial.rebalance.delay.ms, 3 s by default: the warm-up's first
+        messages waited for it and made the whole p99 of a run)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(self.worker.assignment()) >= self.cfg.partitions:
+                return True
+            time.sleep(0.1)
+        return False
+
     def wait_drained(self, timeout_s: float, on_tick: Callable[[], None] | None = None) -> bool:
         """Until every produced message has its side effect (or the timeout)."""
         deadline = time.monotonic() + timeout_s
