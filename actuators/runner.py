@@ -60,6 +60,7 @@ log = logging.getLogger("lagpilot.actuator")
 CONTROL_PARTITIONS = 3
 OUTCOME_PARTITIONS = 3
 REBUILD_TIMEOUT_S = 60.0
+TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
 
@@ -145,6 +146,7 @@ class Runner:
         self._release_retry_at: dict[str, float] = {}
         self._trace_headers: dict[str, list[tuple[str, bytes]]] = {}  # outcome key -> traceparent
         self._ready = False
+        self._stop = threading.Event()  # run()'s: set on SIGTERM
         self._server: MetricsServer | None = None
         # librdkafka's own lines go to lagpilot's logging (logger lagpilot.kafka, DEBUG)
         base = {"bootstrap.servers": settings.bootstrap, **settings.kafka, "logger": CLIENT_LOG}
@@ -226,8 +228,12 @@ class Runner:
         return self
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         while not stop.is_set():
-            self.step()
+            try:
+                self.step()
+            except _Stopped:
+                return
 
     def close(self) -> None:
         self._ready = False
@@ -533,22 +539,52 @@ class Runner:
             p.commit_transaction(10)
             return True
         except KafkaException as exc:
-            err = exc.args[0]
-            if err.txn_requires_abort():
-                log.warning("transaction aborted (%s); reprocessing the batch", err.str())
-                p.abort_transaction(10)
-                return False
-            if err.retriable():
+            return self._settle(exc.args[0])
+
+    def _settle(self, err: KafkaError) -> bool:
+        """End a transaction whose commit failed: retry the commit while the error is
+        retriable, abort when it says so (the batch is then reprocessed: False). A broker or
+        a partition leader gone for a while (a node restart) must cost time, never the
+        actuator: each call is retried with backoff until TXN_SETTLE_S has passed."""
+        p = self._producer
+        deadline = time.monotonic() + TXN_SETTLE_S
+        attempt = 0
+        aborting = False  # once the broker said abort, only an abort ends the transaction
+        while True:
+            if err.fatal() or not (err.txn_requires_abort() or err.retriable()):
+                raise RuntimeError(
+                    f"transactional producer failed ({err.str()}): another actuator with "
+                    f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
+                    "each running actuator its own LAGPILOT_ACTUATOR_ID"
+                ) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"could not end a transaction in {TXN_SETTLE_S:.0f} s ({err.str()}); is "
+                    "the broker up? (lagpilot doctor)"
+                )
+            if attempt and self._stop.wait(jittered_s(attempt, base_s=0.2, cap_s=2.0)):
+                # Told to stop: leave the transaction open. The next actuator with this id
+                # aborts it at init_transactions, and the batch's offsets were not committed.
+                raise _Stopped
+            attempt += 1
+            aborting = aborting or err.txn_requires_abort()
+            try:
+                if aborting:
+                    log.warning("transaction aborted (%s); reprocessing the batch", err.str())
+                    p.abort_transaction(10)
+                    return False
+                log.warning("transaction commit failed (%s); retrying it", err.str())
                 p.commit_transaction(10)
                 return True
-            raise RuntimeError(
-                f"transactional producer failed ({err.str()}): another actuator with "
-                f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
-                "each running actuator its own LAGPILOT_ACTUATOR_ID"
-            ) from None
+            except KafkaException as again:
+                err = again.args[0]
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+class _Stopped(Exception):
+    """Raised out of a step when the actuator is told to stop while it waits for a broker."""
 
 
 def _position(msg: Message) -> str:

@@ -129,10 +129,27 @@ def _start_actuator(
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
 
 
-def _send(bootstrap: str, topic: str, event: dict[str, Any]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    p.produce(topic, key=str(event["target"]).encode(), value=encode(event))
-    p.flush(30)
+def _send(bootstrap: str, topic: str, event: dict[str, Any], attempts: int = 4) -> None:
+    """Produce ``event`` and wait for its acknowledgement. Sent right after a node restart,
+    the first try can time out while leadership moves: sent again (the actuator dedupes by
+    id), so a probe is never lost by the benchmark itself."""
+    failures: list[str] = []
+    errors: list[str] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for _ in range(attempts):
+        errors.clear()
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                      "message.timeout.ms": 20_000})  # fmt: skip
+        p.produce(topic, key=str(event["target"]).encode(), value=encode(event),
+                  on_delivery=delivered)  # fmt: skip
+        if p.flush(25) == 0 and not errors:
+            return
+        failures.append("; ".join(errors) or "not acknowledged in 25 s")
+    raise RuntimeError(f"could not send {event['type']} {event['id']} to {topic}: {failures}")
 
 
 @dataclass
@@ -229,6 +246,7 @@ def under_load(
     rundir.mkdir()
     swarm = Swarm(cfg, rundir)
     result: dict[str, Any] = {}
+    actuator_tail = ""
     clears: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
 
@@ -265,14 +283,22 @@ def under_load(
     finally:
         if pipe.proc is None or pipe.proc.poll() is not None:
             result["pipeline_log_tail"] = pipe.log_tail(25)
-        if actuator.poll() is not None and actuator_log.exists():
-            tail = actuator_log.read_text(errors="replace").splitlines()[-25:]
-            result["actuator_log_tail"] = "\n".join(tail)
+        if actuator_log.exists():
+            actuator_tail = "\n".join(actuator_log.read_text(errors="replace").splitlines()[-25:])
+        if actuator.poll() is not None:
+            result["actuator_log_tail"] = actuator_tail
         swarm.stop()
         reader.close()
         pipe.stop()
         actuator.terminate()
-        actuator.wait(30)
+        try:
+            actuator.wait(30)
+        except subprocess.TimeoutExpired:  # a finding, not a crash of the benchmark
+            actuator.kill()
+            actuator.wait(10)
+            lines = actuator_log.read_text(errors="replace").splitlines()[-25:]
+            result["actuator_log_tail"] = "\n".join([*lines, "(did not stop 30 s after SIGTERM)"])
+            result["actuator_ignored_sigterm"] = True
     res = swarm.results()
     processed_ids = {r[0] for r in swarm.ledger.rows()}
     lag = reader.select(lambda e: e["event"] == "partition_lag")
@@ -300,6 +326,8 @@ def under_load(
         clear["detection_s"] = (min(after) - up_ms) / 1000 if after else None
         clear["workers_s"] = (min(done) - up_ms) / 1000 if done else None
         clear["actuator_s"] = (min(probe_applied) - up_ms) / 1000 if probe_applied else None
+        if not probe_applied:  # alive but never applied the probe: say what it was doing
+            result["actuator_log_tail"] = actuator_tail
     waits: dict[str, float | None] = {}
     for k in ("detection_s", "workers_s", "actuator_s"):
         got = [c[k] for c in clears]
