@@ -40,7 +40,7 @@ def test_incident_suite_smoke_merges_into_the_results(kafka_bootstrap: str, tmp_
     assert f["lost"] == 0
     assert f["flooder"] in f["on"]["client_ids"]
     assert f["on"]["reported_rates_events"] > 0  # the producer wrapper reported its rates
-    # a 10 s storm is too short to detect (3 rebalances at a 6 s session timeout): the smoke
+    # a 16 s storm is too short to detect (3 rebalances at a 6 s session timeout): the smoke
     # checks the mechanics, the hand-off is measured by `make bench-incidents`
     storm = scenarios["storm"]
     assert storm["off_deaths"] >= 1  # the heavy document kills whoever takes it
