@@ -80,6 +80,7 @@ class _Agents:
         self.client_ids = [f"{run}-agent-{i}" for i in range(shape.producers)]
         self.producers = [
             RateProducer({"bootstrap.servers": bootstrap, "client.id": c, "linger.ms": 5,
+                          "enable.idempotence": True,  # no second copy of a retried record
                           "queue.buffering.max.messages": 2000}, rates_topic=rates_topic)
             for c in self.client_ids
         ]  # fmt: skip

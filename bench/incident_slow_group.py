@@ -167,7 +167,10 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
             time.sleep(0.2)
         if scaler is not None:
             scaler.start()
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # idempotent: a retried produce on a loaded broker must not write a record twice (a
+        # second copy has its own offset, so the workers would apply it a second time)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                             "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)  # the ramp begins
         end_s = shape.warmup_s + shape.ramp_s + shape.peak_s + shape.cooldown_s

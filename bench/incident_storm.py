@@ -200,7 +200,10 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
             lambda e: e["event"] == "group_health" and len(e["members"]) == shape.members
         ):
             time.sleep(0.2)  # the clock starts once every member joined
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # idempotent: a retried produce on a loaded broker must not write a record twice (a
+        # second copy has its own offset, so the workers would apply it a second time)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                             "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)
         end_s = shape.warmup_s + shape.storm_s
