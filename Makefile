@@ -10,7 +10,7 @@ PYTEST_ARGS ?= --durations=25
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
+        bench-decode bench-detection bench-ingest bench-model bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
 
 install: $(VENV)/.installed prometheus-tools postgres-tools
 
@@ -107,6 +107,9 @@ bench-model: install
 
 bench-scale: install
 	$(PY) -m bench.scale
+
+bench-list-offsets: install
+	$(PY) -m bench.list_offsets
 
 bench-actuation: install
 	$(PY) -m bench.actuation

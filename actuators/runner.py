@@ -54,12 +54,19 @@ from actuators.settings import Policy, Settings
 from schemas import ActionType, EventError, OutcomeResult, Verifier, decode, encode, tracing
 from schemas.cli import CLIENT_LOG
 from schemas.runtime.backoff import jittered_s
+from schemas.runtime.errors import LagpilotError
 
 log = logging.getLogger("lagpilot.actuator")
 
 CONTROL_PARTITIONS = 3
 OUTCOME_PARTITIONS = 3
 REBUILD_TIMEOUT_S = 60.0
+# errors that say another producer with our transactional id took over (or the coordinator
+# expired our transaction while a node was down, which reads the same)
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+TWIN_WINDOW_S = 60.0  # fenced again this soon after a renewal: a twin actuator, not a timeout
 TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
@@ -151,14 +158,13 @@ class Runner:
         # librdkafka's own lines go to lagpilot's logging (logger lagpilot.kafka, DEBUG)
         base = {"bootstrap.servers": settings.bootstrap, **settings.kafka, "logger": CLIENT_LOG}
         self._admin = AdminClient(base)
-        self._producer = Producer(
-            base
-            | {
-                "transactional.id": f"lagpilot-actuator-{settings.actuator_id}",
-                "transaction.timeout.ms": 10000,
-                "linger.ms": 1,
-            }
-        )
+        self._producer_config = base | {
+            "transactional.id": f"lagpilot-actuator-{settings.actuator_id}",
+            "transaction.timeout.ms": 10000,
+            "linger.ms": 1,
+        }
+        self._producer = Producer(self._producer_config)
+        self._renewed_at = float("-inf")  # monotonic time of the last renewal (_settle)
         # Intents are written outside the transaction: they must be on the topic before the
         # backend call, whether or not the batch's transaction commits.
         self._intents = IntentLog(
@@ -545,16 +551,23 @@ class Runner:
         """End a transaction whose commit failed: retry the commit while the error is
         retriable, abort when it says so (the batch is then reprocessed: False). A broker or
         a partition leader gone for a while (a node restart) must cost time, never the
-        actuator: each call is retried with backoff until TXN_SETTLE_S has passed."""
-        p = self._producer
+        actuator: each call is retried with backoff until TXN_SETTLE_S has passed. A
+        transaction this producer cannot end (the coordinator moved while it was open and
+        answers "invalid state", or a fatal error other than fencing) is ended by a new
+        producer with the same transactional id: its init_transactions aborts it.
+
+        "Fenced" is ambiguous: another actuator with our id, or the coordinator that timed
+        the transaction out (transaction.timeout.ms) while its node was down and bumped the
+        epoch. The first is renewed once; fenced again within TWIN_WINDOW_S of a renewal, it
+        is a twin (its consumer is fenced too: static membership) and the actuator stops."""
         deadline = time.monotonic() + TXN_SETTLE_S
         attempt = 0
-        aborting = False  # once the broker said abort, only an abort ends the transaction
+        aborting = renewing = False  # once decided, only that ends the transaction
         while True:
-            if err.fatal() or not (err.txn_requires_abort() or err.retriable()):
+            if err.code() in _FENCED and time.monotonic() - self._renewed_at < TWIN_WINDOW_S:
                 raise RuntimeError(
                     f"transactional producer failed ({err.str()}): another actuator with "
-                    f"actuator_id={self.settings.actuator_id!r} may have fenced this one; give "
+                    f"actuator_id={self.settings.actuator_id!r} has fenced this one; give "
                     "each running actuator its own LAGPILOT_ACTUATOR_ID"
                 ) from None
             if time.monotonic() > deadline:
@@ -567,14 +580,25 @@ class Runner:
                 # aborts it at init_transactions, and the batch's offsets were not committed.
                 raise _Stopped
             attempt += 1
+            renewing = (
+                renewing
+                or err.code() in _FENCED
+                or not (err.retriable() or err.txn_requires_abort())
+            )
             aborting = aborting or err.txn_requires_abort()
             try:
+                if renewing:
+                    log.warning("transaction stuck (%s); a new producer aborts it", err.str())
+                    self._renewed_at = time.monotonic()
+                    self._producer = Producer(self._producer_config)
+                    self._producer.init_transactions(30)
+                    return False
                 if aborting:
                     log.warning("transaction aborted (%s); reprocessing the batch", err.str())
-                    p.abort_transaction(10)
+                    self._producer.abort_transaction(10)
                     return False
                 log.warning("transaction commit failed (%s); retrying it", err.str())
-                p.commit_transaction(10)
+                self._producer.commit_transaction(10)
                 return True
             except KafkaException as again:
                 err = again.args[0]
@@ -583,8 +607,11 @@ class Runner:
         return int(self._clock() * 1000)
 
 
-class _Stopped(Exception):
-    """Raised out of a step when the actuator is told to stop while it waits for a broker."""
+class _Stopped(LagpilotError):
+    """Raised out of a step when the actuator is told to stop while it waits for a broker;
+    run() ends quietly on it. Retriable: the next actuator with this id takes over."""
+
+    retriable = True
 
 
 def _position(msg: Message) -> str:

@@ -19,6 +19,7 @@ from schemas import topics as topic_names
 from schemas.policy_file import parse_allow, parse_mode, read_policy_file
 from schemas.runtime import env as env_values
 from schemas.runtime.allow import AllowList
+from schemas.runtime.kafka import KAFKA_PYTHON_NAMES as _KAFKA_PYTHON_NAMES
 
 BACKENDS = ("kafka", "redpanda", "dry-run")
 
@@ -140,19 +141,6 @@ def _coerce(name: str, raw: str) -> Any:
 
 
 KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"
-
-#: librdkafka setting -> kafka-python keyword, for the TLS/SASL settings both clients know
-_KAFKA_PYTHON_NAMES = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-}
 
 
 def kafka_python_security(kafka: Mapping[str, str]) -> dict[str, Any]:

@@ -261,6 +261,7 @@ def under_load(
     try:
         wait_modelling(pipe)
         swarm.start_workers()
+        swarm.hold_production.set()  # until the fault has cleared and 10 s more
         producing = threading.Thread(target=swarm.run_producers, daemon=True)
         producing.start()
         before = throttle("faults-before", 1_000_000, key=key, now_ms=int(time.time() * 1000),
@@ -269,8 +270,12 @@ def under_load(
         time.sleep(10.0)
         started_ms = int(time.time() * 1000)
         scene = Scene(cleared, pipe, cfg.control_topic)
-        fault(scene)
-        pipe = scene.pipe
+        try:
+            fault(scene)
+        finally:
+            pipe = scene.pipe
+            time.sleep(10.0)  # traffic after the last clear: what recovery is measured on
+            swarm.hold_production.clear()
         result["fault_s"] = round((clears[-1]["at_ms"] - started_ms) / 1000, 2) if clears else None
         producing.join(run_s + 120)
         result["drained"] = swarm.wait_drained(120)

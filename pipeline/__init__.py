@@ -1,7 +1,13 @@
 """lagpilot's Quix Streams pipeline: read __consumer_offsets and watermarks, model, decide."""
 
 import contextlib
+import os
 import warnings
+
+# The model's matrices are small (groups x partitions of one topic): a second BLAS thread
+# costs more in hand-off than it gives (bench/model.py: ~20% more CPU per tick with two).
+# Set before numpy loads OpenBLAS; a value the user set wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # quixstreams imports authlib's httpx integration, which warns at import that authlib will
 # move to "httpx2". Nothing here uses it and no user can act on it. authlib installs an

@@ -181,6 +181,7 @@ def build_app(
             exclude=settings.exclude or None,
             sample_interval_ms=settings.sample_interval_ms,
             metadata_refresh_ms=settings.metadata_refresh_ms,
+            list_offsets_per_broker=settings.list_offsets_per_broker,
         )
     app.add_source(
         CommitsSource(

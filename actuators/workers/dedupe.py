@@ -1,4 +1,4 @@
-"""Idempotent side effects: idempotency keys, dedupe stores, and the per-message ``Context``.
+"""Idempotent side effects: idempotency keys, dedupe stores, and each message's ``EffectGuard``.
 
 Kafka redelivers: after a crash or a rebalance, every message above the last committed
 offset is processed again. A handler's *side effect* (a tool call, a write, a payment) must
@@ -28,18 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sqlite3
 import threading
-import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
+from actuators.workers.dedupe_sql import Claim, SQLMarks
 from schemas.runtime.errors import LagpilotError
 
 T = TypeVar("T")
@@ -57,14 +53,6 @@ class InDoubtError(LagpilotError, RuntimeError):
     retriable = False
     code = "in_doubt"
     hint = "pass in_doubt='retry' if the downstream dedupes on ctx.key, 'skip' for at-most-once"
-
-
-class Claim(StrEnum):
-    """What ``DedupeStore.claim`` found for a key."""
-
-    NEW = "new"  # claimed by this call: run the effect, then complete() or release()
-    DONE = "done"  # the effect already happened: skip it
-    IN_DOUBT = "in_doubt"  # claimed by an attempt that never finished
 
 
 def idempotency_key(
@@ -101,10 +89,6 @@ class DedupeStore(Protocol):
     def state(self, key: str) -> str | None: ...
 
     def close(self) -> None: ...
-
-
-def _owner_token() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class MemoryDedupeStore:
@@ -147,11 +131,31 @@ class MemoryDedupeStore:
         return None
 
 
-class SQLiteDedupeStore:
+#: at most this many once_sql calls share one commit (all lanes queued at once, usually fewer)
+MAX_GROUP = 256
+
+
+@dataclass
+class _Group:
+    """One group transaction of ``once_sql`` calls; its members wait for ``committed``."""
+
+    committed: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None  # why it did not commit, raised in every member
+
+
+class SQLiteDedupeStore(SQLMarks):
     """The default store: a SQLite file shared by every worker process on the host (WAL mode).
 
     ``synchronous="FULL"`` makes a done mark survive power loss, not only a process crash;
     ``"NORMAL"`` is faster and still survives SIGKILL.
+
+    ``once_sql`` commits in groups on one writer connection per store: the lanes' calls share
+    one transaction, each in its own savepoint (``fn`` raising undoes only its own writes). The
+    call that finds nobody queued to join commits the group; the others wait for that commit, so
+    every caller returns only after the commit that holds its effect and mark, and a failed
+    commit raises in each of them. One commit (an fsync, for SQLite about 2 ms here) serves the
+    whole group instead of one per message; while it runs, the lanes that arrive queue up and
+    form the next group.
     """
 
     TABLE = "lagpilot_dedupe"
@@ -163,65 +167,44 @@ class SQLiteDedupeStore:
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout_ms: int = 30_000,
     ) -> None:
+        super().__init__(self.TABLE)
         self.path = Path(path)
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
-        self._owner = _owner_token()
-        self._local = threading.local()
-        self._active: set[str] = set()
-        self._cond = threading.Condition()
-        self._conns: list[sqlite3.Connection] = []
-        # one writer at a time in this process: lanes queue here, not in SQLite's busy
-        # handler, whose sleeps (up to 100 ms each) collapse throughput under many lanes
-        self._write = threading.Lock()
-        self._writer: sqlite3.Connection | None = None  # every write goes through it
-        self._batch = 0  # the open group transaction of once_sql calls (0: none)
-        self._batches = 0
-        self._outcomes: dict[int, BaseException | None] = {}  # batch -> commit error
-        self._waiting: Counter[int] = Counter()  # batch -> callers yet to read its outcome
+        # every write goes through one writer connection, one writer at a time: lanes queue
+        # on the group lock, not in SQLite's busy handler, whose sleeps (up to 100 ms each)
+        # collapse throughput under many lanes
+        self._writer_conn: sqlite3.Connection | None = None
+        self._write = threading.Lock()  # the writer's, held by a group's member
+        self._open: _Group | None = None  # the open group transaction of once_sql calls
+        self._members = 0  # once_sql calls in the open group
+        self._joining = 0  # once_sql calls queued on _write to join the open group
+        self._joins = threading.Lock()
+        self.groups = 0  # group transactions ended so far (for tests and benchmarks)
         with self._tx() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, "
                 "state TEXT NOT NULL, owner TEXT NOT NULL, at_ms INTEGER NOT NULL)"
             )
 
-    def connection(self) -> sqlite3.Connection:
-        """This thread's connection (autocommit; transactions are explicit)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._local.conn = conn
-            with self._cond:
-                self._conns.append(conn)
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
         return conn
 
-    def _db(self) -> sqlite3.Connection:
-        """The writer connection (hold ``_write``)."""
-        if self._writer is None:
-            self._writer = self.connection()
-        return self._writer
-
-    def _end_batch(self) -> None:
-        """Commit the open group transaction, if any (hold ``_write``)."""
-        if not self._batch:
-            return
-        batch, self._batch = self._batch, 0
-        try:
-            self._db().execute("COMMIT")
-            self._outcomes[batch] = None
-        except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                self._db().execute("ROLLBACK")
-            self._outcomes[batch] = exc
+    def _writer(self) -> sqlite3.Connection:
+        """The writer connection: once_sql's groups and every other write (hold ``_write``)."""
+        if self._writer_conn is None:
+            self._writer_conn = self.connection()
+        return self._writer_conn
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._write:
-            self._end_batch()
-            db = self._db()
+            self._end_batch()  # the writer is the group's connection too: commit it first
+            db = self._writer()
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -230,139 +213,68 @@ class SQLiteDedupeStore:
                 raise
             db.execute("COMMIT")
 
-    def _get(self, db: sqlite3.Connection, key: str) -> tuple[str, str] | None:
-        row = db.execute(f"SELECT state, owner FROM {self.TABLE} WHERE key = ?", (key,)).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def claim(self, key: str) -> Claim:
-        with self._cond:
-            while key in self._active:  # running now on another lane of this process
-                self._cond.wait()
-            self._active.add(key)
-        try:
-            with self._tx() as db:
-                row = self._get(db, key)
-                if row is None:
-                    db.execute(
-                        f"INSERT INTO {self.TABLE} VALUES (?, 'claimed', ?, ?)",
-                        (key, self._owner, _now_ms()),
-                    )
-                    return Claim.NEW
-        except BaseException:
-            self._forget(key)
-            raise
-        self._forget(key)
-        return Claim.DONE if row[0] == "done" else Claim.IN_DOUBT
-
-    def take_over(self, key: str) -> None:
-        with self._cond:
-            self._active.add(key)
-        with self._tx() as db:
-            db.execute(
-                f"UPDATE {self.TABLE} SET owner = ?, at_ms = ? WHERE key = ?",
-                (self._owner, _now_ms(), key),
-            )
-
-    def complete(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                db.execute(
-                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
-                    (key, self._owner, _now_ms()),
-                )
-        finally:
-            self._forget(key)
-
-    def release(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                db.execute(f"DELETE FROM {self.TABLE} WHERE key = ? AND state = 'claimed'", (key,))
-        finally:
-            self._forget(key)
-
-    def once_sql(self, key: str, fn: Callable[[sqlite3.Connection], object]) -> bool:
+    def once_sql(self, key: str, fn: Callable[[Any], object]) -> bool:
         """Run ``fn(db)`` and mark ``key`` done in one transaction; False if already done.
 
-        Group commit: calls from several lanes share one transaction, each in its own
-        savepoint (``fn`` raising undoes only its own writes). The transaction commits when a
-        caller finds nobody else writing, and every caller returns only after the commit that
-        holds its effect and mark; a failed commit raises in each of them. One fsync serves
-        the whole group instead of one per message.
+        ``db`` is the writer connection, inside the group transaction (see the module
+        docstring); the call returns once that transaction committed.
         """
+        with self._joins:
+            self._joining += 1
         with self._write:
-            db = self._db()
-            if not self._batch:
+            with self._joins:
+                self._joining -= 1
+            db = self._writer()
+            if self._open is None:
                 db.execute("BEGIN IMMEDIATE")
-                self._batches += 1
-                self._batch = self._batches
-            batch = self._batch
-            self._waiting[batch] += 1
-            db.execute("SAVEPOINT once_sql")
+                self._open, self._members = _Group(), 0
+            group = self._open
+            self._members += 1
+            raised: BaseException | None = None
+            ran = False
             try:
-                row = self._get(db, key)
-                if row is not None and row[0] == "done":
-                    db.execute("RELEASE once_sql")
-                    self._leave(batch)
-                    return False
-                fn(db)
-                db.execute(
-                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, 'done', ?, ?)",
-                    (key, self._owner, _now_ms()),
-                )
-                db.execute("RELEASE once_sql")
-            except BaseException:
-                db.execute("ROLLBACK TO once_sql")
-                db.execute("RELEASE once_sql")
-                self._leave(batch)
-                raise
-        with self._write:  # the lanes queued on the lock meanwhile joined the batch
-            if self._batch == batch:
+                ran = self._savepoint_mark(db, key)
+                if ran:
+                    fn(db)
+                db.execute("RELEASE SAVEPOINT once_sql")
+            except BaseException as exc:
+                raised = exc
+                try:
+                    db.execute("ROLLBACK TO SAVEPOINT once_sql")
+                    db.execute("RELEASE SAVEPOINT once_sql")
+                except BaseException as broken:  # the connection or transaction is gone
+                    self._end_batch(broken)
+            if not self._joining or self._members >= MAX_GROUP:  # commit the group now
                 self._end_batch()
-            error = self._outcomes[batch]
-            self._leave(batch)
-        if error is not None:
-            raise error
-        return True
+        if raised is not None:
+            raise raised
+        group.committed.wait()
+        if group.error is not None:
+            raise group.error
+        return ran
 
-    def _leave(self, batch: int) -> None:
-        """A caller is done with ``batch`` (hold ``_write``); the last one forgets it, and
-        commits it if still open (a caller that found its key done or whose ``fn`` raised
-        must not leave the file's write lock held for the other processes)."""
-        if self._batch == batch and self._waiting[batch] <= 1:
-            self._end_batch()
-        self._waiting[batch] -= 1
-        if self._waiting[batch] <= 0:
-            del self._waiting[batch]
-            self._outcomes.pop(batch, None)
-
-    def state(self, key: str) -> str | None:
-        row = self._get(self.connection(), key)
-        return None if row is None else row[0]
-
-    def prune(self, older_than_ms: int) -> int:
-        """Forget done keys older than ``older_than_ms`` (epoch ms); returns how many.
-
-        Keep keys at least as long as a message can be redelivered (your topic's retention
-        if consumers may reset to earliest).
-        """
-        with self._tx() as db:
-            cur = db.execute(
-                f"DELETE FROM {self.TABLE} WHERE state = 'done' AND at_ms < ?", (older_than_ms,)
-            )
-            return cur.rowcount
+    def _end_batch(self, failed: BaseException | None = None) -> None:
+        """Commit the open group (roll it back if ``failed``) and wake its members (hold
+        ``_write``)."""
+        group, self._open = self._open, None
+        if group is None:
+            return
+        db = self._writer()
+        try:
+            if failed is not None:
+                raise failed
+            db.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                db.execute("ROLLBACK")
+            group.error = exc
+        self.groups += 1
+        group.committed.set()
 
     def close(self) -> None:
         with self._write:
             self._end_batch()
-        with self._cond:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-
-    def _forget(self, key: str) -> None:
-        with self._cond:
-            self._active.discard(key)
-            self._cond.notify_all()
+        super().close()
 
 
 def open_store(where: str | os.PathLike[str]) -> DedupeStore:
@@ -375,13 +287,12 @@ def open_store(where: str | os.PathLike[str]) -> DedupeStore:
     return SQLiteDedupeStore(Path(text))
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass
-class Context:
-    """What a handler gets beside the message: its idempotency key and once-only helpers."""
+@dataclass(slots=True)
+class EffectGuard:
+    """The handler's second argument (``ctx``): it guards one message's side effects, so they
+    happen once. It holds the message's idempotency key, where it came from, which attempt
+    this is, and the dedupe store that ``once`` and ``once_sql`` mark done keys in.
+    (Named ``Context`` before 2026-12: the name said nothing of what it holds.)"""
 
     key: str
     group: str

@@ -12,7 +12,7 @@ The guarantees are the SQLite store's (see ``dedupe.py``), now across hosts:
   the one transaction that also inserts the key as done. The done row is inserted *first*,
   so a concurrent attempt on another host blocks on the primary key until this transaction
   ends, then sees the mark (commit) or a clean slate (rollback). Use it for effects kept in
-  that database.
+  that database. Calls commit in groups, on ``writers`` connections (see ``once_sql``).
 - ``once``: ``claim`` commits a ``claimed`` row (``INSERT .. ON CONFLICT DO NOTHING``: one
   claimer wins), ``complete`` marks it done, ``release`` deletes the claim if the effect
   raised. A row left ``claimed`` by a crash is *in doubt*, as with SQLite.
@@ -20,19 +20,22 @@ The guarantees are the SQLite store's (see ``dedupe.py``), now across hosts:
   cheap); the schema is created, or migrated from an older version, at start, under an
   advisory lock so that workers starting together do not race.
 
-Each thread has its own connection (the handler lanes call in parallel); psycopg is imported
+Each thread has its own connection for ``once``'s claims; psycopg is imported
 only when a store is made, so the SDK needs it only with this store
-(``pip install 'lagpilot[postgres]'``).
+(``pip install 'lagpilot[postgres]'``). The marks and their statements are the SQLite
+store's (``dedupe_sql.SQLMarks``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from actuators.workers.dedupe import Claim, _now_ms, _owner_token
+from actuators.workers.dedupe_sql import SQLMarks
 from schemas.runtime.errors import LagpilotError
 
 #: schema migrations, in order; the version table says how many have run
@@ -55,12 +58,51 @@ class DedupeStoreError(LagpilotError, RuntimeError):
         super().__init__(message, retriable=retriable)
 
 
-class PostgresDedupeStore:
+#: at most this many once_sql calls share one transaction
+MAX_GROUP = 256
+
+
+@dataclass
+class _Group:
+    """One group transaction on a writer; its members wait for ``ended``."""
+
+    ended: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None  # the commit's error, raised in every member
+    rerun: bool = False  # rolled back because one member's fn raised: the others run again
+
+
+class _Writer:
+    """A connection that once_sql's groups take turns on, one member at a time."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.lock = threading.Lock()
+        self.joins = threading.Lock()
+        self.joining = 0  # once_sql calls queued on ``lock`` to join the open group
+        self.open: _Group | None = None
+        self.members = 0
+
+
+class PostgresDedupeStore(SQLMarks):
     """A dedupe store in one PostgreSQL database, shared by every host of a group."""
 
-    def __init__(self, dsn: str, *, table: str = "lagpilot_dedupe", connect_timeout_s: int = 10):
-        if not table.isidentifier():
-            raise ValueError(f"table={table!r}: use a plain SQL identifier, e.g. lagpilot_dedupe")
+    PARAM = "%s"
+    LOCK_ROW = " FOR UPDATE"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        table: str = "lagpilot_dedupe",
+        connect_timeout_s: int = 10,
+        writers: int = 4,
+    ):
+        super().__init__(table)
+        if not isinstance(writers, int) or writers < 1:
+            raise ValueError(f"writers={writers!r}: pass an integer >= 1 (4 is the default)")
+        self._writers = [_Writer() for _ in range(writers)]
+        self._next_writer = itertools.count()
+        self.groups = 0  # group transactions ended so far (for tests and benchmarks)
         try:
             import psycopg
         except ImportError:
@@ -68,35 +110,21 @@ class PostgresDedupeStore:
                 "PostgresDedupeStore needs psycopg 3: pip install 'lagpilot[postgres]'", False
             ) from None
         self._psycopg = psycopg
-        self.dsn, self.table = dsn, table
+        self.dsn = dsn
         self._timeout_s = connect_timeout_s
-        self._owner = _owner_token()
-        self._local = threading.local()
-        self._cond = threading.Condition()
-        self._active: set[str] = set()
-        self._conns: list[Any] = []
         self.schema_version = self._migrate()
 
     # -- connections and transactions ------------------------------------------------------
 
-    def connection(self) -> Any:
-        """This thread's connection (autocommit; transactions are explicit)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            try:
-                conn = self._psycopg.connect(
-                    self.dsn, autocommit=True, connect_timeout=self._timeout_s
-                )
-            except self._psycopg.OperationalError as exc:
-                raise DedupeStoreError(
-                    f"cannot connect to the dedupe database ({str(exc).strip()[:200]}); check "
-                    "the DSN (LAGPILOT_DEDUPE_URL), the server and its pg_hba.conf",
-                    True,
-                ) from None
-            self._local.conn = conn
-            with self._cond:
-                self._conns.append(conn)
-        return conn
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._timeout_s)
+        except self._psycopg.OperationalError as exc:
+            raise DedupeStoreError(
+                f"cannot connect to the dedupe database ({str(exc).strip()[:200]}); check "
+                "the DSN (LAGPILOT_DEDUPE_URL), the server and its pg_hba.conf",
+                True,
+            ) from None
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -126,107 +154,88 @@ class PostgresDedupeStore:
                 db.execute(f"UPDATE {t}_schema SET version = %s", (len(MIGRATIONS),))
         return len(MIGRATIONS)
 
-    # -- the DedupeStore protocol ----------------------------------------------------------
-
-    def claim(self, key: str) -> Claim:
-        with self._cond:
-            while key in self._active:  # running now on another lane of this process
-                self._cond.wait()
-            self._active.add(key)
-        try:
-            with self._tx() as db:
-                won = db.execute(
-                    f"INSERT INTO {self.table} VALUES (%s, 'claimed', %s, %s) "
-                    "ON CONFLICT (key) DO NOTHING RETURNING key",
-                    (key, self._owner, _now_ms()),
-                ).fetchone()
-                if won is not None:
-                    return Claim.NEW
-                row = db.execute(
-                    f"SELECT state FROM {self.table} WHERE key = %s", (key,)
-                ).fetchone()
-        except BaseException:
-            self._forget(key)
-            raise
-        self._forget(key)
-        if row is None:  # released meanwhile by the other attempt: try again
-            return self.claim(key)
-        return Claim.DONE if row[0] == "done" else Claim.IN_DOUBT
-
-    def take_over(self, key: str) -> None:
-        with self._cond:
-            self._active.add(key)
-        with self._tx() as db:
-            db.execute(
-                f"UPDATE {self.table} SET owner = %s, at_ms = %s WHERE key = %s",
-                (self._owner, _now_ms(), key),
-            )
-
-    def complete(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                self._mark_done(db, key)
-        finally:
-            self._forget(key)
-
-    def release(self, key: str) -> None:
-        try:
-            with self._tx() as db:
-                db.execute(f"DELETE FROM {self.table} WHERE key = %s AND state = 'claimed'", (key,))
-        finally:
-            self._forget(key)
-
     def once_sql(self, key: str, fn: Callable[[Any], object]) -> bool:
-        """Run ``fn(conn)`` and mark ``key`` done in one transaction; False if already done."""
-        with self._tx() as db:
-            inserted = db.execute(
-                f"INSERT INTO {self.table} VALUES (%s, 'done', %s, %s) "
-                "ON CONFLICT (key) DO NOTHING RETURNING key",
-                (key, self._owner, _now_ms()),
-            ).fetchone()
-            if inserted is None:
-                row = db.execute(
-                    f"SELECT state FROM {self.table} WHERE key = %s FOR UPDATE", (key,)
-                ).fetchone()
-                if row is not None and row[0] == "done":
-                    return False
-                self._mark_done(db, key)  # a claim that never finished: ours now
-            fn(db)
-        return True
+        """Run ``fn(conn)`` and mark ``key`` done in one transaction; False if already done.
 
-    def state(self, key: str) -> str | None:
-        row = (
-            self.connection()
-            .execute(f"SELECT state FROM {self.table} WHERE key = %s", (key,))
-            .fetchone()
-        )
-        return None if row is None else str(row[0])
+        Group commit on ``writers`` connections (each lane thread keeps one): the calls on a
+        writer share its transaction, one after another, and the call that finds nobody
+        queued to join commits it; the others return after that commit. Two statements per
+        message (the mark, then ``fn``'s) instead of four: with 128 lanes on 2 cores, 4.9k
+        calls/s against 2.8-3.1k/s for a transaction per call. There are no savepoints (they
+        would double the statements): when a call's ``fn`` raises, the group's transaction
+        is rolled back, the call raises, and every other call of that group runs again (its
+        ``fn`` too) in the next one. ``fn`` must write only through ``conn``, so running it
+        again is harmless, as a retry after a crash would be.
+        """
+        w = self._writer_of_thread()
+        with w.joins:
+            w.joining += 1
+        with w.lock:
+            with w.joins:
+                w.joining -= 1
+            raised: BaseException | None = None
+            try:
+                db = self._writer_conn(w)
+                if w.open is None:
+                    db.execute("BEGIN")
+                    w.open, w.members = _Group(), 0
+            except BaseException as exc:  # no group open: nothing of anybody's to undo
+                raised = exc
+            else:
+                group = w.open
+                w.members += 1
+                try:
+                    ran = self._mark_first(db, key)
+                    if ran:
+                        fn(db)
+                except BaseException as exc:
+                    raised = exc
+                    self._end_group(w, rollback=True)
+                else:
+                    if not w.joining or w.members >= MAX_GROUP:
+                        self._end_group(w)
+        if raised is not None:
+            raise raised
+        group.ended.wait()
+        if group.rerun:
+            return self.once_sql(key, fn)  # rolled back for a neighbour: run again
+        if group.error is not None:
+            raise group.error
+        return ran
 
-    def prune(self, older_than_ms: int) -> int:
-        """Forget done keys older than ``older_than_ms`` (epoch ms); returns how many.
+    def _writer_of_thread(self) -> _Writer:
+        w: _Writer | None = getattr(self._local, "writer", None)
+        if w is None:
+            w = self._local.writer = self._writers[next(self._next_writer) % len(self._writers)]
+        return w
 
-        Keep keys at least as long as a message can be redelivered (your topic's retention
-        if consumers may reset to earliest)."""
-        with self._tx() as db:
-            cur = db.execute(
-                f"DELETE FROM {self.table} WHERE state = 'done' AND at_ms < %s", (older_than_ms,)
-            )
-            return int(cur.rowcount)
+    def _writer_conn(self, w: _Writer) -> Any:
+        """The writer's connection, (re)connected when needed (hold ``w.lock``)."""
+        if w.conn is None or w.conn.closed:
+            w.conn = self._connect()
+            with self._cond:
+                self._conns.append(w.conn)
+        return w.conn
+
+    def _end_group(self, w: _Writer, *, rollback: bool = False) -> None:
+        """Commit (or roll back) the writer's open group and wake its members (hold
+        ``w.lock``). A failed commit is every member's error."""
+        group, w.open = w.open, None
+        if group is None:
+            return
+        try:
+            w.conn.execute("ROLLBACK" if rollback else "COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                w.conn.execute("ROLLBACK")
+            group.error = exc
+        group.rerun = rollback
+        self.groups += 1
+        group.ended.set()
 
     def close(self) -> None:
-        with self._cond:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-
-    def _mark_done(self, db: Any, key: str) -> None:
-        db.execute(
-            f"INSERT INTO {self.table} VALUES (%s, 'done', %s, %s) ON CONFLICT (key) DO UPDATE "
-            "SET state = 'done', owner = EXCLUDED.owner, at_ms = EXCLUDED.at_ms",
-            (key, self._owner, _now_ms()),
-        )
-
-    def _forget(self, key: str) -> None:
-        with self._cond:
-            self._active.discard(key)
-            self._cond.notify_all()
+        for w in self._writers:
+            with w.lock:
+                if w.conn is not None and not w.conn.closed:
+                    self._end_group(w)
+        super().close()

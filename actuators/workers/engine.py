@@ -1,6 +1,7 @@
-"""What a ``Worker`` and a ``PoolWorker`` share: settings, the handler wrapper, the poll loop,
-backpressure and commits. Only how partitions are obtained (a subscription vs. hand-offs)
-differs, in the two subclasses.
+"""What a ``Worker`` and a ``PoolWorker`` share on the poll thread: the poll loop, control
+commands, backpressure and commits. Only how partitions are obtained (a subscription vs.
+hand-offs) differs, in the two subclasses. The lane threads' side (the handler wrapper, its
+retries and counters) is in handling; the settings' checks and defaults in engine_settings.
 """
 
 from __future__ import annotations
@@ -11,44 +12,28 @@ import os
 import socket
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from actuators.workers.control import Command, ControlReader
-from actuators.workers.dedupe import (
-    Context,
-    DedupeStore,
-    InDoubtError,
-    idempotency_key,
-    open_store,
+from actuators.workers.dedupe import DedupeStore
+from actuators.workers.engine_settings import (
+    BUFFERED_PER_LANE,
+    MAX_WORKERS,
+    check_settings,
+    resolve_store,
 )
+from actuators.workers.handling import FailureHook, Handler, HandlerRunner, Tally
 from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
-from schemas import ConfigError, Verifier, load_verifier, tracing
+from schemas import Verifier, load_verifier, tracing
 from schemas.halts import ACTIONS, WORKLOAD
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Message, Context], None]
-FailureHook = Callable[[Message, BaseException], None]
-
-DEDUPE_PATH_ENV = "LAGPILOT_DEDUPE_PATH"
-#: a postgresql:// URL: the PostgreSQL dedupe store, shared by every host of the group
-DEDUPE_URL_ENV = "LAGPILOT_DEDUPE_URL"
-#: settings the SDK owns: changing them would break the commit-what-is-done guarantee
-#: the default cap on handler threads: every lane of every partition may run at once, up to
-#: this many (threads start only as lanes need them). Pass ``max_workers`` to cap lower.
-MAX_WORKERS = 256
-#: the default backpressure: a partition holds up to this many messages per lane, so its
-#: lanes keep busy across a fetch; pausing purges librdkafka's prefetched messages, so a
-#: small buffer pauses, drains and refetches in turn (8 per lane left lanes idle half the time)
-BUFFERED_PER_LANE = 128
-_OWNED = ("enable.auto.commit", "enable.auto.offset.store", "group.id", "on_commit")
 
 
 def _now_ms() -> int:
@@ -84,50 +69,39 @@ class Engine(abc.ABC):
         progress_topic: str = PROGRESS,
         control_replay_s: float = 60.0,
     ) -> None:
-        if not bootstrap:
-            raise ConfigError("bootstrap is empty: pass the brokers, e.g. bootstrap='host:9092'")
-        if not group:
-            raise ConfigError("group is empty: pass the consumer group the workers share")
-        for name, value, low in (
-            ("lanes", lanes, 1),
-            ("max_workers", max_workers, 1),
-            ("max_buffered_per_partition", max_buffered_per_partition, 2),
-            ("max_attempts", max_attempts, 1),
-        ):
-            if value is None and name in ("max_workers", "max_buffered_per_partition"):
-                continue  # the default: see MAX_WORKERS and BUFFERED_PER_LANE
-            if not isinstance(value, int) or value < low:
-                raise ConfigError(f"{name}={value!r}: must be an integer >= {low}")
-        extra = dict(consumer_config or {})
-        for key in _OWNED:
-            if key in extra:
-                raise ConfigError(
-                    f"consumer_config[{key!r}] is set by the worker SDK (it commits only "
-                    "processed offsets itself); remove it from consumer_config"
-                )
+        extra = check_settings(
+            bootstrap=bootstrap,
+            group=group,
+            lanes=lanes,
+            max_workers=max_workers,
+            max_buffered_per_partition=max_buffered_per_partition,
+            max_attempts=max_attempts,
+            consumer_config=consumer_config,
+            control_replay_s=control_replay_s,
+        )
         self.group = group
         self.bootstrap = bootstrap
         self.control_topic = control_topic
         self.outcomes_topic = outcomes_topic  # None: report nothing back
         self._host = socket.gethostname()
         self._reporter: OutcomeReporter | None = None
-        self._handler = handler
         self._default_lanes = lanes
         self._buffered = max_buffered_per_partition  # None: BUFFERED_PER_LANE x its lanes
         self._commit_interval_s = commit_interval_s
         self._close_timeout_s = close_timeout_s
-        self._max_attempts = max_attempts
-        self._retry_backoff_s = retry_backoff_s
-        self._on_failure = on_failure
         self._extra = extra
         self._signing_key = signing_key if signing_key is not None else load_verifier()
         tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
-        if dedupe is None:
-            dedupe = (os.environ.get(DEDUPE_URL_ENV) or os.environ.get(DEDUPE_PATH_ENV)
-                      or f"lagpilot-dedupe-{group}.sqlite")  # fmt: skip
-        self._owns_store = isinstance(dedupe, str | os.PathLike)
-        self.dedupe: DedupeStore = (
-            open_store(dedupe) if isinstance(dedupe, str | os.PathLike) else dedupe
+        self.dedupe, self._owns_store = resolve_store(dedupe, group)
+        self._tally = Tally()  # the lanes count every message: no shared lock per message
+        self._process = HandlerRunner(  # what a lane runs for each message
+            handler,
+            group=group,
+            store=self.dedupe,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            on_failure=on_failure,
+            tally=self._tally,
         )
         self._dispatcher = LaneExecutor(
             self._process,
@@ -135,8 +109,6 @@ class Engine(abc.ABC):
             default_lanes=lanes,
             name=f"lagpilot-{self.kind}-{group}",
         )
-        self._stats: Counter[str] = Counter()
-        self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
@@ -156,11 +128,6 @@ class Engine(abc.ABC):
         self._progress_lead_ms = progress_lead_ms
         self._progress_topic = progress_topic
         self._progress: ProgressReporter | None = None
-        if not isinstance(control_replay_s, int | float) or control_replay_s < 0:
-            raise ConfigError(
-                f"control_replay_s={control_replay_s!r}: must be >= 0 seconds (how far back a "
-                "starting worker reads the control topic for unexpired commands; 0: none)"
-            )
         self._control_replay_s = float(control_replay_s)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -251,16 +218,9 @@ class Engine(abc.ABC):
 
     def _poll_once(self) -> None:
         assert self._consumer is not None and self._control is not None
-        for msg in self._fetch():
-            err = msg.error()
-            if err is not None:
-                self._count("consumer_error")
-                if err.fatal():
-                    raise KafkaException(err)
-                continue
-            tp = (msg.topic(), msg.partition())
-            if self._held(tp) or not self._dispatcher.submit(msg):
-                self._count("dropped_held")
+        batch = self._fetch()
+        if batch:
+            self._intake(batch)
         now_ms = _now_ms()
         for cmd in self._control.poll(now_ms):
             log.info("%s of group %s obeys %s", self.kind, self.group, cmd)
@@ -274,7 +234,7 @@ class Engine(abc.ABC):
             self._commit(moved, asynchronous=True)
             self._last_commit = time.monotonic()
 
-    def _fetch(self) -> list[Any]:
+    def _fetch(self) -> list[Message]:
         """What the consumer holds now, else the first message within 0.1 s.
 
         ``consume(500, timeout=0.1)`` alone returns only when 500 messages are in or the
@@ -286,6 +246,30 @@ class Engine(abc.ABC):
         return self._consumer.consume(num_messages=500, timeout=0) or self._consumer.consume(
             num_messages=1, timeout=0.1
         )
+
+    def _intake(self, batch: list[Message]) -> None:
+        """Hand a polled batch to the lanes in one go (held partitions' messages dropped)."""
+        ok: list[Message] = []
+        held: dict[TopicPart, bool] = {}
+        dropped = 0
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                self._count("consumer_error")
+                if err.fatal():
+                    raise KafkaException(err)
+                continue
+            tp = (msg.topic(), msg.partition())
+            hold = held.get(tp)
+            if hold is None:
+                hold = held[tp] = self._held(tp)
+            if hold:
+                dropped += 1
+            else:
+                ok.append(msg)
+        dropped += self._dispatcher.submit_many(ok)
+        if dropped:
+            self._count("dropped_held", dropped)
 
     def _obey(self, cmd: Command) -> None:
         if not tracing.on():
@@ -417,33 +401,6 @@ class Engine(abc.ABC):
     def _before_close(self) -> None:
         return None
 
-    # -- processing (lane threads) ------------------------------------------------------------
-
-    def _process(self, msg: Message) -> None:
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        assert topic is not None and partition is not None and offset is not None
-        key = idempotency_key(self.group, topic, partition, offset, msg.headers())
-        for attempt in range(1, self._max_attempts + 1):
-            ctx = Context(key, self.group, topic, partition, offset, attempt, self.dedupe)
-            try:
-                self._handler(msg, ctx)
-            except Exception as exc:
-                final = attempt == self._max_attempts or isinstance(exc, InDoubtError)
-                if not final:
-                    self._count("retried")
-                    time.sleep(self._retry_backoff_s * attempt)
-                    continue
-                self._count("failed")
-                log.warning("giving up on %s after %d attempts: %r", key, attempt, exc)
-                if self._on_failure is not None:
-                    try:
-                        self._on_failure(msg, exc)
-                    except Exception:
-                        log.exception("on_failure raised for %s", key)
-                return
-            self._count("processed")
-            return
-
     # -- flow control and commits (poll thread) --------------------------------------------------
 
     def _flow(self) -> None:
@@ -521,13 +478,11 @@ class Engine(abc.ABC):
     # -- introspection -------------------------------------------------------------------------
 
     def _count(self, name: str, n: int = 1) -> None:
-        with self._stats_lock:
-            self._stats[name] += n
+        self._tally.count(name, n)
 
     def stats(self) -> dict[str, int]:
         """Counters: processed, retried, failed, commits, paused, obeyed_*, control_*."""
-        with self._stats_lock:
-            out = dict(self._stats)
+        out = self._tally.snapshot()
         if self._control is not None:
             out.update({f"control_{k}": v for k, v in self._control.counts.items()})
         return out

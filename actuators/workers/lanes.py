@@ -42,9 +42,19 @@ def lane_for(key: bytes | None, offset: int, lanes: int) -> int:
     """
     if lanes <= 1:
         return 0
+    return _spread(key, offset) % lanes
+
+
+def _spread(key: bytes | None, offset: int) -> int:
+    """What ``lane_for`` takes modulo the lane count (computed before the lanes' lock)."""
     if key is None:
-        return offset % lanes
-    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big") % lanes
+        return offset
+    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
+
+
+#: messages queued per hold of the lanes' lock: the lanes finishing messages meanwhile wait
+#: for it, so a whole 500-message batch under one hold stalled them all at once
+INTAKE_CHUNK = 64
 
 
 @dataclass
@@ -68,17 +78,21 @@ class _Part:
     def load(self, lane: int) -> int:
         return len(self.queues[lane]) + (lane in self.running)
 
-    def route(self, message: Any) -> int:
+    def route(self, message: Any, spread: int | None = None) -> int:
         """The lane of a message: its key's lane while that key has work pending, else its
         ``lane_for`` lane if that is idle, else the least busy lane. Two distinct keys then
         never wait behind each other while a lane is free (with hashing alone, two of the 12
         lanes' documents collided one time in eight and the second waited out the first)."""
+        if self.lanes == 1:
+            return 0  # nothing to choose (and no key to track: a relane re-routes the queue)
         key = message.key()
         held = self.keys.get(key) if key is not None else None
         if held is not None:
             held[1] += 1
             return held[0]
-        lane = lane_for(key, message.offset(), self.lanes)
+        if spread is None:
+            spread = _spread(key, message.offset())
+        lane = spread % self.lanes
         if self.load(lane):
             lane = min(range(self.lanes), key=lambda n: (self.load(n), n != lane))
         if key is not None:
@@ -125,34 +139,57 @@ class LaneExecutor:
 
     def submit(self, message: Any) -> bool:
         """Queue a polled message on its lane; False if its partition is closing (dropped)."""
-        tp: TopicPart = (message.topic(), message.partition())
-        offset = message.offset()
-        with self._lock:
-            part = self._parts.get(tp)
-            if part is None:
-                self._epochs += 1
-                lanes = self._lane_overrides.get(tp, self._default_lanes)
-                part = _Part(lanes=lanes, epoch=self._epochs)
-                part.queues = [deque() for _ in range(lanes)]
-                self._parts[tp] = part
-            if part.closing:
-                return False
-            pos = part.tracker.position
-            if pos is not None and offset < pos:
-                return False  # an old fetch after a seek: already done or redelivered later
-            idle = part.tracker.in_flight == 0
-            try:
-                part.tracker.delivered(offset)
-            except ValueError:
-                return False  # a repeat of an offset already queued: never run it twice
-            if idle:
-                # work arrived at an idle partition: "no progress" counts from now, not from
-                # the last message hours ago (the progress reports' since-progress clock)
-                part.advanced_ms = int(time.time() * 1000)
-            lane = part.route(message)
-            part.queues[lane].append(message)
-            self._kick(tp, part, lane)
-        return True
+        return self.submit_many((message,)) == 0
+
+    def submit_many(self, messages: Iterable[Any]) -> int:
+        """Queue a polled batch, in order; returns how many were dropped (closing partitions,
+        old fetches, repeats). The poll loop hands over every message of a worker: what needs
+        no lock (the accessors, the key's hash) is done before taking it, and the lock is
+        taken once per ``INTAKE_CHUNK`` messages, not once per message nor per batch."""
+        items = [
+            ((m.topic(), m.partition()), m.offset(), _spread(m.key(), m.offset()), m)
+            for m in messages
+        ]
+        dropped = 0
+        now_ms = int(time.time() * 1000)
+        for start in range(0, len(items), INTAKE_CHUNK):
+            with self._lock:
+                for tp, offset, spread, message in items[start : start + INTAKE_CHUNK]:
+                    part = self._parts.get(tp)
+                    if part is None:
+                        part = self._new_part(tp)
+                    if part.closing:
+                        dropped += 1
+                        continue
+                    tracker = part.tracker
+                    pos = tracker.position
+                    if pos is not None and offset < pos:
+                        dropped += 1  # an old fetch after a seek: done, or redelivered later
+                        continue
+                    idle = tracker.in_flight == 0
+                    try:
+                        tracker.delivered(offset)
+                    except ValueError:
+                        dropped += 1  # a repeat of an offset already queued: never run twice
+                        continue
+                    if idle:
+                        # work arrived at an idle partition: "no progress" counts from now, not
+                        # from the last message hours ago (the progress reports' clock)
+                        part.advanced_ms = now_ms
+                    lane = part.route(message, spread)
+                    part.queues[lane].append(message)
+                    if lane not in part.running:
+                        self._kick(tp, part, lane)
+        return dropped
+
+    def _new_part(self, tp: TopicPart) -> _Part:
+        """A partition's first message (hold the lock)."""
+        self._epochs += 1
+        lanes = self._lane_overrides.get(tp, self._default_lanes)
+        part = _Part(lanes=lanes, epoch=self._epochs)
+        part.queues = [deque() for _ in range(lanes)]
+        self._parts[tp] = part
+        return part
 
     # -- lane changes, halt ----------------------------------------------------------------
 
@@ -320,26 +357,28 @@ class LaneExecutor:
             self._kick(tp, part, lane)
 
     def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+        process, lock = self._process, self._lock
         while message is not None:
+            offset = message.offset()
             try:
-                self._process(message)
+                process(message)
             except BaseException:
-                log.exception(
-                    "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
-                )
-            with self._lock:
+                log.exception("message processing raised at %s[%d]@%d", tp[0], tp[1], offset)
+            with lock:
                 part = self._parts.get(tp)
                 if part is None or part.epoch != epoch:
                     return  # the partition was revoked or handed off meanwhile
                 part.running.pop(lane, None)
                 part.finished(message)
-                before = part.tracker.position
-                part.tracker.done(message.offset())
-                if part.tracker.position != before:
+                tracker = part.tracker
+                before = tracker.position
+                tracker.done(offset)
+                if tracker.position != before:
                     part.advanced_ms = int(time.time() * 1000)
                 message = None
                 if part.target_lanes is not None and not part.running:
                     self._relane(tp, part)
                 else:
                     message = self._next(tp, part, lane)
-                self._changed.notify_all()
+                if part.closing:  # close() waits for the running messages of closing ones
+                    self._changed.notify_all()

@@ -20,12 +20,15 @@ class OffsetTracker:
     Pure and single-threaded: callers hold their own lock.
     """
 
-    __slots__ = ("_pending", "_position")
+    __slots__ = ("_pending", "_position", "_unfinished")
 
     def __init__(self) -> None:
         # offset -> finished?, in delivery (= offset) order
         self._pending: OrderedDict[int, bool] = OrderedDict()
         self._position: int | None = None  # next offset to commit: first unfinished or last+1
+        # how many of _pending are unfinished: kept as a count, because the lanes ask on every
+        # delivery and counting thousands of pending offsets each time starved the poll loop
+        self._unfinished = 0
 
     def delivered(self, offset: int) -> None:
         """Record that ``offset`` was handed to a lane. Offsets must arrive in ascending order."""
@@ -36,14 +39,16 @@ class OffsetTracker:
         elif self._position is not None and offset < self._position:
             raise ValueError(f"offset {offset} delivered below the done position {self._position}")
         self._pending[offset] = False
+        self._unfinished += 1
         if self._position is None:
             self._position = offset
 
     def done(self, offset: int) -> None:
         """Record that ``offset`` was processed; advance the position over the finished prefix."""
-        if offset not in self._pending:
-            return  # finished after a reset (a revoke or a hand-off): nothing to advance
+        if self._pending.get(offset, True):
+            return  # finished after a reset (a revoke or a hand-off), or twice: nothing to do
         self._pending[offset] = True
+        self._unfinished -= 1
         while self._pending:
             first, finished = next(iter(self._pending.items()))
             if not finished:
@@ -55,7 +60,8 @@ class OffsetTracker:
     def forget_after(self, offset: int) -> None:
         """Drop delivered offsets >= ``offset`` (queued work abandoned; it will be redelivered)."""
         for o in [o for o in self._pending if o >= offset]:
-            del self._pending[o]
+            if not self._pending.pop(o):
+                self._unfinished -= 1
 
     @property
     def position(self) -> int | None:
@@ -65,4 +71,4 @@ class OffsetTracker:
     @property
     def in_flight(self) -> int:
         """Delivered offsets not yet finished (queued or running)."""
-        return sum(1 for finished in self._pending.values() if not finished)
+        return self._unfinished

@@ -128,6 +128,9 @@ class Swarm:
         self.produced = Produced()
         self.ledger = Ledger(workdir / "effects.sqlite")
         self._stop = threading.Event()
+        # set: producers go on past the shape's end at its rate (a fault bench holds them
+        # until its fault has cleared, so recovery is measured on live traffic)
+        self.hold_production = threading.Event()
         self._rng = np.random.default_rng(cfg.seed)
         self.worker: Worker | NaiveGroup
         if cfg.consumer == "naive":
@@ -197,7 +200,7 @@ class Swarm:
         ]
         while not self._stop.is_set():
             now_s = time.monotonic() - t0
-            if now_s >= end_s:
+            if now_s >= end_s and not self.hold_production.is_set():
                 break
             due = int(now_s * cfg.rate_per_s)
             while sent < due:

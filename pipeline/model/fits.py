@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+Sums = list[np.ndarray] | np.ndarray  # sums by power of x: a list, or the rows of a matrix
+
 
 class Fit:
     """Least-squares fits of many series at once, each over its own rows.
@@ -41,21 +43,32 @@ class Fit:
     def slope(self, y: np.ndarray) -> np.ndarray:
         """Slope per second of each series ``y``, which must be 0 outside ``m`` (callers mask
         once for several fits); 0 where fewer than two rows or a single time."""
-        n, s1, s2 = self.s[:3]
-        t0, t1 = self._t(y, 2)
-        den = n * s2 - s1 * s1
-        ok = (n >= 2) & (den > 1e-12)
-        return np.where(ok, (n * t1 - s1 * t0) / np.where(ok, den, 1.0), 0.0)
+        return slope_of(self.s, self._t(y, 2))
 
     def accel(self, y: np.ndarray) -> np.ndarray:
         """Second derivative (per s^2) of the least-squares parabola through each series
         (``y`` masked as for ``slope``):
         the normal equations of [x^2, x, 1] solved by Cramer's rule for every series at once
         (np.polyfit does an SVD per series)."""
-        s0, s1, s2, s3, s4 = self.s
-        t0, t1, t2 = self._t(y, 3)
-        minor = s2 * s0 - s1 * s1
-        det = s4 * minor - s3 * (s3 * s0 - s1 * s2) + s2 * (s3 * s1 - s2 * s2)
-        det_a = t2 * minor - s3 * (t1 * s0 - s1 * t0) + s2 * (t1 * s1 - s2 * t0)
-        ok = (s0 >= 3) & (np.abs(det) > 1e-12)
-        return np.where(ok, 2.0 * det_a / np.where(ok, det, 1.0), 0.0)
+        return accel_of(self.s, self._t(y, 3))
+
+
+def slope_of(s: Sums, t: Sums) -> np.ndarray:
+    """The least-squares slope from the sums: ``s[k]`` = sum of x^k over a series' rows,
+    ``t[k]`` = sum of x^k y (``Fit.slope``; the rate window feeds its own sums)."""
+    n, s1, s2 = s[:3]
+    t0, t1 = t[:2]
+    den = n * s2 - s1 * s1
+    ok = (n >= 2) & (den > 1e-12)
+    return np.where(ok, (n * t1 - s1 * t0) / np.where(ok, den, 1.0), 0.0)
+
+
+def accel_of(s: Sums, t: Sums) -> np.ndarray:
+    """The second derivative of the least-squares parabola from the sums (``Fit.accel``)."""
+    s0, s1, s2, s3, s4 = s[:5]
+    t0, t1, t2 = t[:3]
+    minor = s2 * s0 - s1 * s1
+    det = s4 * minor - s3 * (s3 * s0 - s1 * s2) + s2 * (s3 * s1 - s2 * s2)
+    det_a = t2 * minor - s3 * (t1 * s0 - s1 * t0) + s2 * (t1 * s1 - s2 * t0)
+    ok = (s0 >= 3) & (np.abs(det) > 1e-12)
+    return np.where(ok, 2.0 * det_a / np.where(ok, det, 1.0), 0.0)

@@ -114,18 +114,44 @@ def time_lag_s(
     gi, pi = np.nonzero(behind)
     if not len(gi):
         return out.reshape(committed.shape), src.reshape(committed.shape)
-    c = c2[gi, pi]
-    # i = the first row whose HWM is beyond c (exists: the last row is): one binary search
-    # per partition for all of its groups
-    i = np.empty(len(gi), np.int64)
-    order = np.argsort(pi, kind="stable")
-    parts, starts = np.unique(pi[order], return_index=True)
-    bounds = [*starts.tolist(), len(order)]
-    for k, p in enumerate(parts.tolist()):
-        sel = order[bounds[k] : bounds[k + 1]]
-        i[sel] = np.searchsorted(hw[:, p], c[sel], side="right")
+    t_star, inside = written_ms(t_ms, hw, pi, c2[gi, pi])
+    out[gi, pi] = np.maximum(0.0, (now_ms - t_star) / 1000.0)
+    src[gi, pi] = np.where(inside, INTERPOLATED, EXTRAPOLATED)
+    return out.reshape(committed.shape), src.reshape(committed.shape)
+
+
+def first_beyond(hw: np.ndarray, pi: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """For each (partition ``pi[k]``, offset ``c[k]``): the first row whose HWM is beyond
+    ``c[k]`` (``np.searchsorted(hw[:, pi[k]], c[k], side="right")``), every pair at once: a
+    binary search run in lockstep, ~log2(rows) steps of a few numpy calls whatever the
+    number of partitions (a search per partition was a Python loop over thousands of them).
+
+    The count of rows at or below ``c`` is built a power of two at a time, largest first;
+    reads past the last row read the last row (the column, padded so, stays sorted), and
+    the count is capped at the number of rows."""
+    n = len(hw)
+    pos = np.zeros(len(pi), np.int64)
+    if not n:
+        return pos
+    for k in reversed(range(n.bit_length())):
+        cand = pos + (1 << k)
+        below = hw[np.minimum(cand - 1, n - 1), pi] <= c
+        pos = np.where(below, cand, pos)
+    return np.minimum(pos, n)
+
+
+def written_ms(
+    t_ms: np.ndarray, hw: np.ndarray, pi: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """When the message at offset ``c[k]`` of partition ``pi[k]`` was written (ms, float),
+    for offsets below the last row's HWM, and whether it was interpolated inside the table
+    (else extrapolated beyond its oldest row); see ``time_lag_s``. The result for an offset
+    depends only on the rows up to the first one beyond it: rows appended later change
+    nothing (the model keeps it while the offset stays put)."""
+    # i = the first row whose HWM is beyond c (exists: the last row is)
+    i = first_beyond(hw, pi, c)
     inside = i > 0
-    t_star = np.empty(len(gi))
+    t_star = np.empty(len(pi))
     ii, pin, cin = i[inside], pi[inside], c[inside]
     h0, h1 = hw[ii - 1, pin].astype(np.float64), hw[ii, pin].astype(np.float64)
     t0, t1 = t_ms[ii - 1].astype(np.float64), t_ms[ii].astype(np.float64)
@@ -140,6 +166,4 @@ def time_lag_s(
         safe_rate = np.where(rate_per_ms > 0, rate_per_ms, 1.0)
         back_ms = np.where(rate_per_ms > 0, missing / safe_rate, 0.0)
         t_star[~inside] = float(t_ms[0]) - back_ms
-    out[gi, pi] = np.maximum(0.0, (now_ms - t_star) / 1000.0)
-    src[gi, pi] = np.where(inside, INTERPOLATED, EXTRAPOLATED)
-    return out.reshape(committed.shape), src.reshape(committed.shape)
+    return t_star, inside

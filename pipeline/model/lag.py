@@ -4,15 +4,17 @@ Pure and numpy-based: no Kafka, no Quix, no clock (``now_ms`` is the sample's ev
 so the same inputs always give the same outputs and every rule is unit-tested.
 
 One ``TopicModel`` per topic holds
-- the topic's high-watermark history: rows of (sample time, every partition's HWM),
-  compacted by ``pipeline.model.history`` so that time lag is interpolated within a stated error
-  (1 s or 1 % of the lag) for 24 h back (kafka-lag-exporter's offset->time table, without
-  its 30 s poll and without its error on idle and spiky partitions);
+- the topic's high-watermark history (``pipeline.model.hw_table``): rows of (sample time,
+  every partition's HWM), compacted by ``pipeline.model.history`` so that time lag is
+  interpolated within a stated error (1 s or 1 % of the lag) for 24 h back
+  (kafka-lag-exporter's offset->time table, without its 30 s poll and without its error on
+  idle and spiky partitions); a time lag is recomputed only where the offset moved;
 - every consumer group on the topic as one row of (groups x partitions) arrays: committed
-  offset, last commit time, last progress time and the usual interval between progress,
-  and the window of (time, HWM, committed) rows the rates are fitted on. A tick fits every
-  group at once (``Fit``: masked least squares as matrix products), so its cost is a few
-  numpy calls per topic, not a dozen per group.
+  offset, last commit time, last progress time and the usual interval between progress;
+- the rate window (``pipeline.model.window``): the (time, HWM, committed) rows the rates
+  are fitted on, in buffers laid out for the fits. A tick fits every group at once (a few
+  matrix products per topic, not a dozen numpy calls per group) and touches each row of
+  the window once, when it is appended.
 
 Every sample updates every group on the topic, so lag is observed every tick, not only when
 consumers commit (Burrow's blind spot), and a consumer that stopped committing is seen from
@@ -30,10 +32,11 @@ from pipeline.model.arrays import encode as _enc
 from pipeline.model.arrays import widen as _widen
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
-from pipeline.model.fits import Fit
-from pipeline.model.history import READ, compact, time_lag_s
+from pipeline.model.history import READ
+from pipeline.model.hw_table import HwTable
 from pipeline.model.progress import WorkerProgress
 from pipeline.model.status import classify
+from pipeline.model.window import RateWindow
 from schemas.lag import SEVERITY, LagStatus
 
 MAX_PARTITIONS_UNSAMPLED = 4096
@@ -50,9 +53,23 @@ _POSITION = {  # per group x partition, what commits change; fill for a new row/
     "read_ms": 0,
 }
 _DTYPES = {"interval_s": np.float64}
-_COMPACT_EVERY = 32  # samples between compactions of the HWM history (8 s at 250 ms)
-_SPARE_ROWS = 2 * _COMPACT_EVERY  # room to append in the history's buffers
-_HISTORY_FULL_MS = 30_000  # the whole HWM history is persisted this often (see history_state)
+
+
+# an observation's arrays before the first sample: (fill, dtype)
+_EMPTY: dict[str, tuple[int, Any]] = {
+    "committed": (-1, np.int64),
+    "lag": (0, np.int64),
+    "lag_rate_per_s": (0, np.float64),
+    "lag_accel_per_s2": (0, np.float64),
+    "produce_rate_per_s": (0, np.float64),
+    "consume_rate_per_s": (0, np.float64),
+    "time_lag_s": (0, np.float64),
+    "time_lag_source": (0, np.int8),
+    "eta_drain_s": (0, np.float64),
+    "status": (0, np.int8),
+    "last_commit_ms": (0, np.int64),
+}
+_PER_PARTITION = {"produce_rate_per_s"}
 
 
 class TopicModel:
@@ -64,13 +81,7 @@ class TopicModel:
     def __init__(self, topic: str, cfg: LagConfig) -> None:
         self.topic = topic
         self.cfg = cfg
-        # the HWM history, in buffers with room to append (``t_ms``/``hw`` are views of the
-        # rows in use): a day of history is ~1,100 rows, and copying the table on every
-        # sample (np.vstack) cost more than the fits of 2,500 group-partitions
-        self._t_buf = np.zeros(0, np.int64)
-        self._hw_buf = np.zeros((0, 0), np.int64)
-        self._rows_t = self._rows_hw = 0
-        self.leaders = np.zeros(0, np.int64)
+        self.history = HwTable()  # the HWM history (pipeline/model/hw_table.py)
         self.groups: list[str] = []
         self._index: dict[str, int] = {}
         self._width = 0  # partitions known from samples or commits
@@ -83,13 +94,8 @@ class TopicModel:
         self.rewind_ms: np.ndarray
         self.read_offset: np.ndarray
         self.read_ms: np.ndarray
-        self._since_compact = 0  # rows appended since the history was last compacted
-        self._history_saved_ms = 0  # when the whole history was last persisted...
-        self._history_split_ms = 0  # ...up to this row
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
-        self.w_t = np.zeros(0, np.int64)
-        self.w_hw = np.zeros((0, 0), np.int64)
-        self.w_c = np.zeros((0, 0, 0), np.int64)
+        self._win = RateWindow()
         # what the operator last published per group-partition (the model does not use it)
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
@@ -100,31 +106,30 @@ class TopicModel:
 
     @property
     def t_ms(self) -> np.ndarray:
-        return self._t_buf[: self._rows_t]
-
-    @t_ms.setter
-    def t_ms(self, a: np.ndarray) -> None:
-        self._t_buf = np.empty(len(a) + _SPARE_ROWS, np.int64)
-        self._t_buf[: len(a)] = a
-        self._rows_t = len(a)
+        return self.history.t_ms
 
     @property
     def hw(self) -> np.ndarray:
-        return self._hw_buf[: self._rows_hw]
+        return self.history.hw
 
-    @hw.setter
-    def hw(self, a: np.ndarray) -> None:
-        self._hw_buf = np.empty((len(a) + _SPARE_ROWS, a.shape[1]), np.int64)
-        self._hw_buf[: len(a)] = a
-        self._rows_hw = len(a)
+    @property
+    def leaders(self) -> np.ndarray:
+        return self.history.leaders
 
-    def _append_row(self, t_ms: int, row: np.ndarray) -> None:
-        n = self._rows_t
-        if n == len(self._t_buf):
-            self.t_ms, self.hw = self.t_ms, self.hw  # a bigger buffer (a copy)
-        self._t_buf[n] = t_ms
-        self._hw_buf[n] = row
-        self._rows_t = self._rows_hw = n + 1
+    @property
+    def w_t(self) -> np.ndarray:
+        """The rate window's row times (R,)."""
+        return self._win.times
+
+    @property
+    def w_hw(self) -> np.ndarray:
+        """The rate window's HWM rows (R, partitions sampled)."""
+        return self._win.rows_hw(self.width)
+
+    @property
+    def w_c(self) -> np.ndarray:
+        """The rate window's committed offsets (groups, R, partitions)."""
+        return self._win.rows_c()
 
     @property
     def width(self) -> int:
@@ -145,9 +150,10 @@ class TopicModel:
             return
         for name, fill in _POSITION.items():
             setattr(self, name, _widen(getattr(self, name), width, fill))
-        self.w_c = _widen(self.w_c, width, -1)
+        self._win.widen(width)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
+        self.history.forget_written()
 
     def _group(self, name: str) -> int:
         g = self._index.get(name)
@@ -155,23 +161,25 @@ class TopicModel:
             return g
         g = self._index[name] = len(self.groups)
         self.groups.append(name)
-        w = self._width
+        self.history.forget_written()
 
         def row(a: np.ndarray, fill: float | int) -> np.ndarray:
             return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
 
         for key, fill in _POSITION.items():
             setattr(self, key, row(getattr(self, key), fill))
-        self.w_c = np.concatenate([self.w_c, np.full((1, len(self.w_t), w), -1, np.int64)])
+        self._win.add_group()
         self.last_status = row(self.last_status, 0)
         self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
         self.last_alert_ms = np.append(self.last_alert_ms, 0)
         return g
 
     def _drop_group(self, g: int) -> None:
-        for key in (*_POSITION, "w_c", "last_status", "last_snapshot_ms", "last_alert_ms"):
+        for key in (*_POSITION, "last_status", "last_snapshot_ms", "last_alert_ms"):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
+        self._win.drop_group(g)
         del self.groups[g]
+        self.history.forget_written()
         self._index = {name: i for i, name in enumerate(self.groups)}
 
     # -- inputs ---------------------------------------------------------------------------
@@ -204,11 +212,9 @@ class TopicModel:
                 alpha = self.cfg.interval_alpha
                 self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
             self.progress_ms[g, p] = ts_ms
-            if len(self.w_t) and self.w_t[-1] >= ts_ms:
-                # a commit that arrives after samples taken later than it (a replay after a
-                # restart, a slow coordinator): correct the window rows it should have been in
-                late = self.w_t >= ts_ms
-                self.w_c[g, late, p] = np.maximum(self.w_c[g, late, p], offset)
+            # a commit that arrives after samples taken later than it (a replay after a
+            # restart, a slow coordinator): correct the window rows it should have been in
+            self._win.correct(g, p, offset, ts_ms)
         self.commit_ms[g, p] = ts_ms
         self.committed[g, p] = offset
 
@@ -224,16 +230,15 @@ class TopicModel:
             rows = kept
         if not rows:
             return set()
-        names = [r[0] for r in rows]
+        names, parts, offsets, times = zip(*rows, strict=True)  # columns
         g = np.fromiter((self._group(n) for n in names), np.int64, len(rows))
-        p = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+        p = np.array(parts, np.int64)
         self._widen(int(p.max()) + 1)
         if len(np.unique(g * self._width + p)) < len(rows):
             for name, partition, offset, ts_ms in rows:
                 self.commit(name, partition, offset, ts_ms)
             return set(names)
-        off = np.fromiter((r[2] for r in rows), np.int64, len(rows))
-        ts = np.fromiter((r[3] for r in rows), np.int64, len(rows))
+        off, ts = np.array(offsets, np.int64), np.array(times, np.int64)
         fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
         g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
         prev = self.committed[g, p]
@@ -250,10 +255,10 @@ class TopicModel:
         self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
         moved = rewind | advance
         self.progress_ms[g[moved], p[moved]] = ts[moved]
-        if len(self.w_t):
-            for i in np.nonzero(advance & (ts <= self.w_t[-1]))[0].tolist():
-                late = self.w_t >= ts[i]  # see commit(): correct the window rows after it
-                self.w_c[g[i], late, p[i]] = np.maximum(self.w_c[g[i], late, p[i]], off[i])
+        if self._win.rows:
+            last = int(self._win.times[-1])
+            for i in np.nonzero(advance & (ts <= last))[0].tolist():  # late: see commit()
+                self._win.correct(int(g[i]), int(p[i]), int(off[i]), int(ts[i]))
         self.commit_ms[g, p] = ts
         self.committed[g, p] = off
         return set(names)
@@ -282,8 +287,7 @@ class TopicModel:
         row = np.asarray(high_watermarks, dtype=np.int64)
         width = max(len(row), self.width)
         if width > self.width:
-            self.hw = _widen(self.hw, width, 0)
-            self.w_hw = _widen(self.w_hw, width, 0)
+            self.history.replace(self.t_ms, _widen(self.hw, width, 0))
         row = _widen(row, width, -1)
         if len(self.t_ms):
             # a partition whose ListOffsets failed (-1) keeps its last known HWM
@@ -291,23 +295,12 @@ class TopicModel:
             row = np.maximum(row, self.hw[-1])  # HWMs never go back (truncation aside)
         else:
             row = np.maximum(row, 0)
-        if len(leaders):
-            self.leaders = _widen(np.asarray(leaders, dtype=np.int64), width, -1)
-        else:
-            self.leaders = _widen(self.leaders, width, -1)
-        self._append_row(sampled_at_ms, row)
-        self._since_compact += 1
-        if self._since_compact >= _COMPACT_EVERY or len(self.t_ms) > self.cfg.history_rows:
-            self._compact(sampled_at_ms)
+        h = self.history
+        leaders = np.asarray(leaders, dtype=np.int64) if len(leaders) else h.leaders
+        h.leaders = _widen(leaders, width, -1)
+        h.append(sampled_at_ms, row, self.cfg.history_bound, self.cfg.history_rows)
         self._widen(width)
         return True
-
-    def _compact(self, now_ms: int) -> None:
-        """Drop the history rows its bound allows (``pipeline.model.history.compact``)."""
-        keep = compact(self.t_ms, self.hw, now_ms, self.cfg.history_bound)
-        if not keep.all():
-            self.t_ms, self.hw = self.t_ms[keep], self.hw[keep]
-        self._since_compact = 0
 
     def record_read(self, group: str, partition: int, offset: int, record_ms: int) -> None:
         """The timestamp of the record at ``offset``, read from the broker (an edge does
@@ -321,49 +314,26 @@ class TopicModel:
 
     # -- the tick -------------------------------------------------------------------------
 
-    def _slide_window(self, now_ms: int) -> None:
-        """Append this tick's row to the rate window and drop rows older than the window."""
-        width = self.width
-        w_hw = _widen(self.w_hw, width, 0)[:, :width]
-        w_c = _widen(self.w_c, self._width, -1)
-        first = int(np.searchsorted(self.w_t, now_ms - self.cfg.window_ms, side="left"))
-        self.w_t = np.append(self.w_t[first:], now_ms)
-        self.w_hw = np.concatenate([w_hw[first:], self.hw[-1][None, :]])
-        self.w_c = np.concatenate([w_c[:, first:], self.committed[:, None, :]], axis=1)
-
     def observe(self, now_ms: int, *, slide: bool = True) -> TopicObservation:
         """Model every group at the latest sample, all groups at once. ``slide=False``
         judges between samples (``judge_reports``): the rate window is left as it is."""
         cfg, width = self.cfg, self.width
         if not len(self.t_ms):
             return self._observation(now_ms, np.zeros((len(self.groups), 0), bool), {})
-        if slide:
-            self._slide_window(now_ms)
+        if slide:  # this tick's row into the rate window, rows older than it out
+            self._win.slide(now_ms, cfg.window_ms, self.hw[-1], self.committed)
         hw_now = self.hw[-1]
         c = self.committed[:, :width]
         mask = c >= 0
         lag = np.maximum(hw_now[None, :] - c, 0)
 
         # rates and acceleration: least squares over the window, every series at once;
-        # a group-partition's rows are those where it had a commit. Rows last: (G, P, R).
-        x = (self.w_t - now_ms) / 1000.0
-        w_c = np.ascontiguousarray(self.w_c[:, :, :width].transpose(0, 2, 1))
-        w_hw = np.ascontiguousarray(self.w_hw.T)
-        valid = w_c >= 0
-        m = valid.astype(np.float64)
-        powers = Fit.powers_of(x)
-        fit = Fit(x, m, powers)
-        produce = Fit(x, np.ones_like(w_hw, np.float64), powers).slope(w_hw - hw_now[:, None])
-        consume = fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64))
-        wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
-        lag_rate = fit.slope(wlag)
-        accel = fit.accel(wlag)
-        is_recent = x >= -cfg.recent_s
-        recent = Fit(x, m * is_recent, powers)
-        recent_rate = np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan)
+        # a group-partition's rows are those where it had a commit
+        rates = self._win.fits(now_ms, hw_now, c, cfg.recent_s)
+        lag_rate, produce, consume = rates.lag_rate, rates.produce, rates.consume
 
         # time lag: only where data waits
-        tl, how = time_lag_s(self.t_ms, self.hw, c, now_ms)
+        tl, how = self.history.time_lag(c, now_ms)
         # a record timestamp read at the committed offset is the truth: it wins
         read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
         if read.any():
@@ -382,7 +352,7 @@ class TopicModel:
             "interval_s": self.interval_s[:, :width],
             "lag_rate": lag_rate,
             "produce_rate": produce[None, :],
-            "recent_lag_rate": recent_rate,
+            "recent_lag_rate": rates.recent_rate,
         }
         if len(self.progress):  # workers' own reports, where present, judge the status
             inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
@@ -398,7 +368,7 @@ class TopicModel:
                 "committed": c.copy(),
                 "lag": lag,
                 "lag_rate_per_s": lag_rate,
-                "lag_accel_per_s2": accel,
+                "lag_accel_per_s2": rates.accel,
                 "produce_rate_per_s": produce,
                 "consume_rate_per_s": consume,
                 "time_lag_s": tl,
@@ -448,19 +418,9 @@ class TopicModel:
         self, now_ms: int, mask: np.ndarray, arrays: dict[str, np.ndarray]
     ) -> TopicObservation:
         shape, width = mask.shape, mask.shape[1]
-        zeros: dict[str, np.ndarray] = {
-            "committed": np.full(shape, -1, np.int64),
-            "lag": np.zeros(shape, np.int64),
-            "lag_rate_per_s": np.zeros(shape),
-            "lag_accel_per_s2": np.zeros(shape),
-            "produce_rate_per_s": np.zeros(width),
-            "consume_rate_per_s": np.zeros(shape),
-            "time_lag_s": np.zeros(shape),
-            "time_lag_source": np.zeros(shape, np.int8),
-            "eta_drain_s": np.zeros(shape),
-            "status": np.zeros(shape, np.int8),
-            "last_commit_ms": np.zeros(shape, np.int64),
-        }
+        if not arrays:  # nothing sampled yet: every number at its empty value
+            arrays = {k: np.full(width if k in _PER_PARTITION else shape, fill, dtype)
+                      for k, (fill, dtype) in _EMPTY.items()}  # fmt: skip
         return TopicObservation(
             topic=self.topic,
             now_ms=now_ms,
@@ -469,39 +429,22 @@ class TopicModel:
             high_watermark=self.hw[-1].copy() if len(self.t_ms) else np.zeros(0, np.int64),
             leaders=_widen(self.leaders, width, -1)[:width],
             topic_partitions=width,
-            **{**zeros, **arrays},
+            **arrays,
         )
 
     # -- persistence ----------------------------------------------------------------------
 
-    def hw_state(self, rows: np.ndarray | None = None) -> dict[str, Any]:
-        """The HWM history (``rows``: a mask of the rows to write; all by default)."""
-        t_ms, hw = (self.t_ms, self.hw) if rows is None else (self.t_ms[rows], self.hw[rows])
-        return {"t_ms": _enc(t_ms), "hw": _enc(hw), "leaders": _enc(self.leaders)}
+    def hw_state(self) -> dict[str, Any]:
+        """The whole HWM history (``history_state`` writes it in two parts)."""
+        return self.history.state()
 
     def history_state(self, now_ms: int) -> dict[str, dict[str, Any]]:
-        """What to persist of the HWM history: ``hw``, the rows since the last full write,
-        every time; ``hwold``, every row, at most every ``_HISTORY_FULL_MS``. A day of
-        history is ~1,100 rows x partitions: written whole every second it would be most of
-        the state traffic, and its old rows change only when they are compacted."""
-        out: dict[str, dict[str, Any]] = {}
-        if not self._history_saved_ms or now_ms - self._history_saved_ms >= _HISTORY_FULL_MS:
-            out["hwold"] = self.hw_state()
-            self._history_saved_ms = now_ms
-            self._history_split_ms = self.last_sample_ms
-        out["hw"] = self.hw_state(self.t_ms > self._history_split_ms)
-        return out
+        """What to persist of the HWM history (``HwTable.history_state``)."""
+        return self.history.history_state(now_ms)
 
     def load_hw_state(self, d: dict[str, Any], old: dict[str, Any] | None = None) -> None:
         """Restore the history from ``hw`` (and ``hwold``, the rows before it, if any)."""
-        t_ms, hw, self.leaders = _dec(d["t_ms"]), _dec(d["hw"]), _dec(d["leaders"])
-        if old is not None:
-            t_old, hw_old = _dec(old["t_ms"]), _dec(old["hw"])
-            before = t_old < (t_ms[0] if len(t_ms) else np.iinfo(np.int64).max)
-            width = max(hw.shape[1], hw_old.shape[1])
-            t_ms = np.concatenate([t_old[before], t_ms])
-            hw = np.concatenate([_widen(hw_old[before], width, 0), _widen(hw, width, 0)])
-        self.t_ms, self.hw = t_ms, hw
+        self.history.load(d, old)
         self._widen(self.width)
 
     def position_state(self, group: str) -> dict[str, Any]:
@@ -534,12 +477,13 @@ class TopicModel:
         w_t, w_hw, w_c = _dec(d["w_t"]), _dec(d["w_hw"]), _dec(d["w_c"])
         status, snap = _dec(d["last_status"]), _dec(d["last_snapshot_ms"])
         self._widen(max(w_hw.shape[1], w_c.shape[2]))
-        self.w_t = w_t
-        self.w_hw = _widen(w_hw, self.width, 0)[:, : self.width]
-        self.w_c = np.full((len(self.groups), len(w_t), self._width), -1, np.int64)
+        hw_rows = _widen(w_hw, self._width, 0)[:, : self._width].copy()
+        hw_rows[:, self.width :] = 0  # partitions not sampled yet: HWM 0, as when they come
+        rows_c = np.full((len(self.groups), len(w_t), self._width), -1, np.int64)
         for i, name in enumerate(d["groups"]):
             g = self._index.get(name)
             if g is not None:
-                self.w_c[g, :, : w_c.shape[2]] = w_c[i]
+                rows_c[g, :, : w_c.shape[2]] = w_c[i]
                 self.last_status[g, : status.shape[1]] = status[i]
                 self.last_snapshot_ms[g] = snap[i]
+        self._win.load(w_t, hw_rows, rows_c)

@@ -7,8 +7,10 @@ by the topic, into the topic the watermark samples go to. At 25,000 commits/s ov
 topics and a 50 ms flush, that is 400 messages/s instead of 25,000 through the framework.
 
 It is a Quix Streams Source (its own process: the second core decodes while the first
-models; the watermark sampler runs in a thread of the same process, since Quix lets only
-one source write a topic) rather than a dataframe because coalescing needs a clock: a
+models; the watermark sampler runs in a process of its own and hands its samples to this
+one, which produces them, since Quix lets only one source write a topic and the samples
+must follow the commits they are aligned with: ``pipeline.read.sampler_process``) rather
+than a dataframe because coalescing needs a clock: a
 dataframe function runs only when a message arrives, so the last commits of a burst would
 wait for the next one. Here an empty poll flushes at once, so at low rates nothing waits at all.
 
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 import uuid
 from collections import Counter
@@ -40,9 +41,11 @@ from quixstreams.sources import Source
 
 from pipeline.model.group_health import GroupHealth, HealthConfig
 from pipeline.procs import die_with_parent
-from pipeline.read.coalesce import Coalescer, owns_topic
+from pipeline.read.coalesce import Coalescer
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.offsets import Skipped, decode_record, is_own_group
+from pipeline.read.sampler_process import PendingSamples, SampledTicks
+from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource
 from schemas import OffsetCommit, OffsetDeleted, topics
@@ -54,6 +57,8 @@ STATS_HEADER = "lagpilot-offsets"
 RUN_KEY = "_run"  # in the stats header: which run of the source its counters belong to
 HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
 FETCH_WAIT_MS = 10
+#: samples dropped because the commits were not read through their time within the timeout
+ALIGN_DROPS = "sampler|align:commits_behind"
 
 
 class CommitsSource(Source):
@@ -108,10 +113,11 @@ class CommitsSource(Source):
         self.health_cfg = health
         self._resolve_at_ms = 0
         # wall ms up to which every commit record has been read and forwarded: a sample
-        # taken before it may go out (built in run(): a Condition does not pickle)
+        # taken before it may go out
         self._read_through_ms = 0
-        self._wanted_ms = 0  # the latest sample time a sampler waits (or waited) for
-        self._aligned: threading.Condition | None = None
+        self._wanted_ms = 0  # the latest sample time held for alignment
+        self._ticks: SampledTicks | None = None  # the sampler's process, started in run()
+        self._drop_logged_s = -60.0
         self._assigned: set[int] | None = None  # None until the first assignment
         self._assigned_progress: set[int] = set()  # lagpilot.progress partitions read here
         # committed offsets at assignment per (topic, partition), looked up lazily
@@ -122,43 +128,37 @@ class CommitsSource(Source):
         # within ~10 ms (detection time counts it); bursts are batched by flush_ms instead
         self.poll_timeout_s = min(0.01, flush_ms / 1000)
 
-    def stop(self) -> None:
-        super().stop()
-        if self.sampler is not None:
-            self.sampler.stop()
-
-    def _start_sampler(self) -> threading.Thread | None:
-        """Runs the watermark sampler in a thread of this process, producing to this
-        source's topic: Quix lets one source, not two, write a topic, and the model needs
-        samples and commits in one topic under one key.
+    def _start_sampler(self) -> SampledTicks | None:
+        """Starts the watermark sampler in a process of its own (``sampler_process``).
 
         Replicas split the sampling the way they split ``__consumer_offsets``: a topic is
         sampled by the replica that owns offsets partition ``crc32(topic) % N``, so every
         topic has exactly one sampler and adding replicas divides the work."""
-        sampler = self.sampler
-        if sampler is None:
+        if self.sampler is None:
             return None
-        sampler.configure(topic=self.producer_topic, producer=self.producer)
-        sampler.align = self._wait_aligned
-        owned = self._owned
-        sampler.owns_topic = lambda t: owns_topic(t, self._offsets_partitions, owned[0])
-        thread = threading.Thread(target=sampler.start, name="watermark-sampler", daemon=True)
-        thread.start()
-        return thread
+        return SampledTicks(self.sampler, self._offsets_partitions).start()
 
-    def _wait_aligned(self, sampled_at_ms: int) -> bool:
-        """Block the sampler until every commit written before ``sampled_at_ms`` has been
-        forwarded, so the model never sees a sample ahead of the commits it should follow
-        (seen as groups that stopped: false STOPs while this reader catches up on a backlog
-        or runs behind). False after ``align_timeout_s``: the sample is dropped."""
-        cond = self._aligned
-        if cond is None:
-            return True
-        with cond:
-            self._wanted_ms = max(self._wanted_ms, sampled_at_ms)
-            return cond.wait_for(
-                lambda: self._read_through_ms >= sampled_at_ms or not self.running,
-                timeout=self.align_timeout_s,
+    def _produce_samples(self, pending: PendingSamples, now_s: float) -> None:
+        """Takes the sampler's new ticks and produces those the commits are read through
+        (after the commits they follow: one producer keeps them in order)."""
+        if self._ticks is None:
+            return
+        for tick in self._ticks.take():
+            pending.add(tick, now_s)
+        dropped = pending.dropped
+        for sampled_at_ms, messages, fields in pending.due(self._read_through_ms, now_s):
+            header = [(SAMPLER_HEADER, orjson.dumps(fields))]
+            for topic, value in messages:
+                self.produce(key=topic, value=value, headers=header, timestamp=sampled_at_ms)
+        self._wanted_ms = max(self._wanted_ms, pending.wanted_ms)
+        if pending.dropped > dropped:  # counted as the sampler's (lagpilot_sampler_errors_total)
+            self.stats[ALIGN_DROPS] = pending.dropped
+        if pending.dropped > dropped and now_s >= self._drop_logged_s + 60:
+            self._drop_logged_s = now_s
+            log.warning(
+                "%d samples dropped so far: the commits reader is behind (reading a backlog, "
+                "or overloaded); samples resume when it catches up",
+                pending.dropped,
             )
 
     def _caught_up(self, consumer: Any) -> bool:
@@ -201,12 +201,7 @@ class CommitsSource(Source):
         return start if start >= 0 else max(low, 0)
 
     def _read_through(self, ms: int) -> None:
-        cond = self._aligned
-        if cond is None or ms <= self._read_through_ms:
-            return
-        with cond:
-            self._read_through_ms = ms
-            cond.notify_all()
+        self._read_through_ms = max(self._read_through_ms, ms)
 
     def _consumer(self) -> Any:
         from confluent_kafka import Consumer
@@ -278,12 +273,12 @@ class CommitsSource(Source):
     def run(self) -> None:
         die_with_parent()  # a kill -9 of the pipeline must not leave this reader running
         run_id = uuid.uuid4().hex[:12]  # the counters below begin again with each run
-        self._aligned = threading.Condition()
         self._wait_for_model()
         consumer = self._consumer()
         md = consumer.list_topics(self.offsets_topic, timeout=30).topics.get(self.offsets_topic)
         self._offsets_partitions = len(md.partitions) if md is not None and md.partitions else 1
-        sampler_thread = self._start_sampler()
+        self._ticks = ticks = self._start_sampler()
+        pending = PendingSamples(self.align_timeout_s)
         buffer = Coalescer()
         health = GroupHealth(self.health_cfg) if self.health_cfg is not None else None
         resolver = TopicIdResolver(self.broker_config)
@@ -336,8 +331,8 @@ class CommitsSource(Source):
                         own_prefix=self.own_prefix,
                     ).start()
                 )
-            if self.sampler is not None:
-                self.sampler.request_refresh()
+            if ticks is not None:
+                ticks.own(self._owned[0])
 
         def on_revoke(c: Any, partitions: Any) -> None:
             flush(c, commit=True)
@@ -346,8 +341,8 @@ class CommitsSource(Source):
             self._assigned_progress -= progress_parts(partitions)
             if health is not None:
                 health.forget_partitions(offsets_parts(partitions))
-            if self.sampler is not None:
-                self.sampler.request_refresh()
+            if ticks is not None:
+                ticks.own(self._owned[0])
 
         subscribed = [self.offsets_topic, *([self.progress_topic] if self.progress_topic else [])]
         consumer.subscribe(subscribed, on_assign=on_assign, on_revoke=on_revoke)
@@ -395,6 +390,8 @@ class CommitsSource(Source):
                     if scans:
                         _apply_scans(health, scans)
                     self._publish_health(health, resolver, now_ms, resend)
+                if ticks is not None:  # new samples: held until the commits are read through
+                    self._produce_samples(pending, time.monotonic())
                 # "caught up" (positions against the watermarks of every assigned
                 # partition) is asked only while a sample waits for it
                 caught_up = (
@@ -416,16 +413,15 @@ class CommitsSource(Source):
                     # what the broker had when this poll began (less its fetch wait) is read
                     # and forwarded, ahead of any sample taken before then
                     self._read_through(started_ms - FETCH_WAIT_MS)
+                    self._produce_samples(pending, time.monotonic())
             flush(commit=True)
         finally:
             for scan in scans:
                 scan.stop()
             resolver.stop()
             consumer.close()
-            if sampler_thread is not None and self.sampler is not None:
-                self.sampler.stop()
-                self._read_through(2**62)  # release a sampler waiting for alignment
-                sampler_thread.join(timeout=5)
+            if ticks is not None:
+                ticks.stop()
 
 
 def _apply_scans(health: GroupHealth, scans: list[MembershipScan], limit: int = 5000) -> None:

@@ -205,16 +205,18 @@ class SamplerStats:
         d["errors_total"] = self.errors_total
         return d
 
+    def header_fields(self) -> dict[str, Any]:
+        """What the per-message health header holds (a copy: safe to send elsewhere)."""
+        return {
+            "tick": self.ticks,
+            "errors": self.errors_total,
+            "by_kind": dict(self.errors),
+            "sample_ms": self.last_sample_ms,
+        }
+
     def header(self) -> bytes:
         """The compact per-message health header (same bytes for every message of a tick)."""
-        return orjson.dumps(
-            {
-                "tick": self.ticks,
-                "errors": self.errors_total,
-                "by_kind": self.errors,
-                "sample_ms": self.last_sample_ms,
-            }
-        )
+        return orjson.dumps(self.header_fields())
 
 
 def cluster_from_metadata(metadata: Any) -> dict[str, dict[int, int]]:

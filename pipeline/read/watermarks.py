@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
+from pipeline.read.list_offsets import BrokerListOffsets, kafka_python_config
 from pipeline.read.sampling import (
     INTERNAL_TOPICS,
     NS_PER_MS,
@@ -58,6 +59,12 @@ from schemas.cli import (
 
 logger = logging.getLogger(__name__)
 
+#: Ticks the sampler asks per partition (AdminClient) after a per-broker ListOffsets failed.
+BY_BROKER_PAUSE_TICKS = 20
+
+#: One tick's samples: (sample time ms, [(topic, encoded Watermarks)], header fields).
+Tick = tuple[int, list[tuple[str, bytes]], dict[str, Any]]
+
 
 class HighWatermarkSource(Source):
     """A Quix Streams Source producing one ``Watermarks`` message per topic per tick.
@@ -87,6 +94,7 @@ class HighWatermarkSource(Source):
         backoff_initial_ms: int = 250,
         backoff_max_ms: int = 5000,
         stats_log_interval_ms: int = 60_000,
+        list_offsets_per_broker: bool = False,
         shutdown_timeout: float = 10,
     ) -> None:
         super().__init__(name=name, shutdown_timeout=shutdown_timeout)
@@ -121,15 +129,21 @@ class HighWatermarkSource(Source):
         self._selector: TopicSelector | None = None
         self._watched: dict[str, tuple[int, ...]] = {}
         self._request: dict[TopicPartition, OffsetSpec] = {}
+        self._partitions: list[tuple[str, int]] = []  # the same, for the per-broker way
+        self.list_offsets_per_broker = list_offsets_per_broker
+        self._by_broker: BrokerListOffsets | None = None
+        self._by_broker_resume_tick = 0
         self._refresh_now = True
         # Set by the process that runs this sampler when several replicas share the work:
         # a topic is sampled only where ``owns_topic(topic)`` is true.
         self.owns_topic: Callable[[str], bool] | None = None
-        # Set by the process that reads the commits: called with a sample's time before it
-        # is produced, returns once the commits up to then are forwarded (True) or gives
-        # up (False: the sample is dropped, not modelled against stale commits).
-        self.align: Callable[[int], bool] | None = None
         self._last_logged_ns: dict[str, int] = {}
+        # Set where the sampler runs in a process of its own (``pipeline.read.sampler_process``):
+        # each tick's messages go to it, as (sample time, [(topic, value)], header fields),
+        # instead of being produced here: it holds each until the commits written before
+        # the sample time are forwarded (a sample ahead of them shows healthy groups as
+        # stopped), and drops it after ``align_timeout_s``.
+        self.emit: Callable[[Tick], None] | None = None
 
     # -- lifecycle
 
@@ -147,6 +161,14 @@ class HighWatermarkSource(Source):
                 f"broker_config is rejected by the Kafka client: {exc.args[0].str()}; "
                 "fix or remove that key (librdkafka property names, e.g. 'sasl.mechanism')"
             ) from None
+        config = kafka_python_config(self.broker_config)
+        if self.list_offsets_per_broker and config is not None:
+            # a tick's worth of waiting: a partition it cannot answer for (a deleted topic,
+            # a leader moving) is retried inside the call until then, and the AdminClient's
+            # way, which reports it alone, follows in the same tick (a longer wait made the
+            # ticks after a topic's deletion late in the broker tests)
+            timeout_ms = min(self.request_timeout_ms, self.sample_interval_ms)
+            self._by_broker = BrokerListOffsets(config, timeout_ms)
 
     def stats(self) -> dict[str, Any]:
         """The counters (see ``SamplerStats``): samples, errors by kind, durations."""
@@ -196,6 +218,15 @@ class HighWatermarkSource(Source):
             if after >= next_stats_log:
                 logger.info("watermark sampler stats %s", orjson.dumps(self.stats()).decode())
                 next_stats_log = after + self.stats_log_interval_ms * NS_PER_MS
+        if self._by_broker is not None:
+            self._by_broker.close()
+
+    def run_alone(self, emit: Callable[[Tick], None]) -> None:
+        """Sample outside Quix (no producer: each tick goes to ``emit``) until ``stop()``."""
+        self.emit = emit
+        self.setup()
+        self._running = True  # what Quix's Source.start() sets before run()
+        self.run()
 
     # -- one metadata refresh, one tick
 
@@ -226,6 +257,7 @@ class HighWatermarkSource(Source):
                 for t, leaders in watched.items()
                 for p in range(len(leaders))
             }
+            self._partitions = [(tp.topic, tp.partition) for tp in self._request]
         self._watched = watched
         self._stats.metadata_refreshes += 1
         self._stats.topics = len(watched)
@@ -244,28 +276,15 @@ class HighWatermarkSource(Source):
         if not self._request:
             return True
         started_wall, started = time.time_ns(), time.perf_counter_ns()
-        timeout_s = self.request_timeout_ms / 1000
-        try:
-            futures = self._admin.list_offsets(
-                self._request,
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,  # the high watermark, not LSO
-                request_timeout=timeout_s,
-            )
-        except (KafkaException, ValueError, TypeError) as exc:
-            self._fail("list_offsets", exc, "retrying with backoff")
-            return False
-        concurrent.futures.wait(futures.values(), timeout=timeout_s + 1.0)
-        offsets: dict[tuple[str, int], int] = {}
+        offsets = self._offsets_by_broker()
         failed: dict[str, int] = {}
         first_exc: BaseException | None = None
-        for tp, fut in futures.items():
-            err = fut.exception(timeout=0) if fut.done() else TimeoutError()
-            if err is None:
-                offsets[(tp.topic, tp.partition)] = fut.result().offset
-            else:
-                kind = error_kind(err)
-                failed[kind] = failed.get(kind, 0) + 1
-                first_exc = first_exc or err
+        if offsets is None:
+            started_wall, started = time.time_ns(), time.perf_counter_ns()
+            answer = self._offsets_by_partition()
+            if answer is None:
+                return False
+            offsets, failed, first_exc = answer
         # The sample time is the midpoint of the round trip: the broker read the offsets
         # somewhere inside it, and the midpoint halves the worst-case error.
         sampled_at_ms = (started_wall + time.time_ns()) // 2 // NS_PER_MS
@@ -285,14 +304,15 @@ class HighWatermarkSource(Source):
                 sum(failed.values()),
                 failed,
             )
-        if self.align is not None and not self.align(sampled_at_ms):
-            stats.count_error("align", "commits_behind")
-            self._log_limited(
-                "align",
-                logging.WARNING,
-                "sample dropped: the commits reader is behind (reading a backlog, or "
-                "overloaded); samples resume when it catches up",
-            )
+        if self.emit is not None:  # the commits reader aligns and produces them
+            stats.samples += 1
+            tick = [
+                (wm.topic, encode(wm))
+                for wm in build_watermarks(self._watched, offsets, sampled_at_ms)
+            ]
+            stats.messages += len(tick)
+            self.emit((sampled_at_ms, tick, stats.header_fields()))
+            stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
             return True
         stats.samples += 1
         header = [(STATS_HEADER, stats.header())]
@@ -308,6 +328,57 @@ class HighWatermarkSource(Source):
                 stats.messages += 1
         stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
         return True
+
+    def _offsets_by_broker(self) -> dict[tuple[str, int], int] | None:
+        """One ListOffsets per leader broker (``pipeline.read.list_offsets``); None when it
+        is off, paused after a failure, or failed now (the AdminClient's way serves)."""
+        fast = self._by_broker
+        if fast is None or self._stats.ticks < self._by_broker_resume_tick:
+            return None
+        try:
+            return fast.latest(self._partitions)
+        except Exception as exc:  # kafka-python raises several kinds: all mean "not now"
+            self._stats.count_error("list_offsets_by_broker", error_kind(exc))
+            self._by_broker_resume_tick = self._stats.ticks + BY_BROKER_PAUSE_TICKS
+            self._refresh_now = True  # most often the topology moved: re-read it
+            self._log_limited(
+                "list_offsets_by_broker",
+                logging.WARNING,
+                "ListOffsets per broker failed (%r); the next %d ticks ask per partition",
+                exc,
+                BY_BROKER_PAUSE_TICKS,
+            )
+            return None
+
+    def _offsets_by_partition(
+        self,
+    ) -> tuple[dict[tuple[str, int], int], dict[str, int], BaseException | None] | None:
+        """``AdminClient.list_offsets``: the offsets that answered, the failures by kind and
+        the first failure; None when the call itself failed (counted and logged)."""
+        assert self._admin is not None
+        timeout_s = self.request_timeout_ms / 1000
+        try:
+            futures = self._admin.list_offsets(
+                self._request,
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,  # the high watermark, not LSO
+                request_timeout=timeout_s,
+            )
+        except (KafkaException, ValueError, TypeError) as exc:
+            self._fail("list_offsets", exc, "retrying with backoff")
+            return None
+        concurrent.futures.wait(futures.values(), timeout=timeout_s + 1.0)
+        offsets: dict[tuple[str, int], int] = {}
+        failed: dict[str, int] = {}
+        first_exc: BaseException | None = None
+        for tp, fut in futures.items():
+            err = fut.exception(timeout=0) if fut.done() else TimeoutError()
+            if err is None:
+                offsets[(tp.topic, tp.partition)] = fut.result().offset
+            else:
+                kind = error_kind(err)
+                failed[kind] = failed.get(kind, 0) + 1
+                first_exc = first_exc or err
+        return offsets, failed, first_exc
 
     def _fail(self, where: str, exc: BaseException, then: str) -> None:
         kind = error_kind(exc)

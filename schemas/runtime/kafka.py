@@ -7,6 +7,7 @@ finds it in each; ``waiting_may_fix`` is the rule the long-running loops retry o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -34,3 +35,26 @@ def waiting_may_fix(exc: BaseException) -> bool:
     if err is None or err.retriable():
         return True
     return not (err.fatal() or is_denied(err))
+
+
+#: librdkafka setting -> kafka-python keyword, for the TLS/SASL settings both clients know
+KAFKA_PYTHON_NAMES = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+}
+
+
+def kafka_python_unsupported(config: Mapping[str, Any]) -> list[str]:
+    """The TLS/SASL settings of a librdkafka config that kafka-python cannot honour."""
+    return sorted(
+        k
+        for k in config
+        if k not in KAFKA_PYTHON_NAMES and k.startswith(("ssl.", "sasl.", "security."))
+    )

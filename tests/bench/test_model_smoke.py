@@ -26,3 +26,9 @@ def test_model_bench_smoke(tmp_path: Path) -> None:
     assert result["columnar_ms_per_tick"] > 0 and result["per_group_ms_per_tick"] > 0
     per_group, columnar = result["per_group_ms_per_tick"], result["columnar_ms_per_tick"]
     assert abs(result["ratio"] - per_group / columnar) <= 0.01 * max(1.0, result["ratio"])
+    rebuilt = result["rebuilt_ms_per_tick"]
+    assert rebuilt > 0
+    assert abs(result["ratio_vs_rebuilt"] - rebuilt / columnar) <= 0.01 * max(
+        1.0, rebuilt / columnar
+    )
+    assert result["load_avg_1m_before"] >= 0 and result["blas_threads"]

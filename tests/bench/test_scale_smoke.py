@@ -19,6 +19,9 @@ KEYS = {
     "two_replicas",
     "scaling_ratio",
     "replicas_for_10k_x_100",
+    "per_core_commits_per_s",
+    "group_partition_ticks_per_core_s",
+    "false_alarms",
 }
 
 
@@ -56,3 +59,12 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert step["full_scrapes"] >= 1  # as Prometheus would: every family rendered
     assert one["max_sustained_commits_per_s"] == r["steady_commit_rate"]
     assert one["cpu_cores"] > 0 and 0 < one["rss_mib"] < 1024
+    # every group of the load is healthy: a held step raised no alarm, and the per-core
+    # figures come from the step's own CPU
+    assert step["false_alarms"] == 0 == r["false_alarms"], step["false_alarms_by_kind"]
+    assert (
+        abs(r["per_core_commits_per_s"] * step["cpu_cores"] - step["consumed_per_s"])
+        <= 0.05 * step["consumed_per_s"] + 1
+    )
+    assert r["group_partition_ticks_per_core_s"] > 0
+    assert len(step["load_average"]) == 2

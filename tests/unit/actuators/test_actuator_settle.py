@@ -18,10 +18,15 @@ from actuators import runner as runner_mod
 from actuators.runner import Runner
 
 
-def _err(*, retriable: bool = False, abort: bool = False, fatal: bool = False) -> KafkaError:
+def _err(
+    *,
+    retriable: bool = False,
+    abort: bool = False,
+    fatal: bool = False,
+    code: int = KafkaError._TIMED_OUT,
+) -> KafkaError:
     return KafkaError(
-        KafkaError._TIMED_OUT, "1 message(s) timed out", fatal=fatal, retriable=retriable,
-        txn_requires_abort=abort,
+        code, "1 message(s) timed out", fatal=fatal, retriable=retriable, txn_requires_abort=abort
     )  # fmt: skip
 
 
@@ -52,6 +57,7 @@ def _runner(producer: _Producer) -> Runner:
     r._producer = producer
     r.settings = SimpleNamespace(actuator_id="a1")  # type: ignore[assignment]
     r._stop = _NoWait()  # type: ignore[assignment]
+    r._renewed_at = float("-inf")
     return r
 
 
@@ -84,11 +90,55 @@ def test_a_commit_retry_that_turns_abortable_aborts() -> None:
     assert p.calls == ["commit", "abort"]
 
 
-def test_fenced_or_fatal_ends_the_actuator_with_the_fix() -> None:
+def test_fenced_again_soon_after_a_renewal_is_a_twin_and_ends_the_actuator() -> None:
     p = _Producer(commits=[], aborts=[])
+    r = _runner(p)
+    r._renewed_at = runner_mod.time.monotonic()
     with pytest.raises(RuntimeError, match="LAGPILOT_ACTUATOR_ID"):
-        _runner(p)._settle(_err(fatal=True))
+        r._settle(_err(fatal=True, code=KafkaError._FENCED))
     assert p.calls == []
+
+
+class _Renewed:
+    """A new transactional producer: records its config and init_transactions calls."""
+
+    made: list[_Renewed] = []
+
+    def __init__(self, config: dict[str, object]) -> None:
+        self.config = config
+        self.inits: list[float] = []
+        _Renewed.made.append(self)
+
+    def init_transactions(self, timeout: float) -> None:
+        self.inits.append(timeout)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # seen in bench-faults row 2: after a coordinator's node restarted, the abort was
+        # answered INVALID_TXN_STATE (neither retriable nor abortable) ...
+        _err(code=KafkaError.INVALID_TXN_STATE),
+        # ... or "fenced": the coordinator expired the transaction while the node was down
+        _err(fatal=True, code=KafkaError._FENCED),
+    ],
+    ids=["invalid_txn_state", "fenced_by_a_timeout"],
+)
+def test_a_transaction_the_producer_cannot_end_is_ended_by_a_new_producer(
+    monkeypatch: pytest.MonkeyPatch, answer: KafkaError
+) -> None:
+    _Renewed.made = []
+    monkeypatch.setattr(runner_mod, "Producer", _Renewed)
+    p = _Producer(commits=[], aborts=[answer])
+    r = _runner(p)
+    r._renewed_at = float("-inf")
+    r._producer_config = {"transactional.id": "lagpilot-actuator-a1"}
+    assert r._settle(_err(abort=True)) is False
+    assert p.calls == ["abort"]
+    [renewed] = _Renewed.made
+    assert renewed.inits == [30]
+    assert renewed.config["transactional.id"] == "lagpilot-actuator-a1"
+    assert r._producer is renewed
 
 
 def test_a_broker_away_longer_than_the_settle_window_is_an_error(

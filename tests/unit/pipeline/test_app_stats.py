@@ -6,7 +6,7 @@ import orjson
 
 from pipeline.app import SourceStats
 from pipeline.metrics import PipelineMetrics
-from pipeline.read.commits import RUN_KEY, STATS_HEADER
+from pipeline.read.commits import ALIGN_DROPS, RUN_KEY, STATS_HEADER
 from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
 
 
@@ -36,3 +36,14 @@ def test_samples_dropped_while_the_commits_reader_is_behind_are_counted():
         raw = orjson.dumps({"tick": 9, "errors": n, "by_kind": {"align:commits_behind": n}})
         stats(None, None, 0, [(SAMPLER_HEADER, raw)])
     assert m.sampler_errors.labels("align", "commits_behind")._value.get() == 3
+
+
+def test_samples_the_commits_reader_dropped_are_counted_from_its_own_header():
+    # the reader holds the samples now: its drops reach the metric even when no sample
+    # (whose header would carry them) goes out at all
+    m = PipelineMetrics()
+    stats = SourceStats(m)
+    for n in (2, 5, 4):
+        raw = orjson.dumps({"commit": 10, ALIGN_DROPS: n, RUN_KEY: "a"})
+        stats(None, None, 0, [(STATS_HEADER, raw)])
+    assert m.sampler_errors.labels("align", "commits_behind")._value.get() == 5

@@ -21,7 +21,7 @@ import orjson
 from confluent_kafka import Message
 
 from actuators.workers import (
-    Context,
+    EffectGuard,
     PoolWorker,
     PostgresDedupeStore,
     SQLiteDedupeStore,
@@ -78,7 +78,7 @@ def read_ledger(args: Any, sql: str) -> list[tuple[Any, ...]]:
 
 
 def make_handler(name: str):
-    def handle(msg: Message, ctx: Context) -> None:
+    def handle(msg: Message, ctx: EffectGuard) -> None:
         body = orjson.loads(msg.value() or b"{}")
         time.sleep(body.get("work_s", 0.0))  # a heavy payload takes a while
         store = ctx.store

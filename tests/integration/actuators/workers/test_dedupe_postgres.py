@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from actuators.workers import Claim, Context, InDoubtError, SQLiteDedupeStore
+from actuators.workers import Claim, EffectGuard, InDoubtError, SQLiteDedupeStore
 from actuators.workers.dedupe_pg import MIGRATIONS, PostgresDedupeStore
 
 
@@ -23,8 +23,8 @@ def table() -> str:
     return f"dd_{uuid.uuid4().hex[:10]}"
 
 
-def ctx(store: Any, offset: int = 7) -> Context:
-    return Context(f"g/t/0/{offset}", "g", "t", 0, offset, 1, store)
+def ctx(store: Any, offset: int = 7) -> EffectGuard:
+    return EffectGuard(f"g/t/0/{offset}", "g", "t", 0, offset, 1, store)
 
 
 def effects(dsn: str, table: str) -> list[tuple[str, str]]:
@@ -138,7 +138,7 @@ def test_concurrent_hosts_run_each_effect_once(postgres_dsn: str, table: str) ->
                 db.execute(f"INSERT INTO {table}_fx (key, host) VALUES (%s, %s)", (key, str(i)))
 
             c.once_sql(write)
-            c2 = Context(f"once/{n}", "g", "t", 0, n, 1, stores[i])
+            c2 = EffectGuard(f"once/{n}", "g", "t", 0, n, 1, stores[i])
             c2.once(functools.partial(ran.append, c2.key), in_doubt="skip")
 
     threads = [threading.Thread(target=host, args=(i,)) for i in range(8)]
@@ -151,6 +151,49 @@ def test_concurrent_hosts_run_each_effect_once(postgres_dsn: str, table: str) ->
     assert sorted(ran) == sorted(f"once/{n}" for n in range(50))
     for s in stores:
         s.close()
+
+
+def test_once_sql_groups_lanes_and_a_raising_fn_reruns_only_its_neighbours(
+    postgres_dsn: str, table: str
+) -> None:
+    """16 lanes on one writer share group transactions; one lane's fn raises, so its group
+    rolls back and the others run again: every other effect exactly once, the raising one
+    never, and each call returns after the commit that holds its effect."""
+    make_effects_table(postgres_dsn, table)
+    store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
+    barrier = threading.Barrier(16)
+    results: dict[int, object] = {}
+
+    def lane(i: int) -> None:
+        barrier.wait()
+        c = ctx(store, i)
+
+        def write(db: Any) -> None:
+            db.execute(f"INSERT INTO {table}_fx (key, host) VALUES (%s, 'h')", (c.key,))
+            if i == 5:
+                raise RuntimeError("tool down")
+
+        try:
+            results[i] = c.once_sql(write)
+        except RuntimeError as exc:
+            results[i] = exc
+            return
+        with psycopg.connect(postgres_dsn) as db:  # committed: another connection sees it
+            n = db.execute(f"SELECT count(*) FROM {table}_fx WHERE key = %s", (c.key,))
+            assert n.fetchone() == (1,)
+
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert isinstance(results.pop(5), RuntimeError)
+    assert results == {i: True for i in range(16) if i != 5}
+    keys = sorted(k for k, _ in effects(postgres_dsn, table))
+    assert keys == sorted(f"g/t/0/{i}" for i in range(16) if i != 5)
+    assert store.state("g/t/0/5") is None
+    assert ctx(store, 3).once_sql(lambda db: None) is False  # done stays done
+    store.close()
 
 
 def test_a_partition_moving_to_another_host_repeats_its_effect_with_per_host_sqlite_but_not_with_postgres(  # noqa: E501

@@ -7,7 +7,7 @@ import time
 
 from confluent_kafka import Message, Producer
 
-from actuators.workers import Context, MemoryDedupeStore, Worker
+from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from schemas import encode
 from tests.integration.actuators.workers.workers_broker import (
     KEY,
@@ -26,7 +26,7 @@ def test_halt_resume_spread_restore_within_one_second(
     processed: list[float] = []
     lock = threading.Lock()
 
-    def handle(msg: Message, ctx: Context) -> None:
+    def handle(msg: Message, ctx: EffectGuard) -> None:
         with lock:
             processed.append(time.monotonic())
 

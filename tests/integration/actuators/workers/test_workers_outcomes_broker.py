@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message
 
-from actuators.workers import Context, MemoryDedupeStore, Worker
+from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from schemas import decode, validate
 from tests.integration.actuators.workers.workers_broker import (
     KEY,
@@ -48,7 +48,7 @@ def test_halt_is_reported_by_each_instance_and_a_spread_by_its_owner(
     group = f"{unique_name}-g"
     create_topics(kafka_bootstrap, (topic, 2), (control, 1), (outcomes, 1))
 
-    def handle(msg: Message, ctx: Context) -> None:
+    def handle(msg: Message, ctx: EffectGuard) -> None:
         return None
 
     workers = [

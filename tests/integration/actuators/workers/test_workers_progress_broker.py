@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Message, Producer
 
-from actuators.workers import Context, MemoryDedupeStore, Worker
+from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from schemas import validate
 from tests.integration.actuators.workers.workers_broker import KEY, create_topics, wait_until
 
@@ -54,7 +54,7 @@ def test_reports_show_the_stuck_prefix_long_before_a_commit_and_release_on_stop(
     create_topics(kafka_bootstrap, (topic, 1), (control, 1), (progress, 1))
     gate = threading.Event()
 
-    def handle(msg: Message, ctx: Context) -> None:
+    def handle(msg: Message, ctx: EffectGuard) -> None:
         if msg.key() == b"pdf":
             gate.wait(20)  # a handler stuck on one message
 

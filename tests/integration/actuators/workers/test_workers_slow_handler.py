@@ -6,7 +6,7 @@ import time
 
 from confluent_kafka import Consumer, Message, Producer
 
-from actuators.workers import Context, MemoryDedupeStore, Worker
+from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from tests.integration.actuators.workers.workers_broker import (
     KEY,
     committed,
@@ -23,7 +23,7 @@ def test_handler_longer_than_max_poll_interval_causes_no_rebalance(
     create_topics(kafka_bootstrap, (topic, 1), (control, 1))
     done: list[int] = []
 
-    def handle(msg: Message, ctx: Context) -> None:
+    def handle(msg: Message, ctx: EffectGuard) -> None:
         if msg.key() == b"pdf":
             time.sleep(8.0)  # > max.poll.interval.ms = 6000
         done.append(msg.offset() or 0)

@@ -266,3 +266,34 @@ def test_unreachable_broker_is_counted_and_retried_with_backoff_never_fatal(
     assert 2 <= attempts <= 6, stats
     assert stats["errors_total"] == attempts
     assert source.captured == []
+
+
+def test_list_offsets_per_broker_matches_the_admin_client_and_keeps_its_beat(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    admin = _admin(kafka_bootstrap)
+    six = f"{unique_name}-six"
+    _create(admin, {six: 6})
+    _produce(kafka_bootstrap, {(six, 0): 3, (six, 2): 7, (six, 5): 1})
+    source = CapturingSource(
+        f"{unique_name}-wm",
+        {"bootstrap.servers": kafka_bootstrap},
+        include=re.escape(six),
+        sample_interval_ms=250,
+        list_offsets_per_broker=True,
+    )
+    thread = _run_in_thread(source)
+    try:
+        _wait_for(lambda: source.latest(six), 15, "the first sample")
+        _produce(kafka_bootstrap, {(six, 1): 4})
+        _wait_for(lambda: source.hwms(six) == [3, 4, 7, 0, 0, 1], 5, "the new records seen")
+        first = len(source.captured)
+        time.sleep(2.0)
+        ticks = len(source.captured) - first
+    finally:
+        source.stop()
+        thread.join(5)
+    assert source.hwms(six) == _list_offsets(admin, six, 6)
+    # the per-broker way answered every tick (a failure would count an error and fall back)
+    assert not any(k.startswith("list_offsets_by_broker") for k in source.stats()["errors"])
+    assert 6 <= ticks <= 10, ticks  # 8 ticks in 2 s at 250 ms

@@ -10,7 +10,7 @@ import pytest
 
 from actuators.workers import (
     Claim,
-    Context,
+    EffectGuard,
     InDoubtError,
     MemoryDedupeStore,
     SQLiteDedupeStore,
@@ -18,8 +18,8 @@ from actuators.workers import (
 )
 
 
-def ctx(store, key: str = "g/t/0/1") -> Context:
-    return Context(key, "g", "t", 0, 1, 1, store)
+def ctx(store, key: str = "g/t/0/1") -> EffectGuard:
+    return EffectGuard(key, "g", "t", 0, 1, 1, store)
 
 
 def test_idempotency_key_prefers_the_producer_header() -> None:

@@ -228,3 +228,20 @@ def test_a_repeated_offset_is_not_run_twice() -> None:
     assert rec.gate is not None
     rec.gate.set()
     d.shutdown()
+
+
+def test_a_batch_is_queued_in_order_and_counts_what_it_drops() -> None:
+    """One batch over two partitions: repeats and a closing partition's messages are dropped
+    and counted; the rest run in key order and every partition's position reaches its end."""
+    rec = Recorder()
+    d = LaneExecutor(rec, max_workers=8, default_lanes=4)
+    d.submit(Msg(0, b"x", _partition=1))
+    d.begin_close(("t", 1))
+    batch = [Msg(o, bytes([97 + o % 3])) for o in range(30)]
+    batch += [Msg(29, b"a"), Msg(5, b"z", _partition=1)]  # a repeat; a closing partition
+    assert d.submit_many(batch) == 2
+    wait_for(lambda: d.position(("t", 0)) == 30)
+    assert rec.overlaps == 0
+    assert rec.order[b"a"] == list(range(0, 30, 3))
+    assert d.submit_many([Msg(3, b"a")]) == 1  # below the done position: an old fetch
+    d.shutdown()

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from actuators.workers import Context, InDoubtError, MemoryDedupeStore, PoolWorker, Worker
+from actuators.workers import EffectGuard, InDoubtError, MemoryDedupeStore, PoolWorker, Worker
 from schemas import ConfigError
 
 KEY = b"workers-unit-test-key-0123456789"
@@ -94,7 +94,7 @@ def test_a_failing_handler_is_retried_then_handed_to_on_failure() -> None:
     attempts: list[int] = []
     failures: list[tuple[int, str]] = []
 
-    def handle(msg: Any, ctx: Context) -> None:
+    def handle(msg: Any, ctx: EffectGuard) -> None:
         attempts.append(ctx.attempt)
         raise OSError("tool down")
 
@@ -108,7 +108,7 @@ def test_a_failing_handler_is_retried_then_handed_to_on_failure() -> None:
 def test_in_doubt_is_not_retried_and_a_flaky_handler_succeeds() -> None:
     calls: list[str] = []
 
-    def handle(msg: Any, ctx: Context) -> None:
+    def handle(msg: Any, ctx: EffectGuard) -> None:
         calls.append(ctx.key)
         if msg.offset() == 1:
             raise InDoubtError("unknown")

@@ -66,3 +66,24 @@ def test_position_is_first_unfinished_for_any_completion_order(n: int, rnd) -> N
         unfinished = [x for x in offsets if x not in finished]
         want = unfinished[0] if unfinished else offsets[-1] + 1
         assert t.position == want
+
+
+@given(st.lists(st.tuples(st.sampled_from(["deliver", "done", "forget"]), st.integers(0, 40))))
+def test_in_flight_counts_delivered_unfinished_offsets(ops: list[tuple[str, int]]) -> None:
+    """The kept count equals a recount of delivered, unfinished, not forgotten offsets,
+    whatever order deliveries, completions (repeats, unknown offsets) and forgets come in."""
+    t = OffsetTracker()
+    unfinished: set[int] = set()
+    last = -1
+    for op, n in ops:
+        if op == "deliver":
+            last += 1 + n % 3  # ascending, with gaps
+            t.delivered(last)
+            unfinished.add(last)
+        elif op == "done":
+            t.done(n)
+            unfinished.discard(n)
+        else:
+            t.forget_after(n)
+            unfinished = {o for o in unfinished if o < n}
+        assert t.in_flight == len(unfinished)

@@ -1,0 +1,135 @@
+"""The watermark sampler in a process of its own, beside the commits reader.
+
+In a thread of the commits reader's process, the sampler shares one interpreter lock with
+the decoding of every commit: at tens of thousands of commits/s it is the first to fall
+behind its 250 ms grid (each tick builds one ListOffsets future per partition in Python).
+Here it has its own process and keeps its beat; the commits reader only takes each tick's
+encoded samples (``SampledTicks.take``), holds them until every commit written before the
+sample time is forwarded (``PendingSamples``: samples stay aligned with the commits they
+follow) and produces them with its own producer, so a topic's samples and commits reach
+the model in order under one key.
+
+Replicas split the sampling the way they split ``__consumer_offsets``: the reader tells
+the sampler which offsets partitions it owns (``own``), and a topic is sampled where
+``crc32(topic) % N`` is owned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from collections import deque
+from typing import Any
+
+from pipeline.read.coalesce import owns_topic
+from pipeline.read.watermarks import HighWatermarkSource, Tick
+
+log = logging.getLogger(__name__)
+
+#: Ticks waiting in the pipe between the sampler and the reader: a reader that stops
+#: taking them (stuck in a rebalance) must not grow the sampler's memory; the newest wait.
+MAX_QUEUED_TICKS = 16
+
+
+class SampledTicks:
+    """The parent's handle on the sampler process: start, ownership, ticks, stop."""
+
+    def __init__(self, sampler: HighWatermarkSource, offsets_partitions: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._ctl: Any = ctx.Queue()
+        self._out: Any = ctx.Queue(MAX_QUEUED_TICKS)
+        self._proc = ctx.Process(
+            target=_serve,
+            args=(sampler, offsets_partitions, self._ctl, self._out),
+            name="watermark-sampler",
+            daemon=True,  # ends with the commits reader's process
+        )
+
+    def start(self) -> SampledTicks:
+        self._proc.start()
+        return self
+
+    def own(self, partitions: frozenset[int]) -> None:
+        """The offsets partitions this replica reads now: the sampler re-reads metadata and
+        samples the topics they own."""
+        self._ctl.put(("own", sorted(partitions)))
+
+    def take(self) -> list[Tick]:
+        """The ticks sampled since the last call (never blocks)."""
+        out = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                out.append(self._out.get_nowait())
+        return out
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        with contextlib.suppress(Exception):
+            self._ctl.put(None)
+        self._proc.join(timeout_s)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(1)
+
+
+def _serve(sampler: HighWatermarkSource, offsets_partitions: int, ctl: Any, out: Any) -> None:
+    """The child: sample on the grid; ownership updates and the stop arrive on ``ctl``."""
+    owned = [frozenset[int]()]
+    sampler.owns_topic = lambda t: owns_topic(t, offsets_partitions, owned[0])
+
+    def control() -> None:
+        while True:
+            msg = ctl.get()
+            if msg is None:
+                sampler.stop()
+                return
+            owned[0] = frozenset(msg[1])
+            sampler.request_refresh()
+
+    def emit(tick: Tick) -> None:
+        try:
+            out.put_nowait(tick)
+        except queue.Full:  # the reader is not taking ticks: this one is lost, not queued
+            sampler._stats.count_error("align", "reader_busy")
+
+    threading.Thread(target=control, name="sampler-control", daemon=True).start()
+    sampler.run_alone(emit)
+
+
+class PendingSamples:
+    """Ticks held until the commits before them are forwarded (pure: times passed in).
+
+    ``add`` a tick as it arrives; ``due(read_through_ms, now_s)`` gives the ticks whose
+    sample time the reader has read through (to produce) and counts those that waited
+    longer than ``timeout_s`` (dropped: a sample modelled against stale commits would show
+    healthy groups as stopped). The reader reports ``dropped`` in its own counters: they
+    reach the metrics even when no sample goes out at all."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._held: deque[tuple[float, Tick]] = deque()
+        self.dropped = 0
+
+    def add(self, tick: Tick, now_s: float) -> None:
+        self._held.append((now_s, tick))
+
+    @property
+    def wanted_ms(self) -> int:
+        """The latest sample time waiting (0: none): what the reader must read through."""
+        return self._held[-1][1][0] if self._held else 0
+
+    def due(self, read_through_ms: int, now_s: float) -> list[Tick]:
+        ready = []
+        while self._held:
+            arrived, tick = self._held[0]
+            if tick[0] <= read_through_ms:
+                ready.append(tick)
+            elif now_s - arrived > self.timeout_s:
+                self.dropped += 1
+            else:
+                break
+            self._held.popleft()
+        return ready

@@ -1,0 +1,105 @@
+"""What the model carries from tick to tick gives the numbers computing everything again
+would: the time lags kept for partitions that did not move, the rate window's buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.model.config import LagConfig
+from pipeline.model.events import TopicObservation
+from pipeline.model.fits import Fit
+from pipeline.model.history import first_beyond, time_lag_s
+from pipeline.model.lag import TopicModel
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 70),
+    st.integers(1, 6),
+    st.lists(st.integers(-2, 400), min_size=1, max_size=40),
+    st.randoms(use_true_random=False),
+)
+def test_the_lockstep_search_finds_what_searchsorted_finds(rows, width, offsets, rnd) -> None:
+    hw = np.sort(np.array([[rnd.randint(0, 300) for _ in range(width)] for _ in range(rows)]), 0)
+    pi = np.array([rnd.randrange(width) for _ in offsets], np.int64)
+    c = np.array(offsets, np.int64)
+    want = [np.searchsorted(hw[:, p], v, side="right") for p, v in zip(pi, c, strict=True)]
+    assert first_beyond(hw, pi, c).tolist() == want
+
+
+def _run(seed: int, ticks: int, check: Callable[[TopicModel, TopicObservation, int], None]) -> None:
+    """A topic of 3 partitions, 4 groups committing at random, some idle, one joining late,
+    one forgetting a partition; samples every 250 ms, compaction and growth included."""
+    rnd = np.random.default_rng(seed)
+    cfg = LagConfig(history_min_gap_s=0.3, history_error_ratio=0.05)
+    m = TopicModel("t", cfg)
+    hw = np.zeros(3, np.int64)
+    committed = np.zeros((4, 3), np.int64)
+    t = 1_000_000
+    for i in range(ticks):
+        t += 250
+        hw += rnd.integers(0, 30, 3) * (rnd.random(3) < 0.7)
+        for g in range(4 if i > 40 else 3):
+            if rnd.random() < 0.25:
+                p = int(rnd.integers(0, 3))
+                committed[g, p] = min(hw[p], committed[g, p] + int(rnd.integers(0, 60)))
+                m.commit(f"g{g}", p, int(committed[g, p]), t - int(rnd.integers(1, 400)))
+        if i == 120:
+            m.forget("g1", 2)
+        m.add_sample(t, hw.tolist())
+        check(m, m.observe(t), t)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000))
+def test_time_lags_carried_between_ticks_equal_time_lags_computed_afresh(seed: int) -> None:
+    def check(m: TopicModel, obs: TopicObservation, t: int) -> None:
+        tl, how = time_lag_s(m.t_ms, m.hw, obs.committed, t)
+        assert np.array_equal(obs.time_lag_s, tl)
+        assert np.array_equal(obs.time_lag_source, how)
+
+    _run(seed, 200, check)
+
+
+def rates_afresh(m: TopicModel, now_ms: int) -> dict[str, np.ndarray]:
+    """The fits as the model computed them before its window kept buffers: from the window's
+    rows, every mask and difference rebuilt (``Fit`` over the rows, rows last)."""
+    width, cfg = m.width, m.cfg
+    hw_now, c = m.hw[-1], m.committed[:, :width]
+    x = (m.w_t - now_ms) / 1000.0
+    w_c = np.ascontiguousarray(m.w_c[:, :, :width].transpose(0, 2, 1))
+    w_hw = np.ascontiguousarray(m.w_hw.T)
+    valid = w_c >= 0
+    mask = valid.astype(np.float64)
+    fit = Fit(x, mask)
+    wlag = np.where(valid, np.maximum(w_hw[None, :, :] - w_c, 0), 0).astype(np.float64)
+    is_recent = x >= -cfg.recent_s
+    recent = Fit(x, mask * is_recent)
+    return {
+        "produce": Fit(x, np.ones_like(w_hw, np.float64)).slope(w_hw - hw_now[:, None]),
+        "consume": fit.slope(np.where(valid, w_c - c[:, :, None], 0).astype(np.float64)),
+        "lag_rate": fit.slope(wlag),
+        "accel": fit.accel(wlag),
+        "recent_rate": np.where(recent.s[0] >= 4, recent.slope(wlag * is_recent), np.nan),
+    }
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000))
+def test_the_window_buffers_fit_what_the_rows_rebuilt_each_tick_fit(seed: int) -> None:
+    """Late commits, a forgotten partition, a group joining, the buffers moving: the rates
+    and acceleration from the kept buffers are those of the rows rebuilt from scratch."""
+
+    def check(m: TopicModel, obs: TopicObservation, t: int) -> None:
+        want = rates_afresh(m, t)
+        got = m._win.fits(t, m.hw[-1], m.committed[:, : m.width], m.cfg.recent_s)
+        for k, v in want.items():
+            assert np.allclose(getattr(got, k), v, rtol=1e-9, atol=1e-6, equal_nan=True), k
+        assert np.array_equal(obs.lag_rate_per_s, got.lag_rate)
+        assert np.array_equal(obs.consume_rate_per_s, got.consume)
+
+    _run(seed, 160, check)
