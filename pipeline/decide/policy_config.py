@@ -5,9 +5,10 @@ Validated once, at load, with no I/O afterwards: every error names the key (as
 write instead. Unknown keys are errors, because a typo such as ``actions_per_minte`` must
 not silently remove a safety rail.
 
-The actuator reads ``mode`` and the ``[allow]`` section of the same file with its own parser,
-so ``[allow]`` keeps exactly two keys: ``partition_topics`` and ``throttle_client_ids``
-(lists of fnmatch globs).
+The file is read, and ``mode`` and ``[allow]`` validated, by ``schemas.policy_file``, the
+reading the actuator shares (it takes only ``mode`` and ``[allow]``); so ``[allow]`` keeps
+exactly two keys: ``partition_topics`` and ``throttle_client_ids`` (lists of fnmatch globs).
+Every other table has its own reader here.
 
 Environment overrides (applied over the file, validated the same way):
 
@@ -27,7 +28,6 @@ Any other ``LAGPILOT_POLICY_*`` variable is an error (a misspelt override would 
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,8 @@ from pipeline.decide.policy_types import (
     Producer,
     Thresholds,
 )
-from schemas import ActionType, ConfigError, Mode
+from schemas import ActionType, ConfigError
+from schemas.policy_file import parse_allow, parse_mode, read_policy_file
 
 # -- validation helpers: each names its key and the fix -------------------------------------
 
@@ -55,19 +56,17 @@ class _TableReader:
         self.path = path
         self.origins = origins
         if not isinstance(table, dict):
-            raise ConfigError(
-                f"{self._name(None)}: must be a table (got {table!r}); write [{path}]"
-            )
+            raise ConfigError(f"{self.name(None)}: must be a table (got {table!r}); write [{path}]")
         self.table = table
         self.used: set[str] = set()
 
-    def _name(self, key: str | None) -> str:
+    def name(self, key: str | None) -> str:
         dotted = f"{self.path}.{key}" if key and self.path else (key or self.path)
         origin = self.origins.get(dotted)
         return f"policy.{dotted}" + (f" (from {origin})" if origin else "")
 
     def fail(self, key: str, problem: str, fix: str) -> ConfigError:
-        return ConfigError(f"{self._name(key)}: {problem}; {fix}")
+        return ConfigError(f"{self.name(key)}: {problem}; {fix}")
 
     def get(self, key: str, default: Any) -> Any:
         self.used.add(key)
@@ -249,13 +248,7 @@ def config_from_mapping(
     top = _TableReader(data, "", origins)
     d = PolicyConfig()
 
-    mode = top.get("mode", d.mode.value)
-    if mode not in {m.value for m in Mode}:
-        raise top.fail(
-            "mode",
-            f"must be observe, recommend or act (got {mode!r})",
-            'set mode = "recommend" to publish recommendations only',
-        )
+    mode = parse_mode(top.get("mode", d.mode.value), top.name("mode"))
     version = top.string("policy_version", d.policy_version) or d.policy_version
 
     th = _TableReader(top.get("thresholds", {}), "thresholds", origins)
@@ -311,10 +304,7 @@ def config_from_mapping(
             "raise lease_s or lower cooldowns.throttle_producer",
         )
 
-    al = _TableReader(top.get("allow", {}), "allow", origins)
-    partition_topics = al.strings("partition_topics", ())
-    client_ids = al.strings("throttle_client_ids", ())
-    al.done()
+    allow = parse_allow(top.get("allow", {}))  # the same reading as the actuator's
 
     producers = _producers(top.get("producers", {}), origins)
 
@@ -393,7 +383,7 @@ def config_from_mapping(
     top.done()
 
     return PolicyConfig(
-        mode=Mode(mode),
+        mode=mode,
         policy_version=version,
         default_thresholds=default,
         overrides=overrides,
@@ -404,8 +394,8 @@ def config_from_mapping(
         throttle_floor_bytes_per_s=floor,
         throttle_step_ratio=step,
         throttle_lease_s=lease,
-        partition_topics=partition_topics,
-        throttle_client_ids=client_ids,
+        partition_topics=allow.partition_topics,
+        throttle_client_ids=allow.throttle_client_ids,
         producers=producers,
         broker_ids=tuple(sorted(set(ids))),
         enabled=frozenset(enabled),
@@ -433,15 +423,4 @@ def load_policy_config(
     """Read ``path`` (or ``$LAGPILOT_POLICY_FILE``; built-in defaults when neither is set)."""
     env = os.environ if env is None else env
     path = path or env.get(FILE_ENV) or None
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(
-                f"{FILE_ENV}={path}: cannot be read ({exc.strerror}); point it at "
-                "the policy TOML file, e.g. deploy/policy.example.toml"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax there") from None
-    return config_from_mapping(data, env)
+    return config_from_mapping(read_policy_file(path) if path is not None else {}, env)
