@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from schemas import ConfigError, Mode
 from schemas import topics as topic_names
+from schemas.policy_file import parse_allow, parse_mode, read_policy_file
 from schemas.runtime import env as env_values
 from schemas.runtime.allow import AllowList
 from schemas.runtime.kafka import KAFKA_PYTHON_NAMES as _KAFKA_PYTHON_NAMES
@@ -54,59 +53,17 @@ class Policy:
     allow: AllowList = field(default_factory=AllowList)
 
 
-def _globs(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(
-            f"policy.allow.{key}: must be a list of non-empty glob strings (got {value!r}); "
-            f'e.g. {key} = ["orders*"]'
-        )
-    return tuple(value)
-
-
 def parse_policy(doc: Mapping[str, Any]) -> Policy:
     """`mode` and `[allow]` from a parsed policy TOML document (other keys are the pipeline's)."""
-    raw_mode = doc.get("mode", Mode.RECOMMEND.value)
-    try:
-        mode = Mode(raw_mode)
-    except ValueError:
-        raise ConfigError(
-            f"policy.mode: must be one of observe, recommend, act (got {raw_mode!r}); "
-            'set mode = "act" to let the actuator apply actions'
-        ) from None
-    allow = doc.get("allow", {})
-    if not isinstance(allow, Mapping):
-        raise ConfigError(
-            f"policy.allow: must be a table (got {type(allow).__name__}); write it as [allow]"
-        )
-    unknown = set(allow) - {"partition_topics", "throttle_client_ids"}
-    if unknown:
-        raise ConfigError(
-            f"policy.allow.{sorted(unknown)[0]}: unknown key; the actuator knows "
-            "partition_topics and throttle_client_ids (check the spelling)"
-        )
     return Policy(
-        mode=mode,
-        allow=AllowList(
-            partition_topics=_globs(allow.get("partition_topics", []), "partition_topics"),
-            throttle_client_ids=_globs(allow.get("throttle_client_ids", []), "throttle_client_ids"),
-        ),
+        mode=parse_mode(doc.get("mode", Mode.RECOMMEND.value)),
+        allow=parse_allow(doc.get("allow", {})),
     )
 
 
 def load_policy(path: str | None) -> Policy:
     """The policy file's mode and allow-lists; without a file: recommend mode, allow nothing."""
-    if not path:
-        return Policy()
-    try:
-        doc = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(
-            f"LAGPILOT_POLICY_FILE={path} cannot be read ({exc.strerror}); point it at the "
-            "policy TOML the pipeline uses (see deploy/policy.example.toml)"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"LAGPILOT_POLICY_FILE={path} is not valid TOML: {exc}") from None
-    return parse_policy(doc)
+    return parse_policy(read_policy_file(path)) if path else Policy()
 
 
 @dataclass(frozen=True)

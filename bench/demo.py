@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from bench.support import broker  # noqa: E402
 from bench.support.swarm import SwarmConfig  # noqa: E402
 from bench.war_story import one_run  # noqa: E402
-from pipeline.decide.control import InstanceTally  # noqa: E402
+from pipeline.decide.tail import InstanceTally  # noqa: E402
 
 
 class Tail:

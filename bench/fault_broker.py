@@ -38,9 +38,10 @@ from confluent_kafka import Producer
 
 from actuators.quotas import QuotaClient
 from bench.support.actuator_harness import throttle
+from bench.support.control_loop import DEMO_KEY, read_topic, wait_modelling
 from bench.support.harness import LagReader, PipelineProcess, free_port
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
-from bench.war_story import DEMO_KEY, DEMO_POLICY, read_topic, wait_modelling
+from bench.war_story import DEMO_POLICY
 from schemas import encode
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,10 +21,10 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.fault_decoder import corpus
+from bench.support.control_loop import wait_modelling
 from bench.support.harness import LagReader, PipelineProcess
 from bench.support.layout_codec import encode
 from bench.support.swarm import ensure_topic
-from bench.war_story import wait_modelling
 from pipeline.read.offsets import Skipped, decode_record
 
 PARTITIONS = 4

@@ -19,7 +19,6 @@ throttled, how often each throttle was renewed, and whether it was released.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -31,10 +30,11 @@ import numpy as np
 import orjson
 
 from actuators.workers import RateProducer, Worker
-from bench.support.harness import LagReader, PipelineProcess
+from bench.support.control_loop import ControlLoop, both_arms, read_topic
+from bench.support.control_loop import policy_toml as policy_toml_of
+from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
 from bench.support.verdicts import verdicts_by_target, verified_of
-from bench.war_story import DEMO_KEY, read_topic, start_actuator, wait_modelling
 
 
 @dataclass(frozen=True)
@@ -56,43 +56,19 @@ class FloodShape:
 def policy_toml(shape: FloodShape, topic: str, client_ids: list[str], prefix: str) -> str:
     calm_bytes = int(shape.rate_per_s * shape.record_bytes)
     producers = "\n".join(f'"{c}" = ["{topic}"]' for c in client_ids)
-    return f"""mode = "act"
-policy_version = "incident-flood"
-
-[thresholds.default]
-time_lag_s = {shape.time_lag_s}
-offset_lag = 100000000
-accel_per_s2 = 100000000.0
-exit_ratio = 0.3
-enter_windows = 2
-exit_windows = 8
-
-[cooldowns]
-default_s = 3
-
-[budget]
-actions_per_minute = 60
-
+    extra = f"""
 [throttle]
 start_bytes_per_s = {calm_bytes * 2}
 floor_bytes_per_s = {calm_bytes}
 step_ratio = 0.5
 lease_s = {shape.lease_s}
 
-[allow]
-partition_topics = []
-throttle_client_ids = ["{prefix}*"]
-
-[actions]
-enabled = ["throttle_producer", "release_producer"]
-ttl_s = 30
-
 [producers]
 {producers}
-
-[state]
-forget_after_s = 600
 """
+    return policy_toml_of(version="incident-flood", time_lag_s=shape.time_lag_s,
+                          enabled=["throttle_producer", "release_producer"],
+                          throttle_client_ids=[f"{prefix}*"], extra=extra)  # fmt: skip
 
 
 class _Agents:
@@ -104,6 +80,7 @@ class _Agents:
         self.client_ids = [f"{run}-agent-{i}" for i in range(shape.producers)]
         self.producers = [
             RateProducer({"bootstrap.servers": bootstrap, "client.id": c, "linger.ms": 5,
+                          "enable.idempotence": True,  # no second copy of a retried record
                           "queue.buffering.max.messages": 2000}, rates_topic=rates_topic)
             for c in self.client_ids
         ]  # fmt: skip
@@ -181,23 +158,14 @@ class _Agents:
 def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> dict[str, Any]:
     run = f"fl{uuid.uuid4().hex[:6]}"
     topic, group = f"incident-flood.{'on' if on else 'off'}-{run}", f"flood-workers-{run}"
-    control, outcomes = f"lagpilot.control.{run}", f"lagpilot.outcomes.{run}"
     rates_topic = f"lagpilot.producers.{run}"
     ensure_topic(bootstrap, topic, shape.partitions)
-    ensure_topic(bootstrap, control, 1)
     ensure_topic(bootstrap, rates_topic, 1)
-    os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
     agents = _Agents(bootstrap, topic, rates_topic, shape, run)
-    policy = workdir / f"policy-{run}.toml"
-    policy.write_text(policy_toml(shape, topic, agents.client_ids, f"{run}-agent-"))
-    pipe = PipelineProcess(
-        bootstrap, f"{topic}$", workdir / f"state-{run}",
-        LAGPILOT_RUN_POLICY="true" if on else "false", LAGPILOT_POLICY_FILE=str(policy),
-        LAGPILOT_CONTROL_TOPIC=control, LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
-        LAGPILOT_OUTCOMES_TOPIC=outcomes, LAGPILOT_PRODUCERS_TOPIC=rates_topic,
-    ).start()  # fmt: skip
-    actuator = start_actuator(bootstrap, control, outcomes, workdir / f"actuator-{run}.log",
-                              policy=policy) if on else None  # fmt: skip
+    loop = ControlLoop.start(bootstrap, topic, run, workdir,
+                             policy_toml(shape, topic, agents.client_ids, f"{run}-agent-"),
+                             on=on, LAGPILOT_PRODUCERS_TOPIC=rates_topic)  # fmt: skip
+    control, outcomes = loop.control, loop.outcomes
     reader = LagReader(bootstrap, {group}).start()
     ledger = Ledger(workdir / f"effects-{run}.sqlite")
 
@@ -216,7 +184,7 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
                     commit_interval_s=0.2)  # fmt: skip
     drained = False
     try:
-        wait_modelling(pipe)
+        loop.wait_modelling()
         worker.start()
         deadline = time.monotonic() + 60
         while len(worker.assignment()) < shape.partitions and time.monotonic() < deadline:
@@ -232,18 +200,15 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
     finally:
         worker.stop()
         reader.close()
-        pipe.stop()
-        if actuator is not None:
-            actuator.terminate()
-            actuator.wait(30)
+        loop.stop()
     rows = ledger.rows()
     ids = [r[0] for r in rows]
     latency = np.array([r[4] - r[3] for r in rows], dtype=np.float64)
     start = agents.flood_start_ms
     events = reader.select(lambda e: e["event"] == "partition_lag")
     detected = [e for e in events if e["status"] != "OK" and e["observed_at_ms"] >= start]
-    actions = [a for a in read_topic(bootstrap, control) if a.get("event") == "action"]
-    reported_outcomes = read_topic(bootstrap, outcomes) if on else []
+    actions = loop.actions()
+    reported_outcomes = loop.reported() if on else []
     results = [o for o in reported_outcomes if o.get("event") == "outcome"]
     verifications = [
         {k: v.get(k) for k in ("result", "action_type", "target", "cause", "step", "why",
@@ -299,10 +264,9 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
 
 
 def flood(
-    bootstrap: str, shape: FloodShape, workdir: Path
+    bootstrap: str, shape: FloodShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off = one_flood(bootstrap, shape, workdir, on=False)
-    on = one_flood(bootstrap, shape, workdir, on=True)
+    off, on = both_arms(one_flood, bootstrap, shape, workdir, parallel=parallel)
     others = [c for c in on["client_ids"] if c != on["flooder"]]
     kept = {c: round(on["producer_rates"][c]["during_per_s"] / shape.rate_per_s, 3) for c in others}
     first = min((a["at_ms"] for a in on["actions"]), default=None)

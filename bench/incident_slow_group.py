@@ -21,7 +21,6 @@ over time, and for the on run the actions, outcomes and verdicts.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -34,9 +33,10 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from actuators.workers import Worker
-from bench.support.harness import LagReader, PipelineProcess
+from bench.support.control_loop import ControlLoop, both_arms
+from bench.support.control_loop import policy_toml as policy_toml_of
+from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
-from bench.war_story import DEMO_KEY, read_topic, start_actuator, wait_modelling
 
 
 @dataclass(frozen=True)
@@ -55,40 +55,16 @@ class SlowShape:
 
 
 def policy_toml(shape: SlowShape, topic: str) -> str:
-    return f"""mode = "act"
-policy_version = "incident-slow-group"
-
-[thresholds.default]
-time_lag_s = {shape.time_lag_s}
-offset_lag = 100000000
-accel_per_s2 = 100000000.0
-exit_ratio = 0.3
-enter_windows = 2
-exit_windows = 8
-
-[cooldowns]
-default_s = 3
-
-[budget]
-actions_per_minute = 60
-
-[allow]
-partition_topics = ["{topic}"]
-throttle_client_ids = []
-
-[actions]
-enabled = ["scale_consumers", "add_partitions"]
-ttl_s = 30
-
+    extra = f"""
 [scale]
 lag_per_replica = 20
 
 [ladders.default]
 slow_group = ["scale_consumers:{shape.scale_deadline_s:g}", "add_partitions:30:recommend"]
-
-[state]
-forget_after_s = 600
 """
+    return policy_toml_of(version="incident-slow-group", time_lag_s=shape.time_lag_s,
+                          enabled=["scale_consumers", "add_partitions"],
+                          partition_topics=[topic], extra=extra)  # fmt: skip
 
 
 def inflow_per_s(shape: SlowShape, t_s: float) -> float:
@@ -148,20 +124,9 @@ class Autoscaler:
 def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> dict[str, Any]:
     run = f"sg{uuid.uuid4().hex[:6]}"
     topic, group = f"incident-slow.{'on' if on else 'off'}-{run}", f"slow-workers-{run}"
-    control, outcomes = f"lagpilot.control.{run}", f"lagpilot.outcomes.{run}"
     ensure_topic(bootstrap, topic, shape.partitions)
-    ensure_topic(bootstrap, control, 1)
-    os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
-    policy = workdir / f"policy-{run}.toml"
-    policy.write_text(policy_toml(shape, topic))
-    pipe = PipelineProcess(
-        bootstrap, f"{topic}$", workdir / f"state-{run}",
-        LAGPILOT_RUN_POLICY="true" if on else "false", LAGPILOT_POLICY_FILE=str(policy),
-        LAGPILOT_CONTROL_TOPIC=control, LAGPILOT_OUTCOMES_TOPIC=outcomes,
-        LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
-    ).start()  # fmt: skip
-    actuator = start_actuator(bootstrap, control, outcomes, workdir / f"actuator-{run}.log",
-                              policy=policy) if on else None  # fmt: skip
+    loop = ControlLoop.start(bootstrap, topic, run, workdir, policy_toml(shape, topic), on=on)
+    control, outcomes = loop.control, loop.outcomes
     reader = LagReader(bootstrap, {group}).start()
     ledger = Ledger(workdir / f"effects-{run}.sqlite")
     workers: list[Worker] = []
@@ -195,14 +160,17 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
     drained = False
     start_ms = 0
     try:
-        wait_modelling(pipe)
+        loop.wait_modelling()
         add_worker()
         deadline = time.monotonic() + 60
         while len(workers[0].assignment()) < shape.partitions and time.monotonic() < deadline:
             time.sleep(0.2)
         if scaler is not None:
             scaler.start()
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # idempotent: a retried produce on a loaded broker must not write a record twice (a
+        # second copy has its own offset, so the workers would apply it a second time)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                             "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)  # the ramp begins
         end_s = shape.warmup_s + shape.ramp_s + shape.peak_s + shape.cooldown_s
@@ -233,17 +201,14 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         for w in workers:
             w.stop()
         reader.close()
-        pipe.stop()
-        if actuator is not None:
-            actuator.terminate()
-            actuator.wait(30)
+        loop.stop()
     rows = ledger.rows()
     done = [r[0] for r in rows]
     latency = np.array([r[4] - r[3] for r in rows], dtype=np.float64)
     events = reader.select(lambda e: e["event"] == "partition_lag")
     detected = [e for e in events if e["status"] != "OK" and e["observed_at_ms"] >= start_ms]
-    actions = [a for a in read_topic(bootstrap, control) if a.get("event") == "action"]
-    reported = read_topic(bootstrap, outcomes) if on else []
+    actions = loop.actions()
+    reported = loop.reported() if on else []
     return {
         "drained": drained,
         "produced": len(ids),
@@ -314,10 +279,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def slow_group(
-    bootstrap: str, shape: SlowShape, workdir: Path
+    bootstrap: str, shape: SlowShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off = one_slow(bootstrap, shape, workdir, on=False)
-    on = one_slow(bootstrap, shape, workdir, on=True)
+    off, on = both_arms(one_slow, bootstrap, shape, workdir, parallel=parallel)
     remedy = remedy_of(on["actions"])
     adds = [a for a in on["actions"] if a["type"] == "add_partitions"]
     scaled = [w for w in on["workers_at_ms"] if w[1] > 1]

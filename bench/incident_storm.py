@@ -25,7 +25,6 @@ A member process is ``python -m bench.storm_member ...`` (a small module: it sta
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -42,9 +41,10 @@ from confluent_kafka import Producer
 from actuators.workers import PoolWorker
 from bench.incident_slow_group import action_row, remedy_of, verdict_row, verified_of
 from bench.storm_member import record
-from bench.support.harness import LagReader, PipelineProcess
+from bench.support.control_loop import ControlLoop, both_arms
+from bench.support.control_loop import policy_toml as policy_toml_of
+from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
-from bench.war_story import DEMO_KEY, read_topic, start_actuator, wait_modelling
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "highmem"
@@ -70,31 +70,7 @@ class StormShape:
 
 
 def policy_toml(shape: StormShape) -> str:
-    return f"""mode = "act"
-policy_version = "incident-storm"
-
-[thresholds.default]
-time_lag_s = {shape.time_lag_s}
-offset_lag = 100000000
-accel_per_s2 = 100000000.0
-exit_ratio = 0.3
-enter_windows = 2
-exit_windows = 8
-
-[cooldowns]
-default_s = 5
-
-[budget]
-actions_per_minute = 30
-
-[allow]
-partition_topics = []
-throttle_client_ids = []
-
-[actions]
-enabled = ["spread_partition", "restore_partition"]
-ttl_s = 60
-
+    extra = f"""
 [hotspot]
 ratio = 3.0
 lanes = 4
@@ -102,10 +78,10 @@ pool = "{POOL}"
 
 [ladders.default]
 rebalance_storm = ["handoff_member:30"]
-
-[state]
-forget_after_s = 600
 """
+    return policy_toml_of(version="incident-storm", time_lag_s=shape.time_lag_s, cooldown_s=5,
+                          actions_per_minute=30, ttl_s=60, extra=extra,
+                          enabled=["spread_partition", "restore_partition"])  # fmt: skip
 
 
 class Supervisor:
@@ -175,24 +151,14 @@ def _rebalances(health: list[dict[str, Any]], start_ms: int, end_ms: int) -> int
 def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> dict[str, Any]:
     run = f"st{uuid.uuid4().hex[:6]}"
     topic, group = f"incident-storm.{'on' if on else 'off'}-{run}", f"storm-workers-{run}"
-    control, outcomes = f"lagpilot.control.{run}", f"lagpilot.outcomes.{run}"
     ensure_topic(bootstrap, topic, shape.partitions)
-    ensure_topic(bootstrap, control, 1)
-    ensure_topic(bootstrap, outcomes, 1)
-    os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
-    policy = workdir / f"policy-{run}.toml"
-    policy.write_text(policy_toml(shape))
-    pipe = PipelineProcess(
-        bootstrap, f"{topic}$", workdir / f"state-{run}",
-        LAGPILOT_RUN_POLICY="true" if on else "false", LAGPILOT_POLICY_FILE=str(policy),
-        LAGPILOT_CONTROL_TOPIC=control, LAGPILOT_OUTCOMES_TOPIC=outcomes,
-        LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
+    loop = ControlLoop.start(
+        bootstrap, topic, run, workdir, policy_toml(shape), on=on,
         LAGPILOT_GROUP_STALL_S=str(shape.stall_s),
         LAGPILOT_STORM_WINDOW_S=str(shape.storm_window_s),
         LAGPILOT_GROUP_HEALTH_INTERVAL_MS="1000",
-    ).start()  # fmt: skip
-    actuator = start_actuator(bootstrap, control, outcomes, workdir / f"actuator-{run}.log",
-                              policy=policy) if on else None  # fmt: skip
+    )  # fmt: skip
+    control, outcomes = loop.control, loop.outcomes
     reader = LagReader(bootstrap, {group}).start()
     ledger = Ledger(workdir / f"effects-{run}.sqlite")
 
@@ -225,7 +191,7 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
     start_ms = end_ms = 0
     drained = False
     try:
-        wait_modelling(pipe)
+        loop.wait_modelling()
         if pool is not None:
             pool.start()
         supervisor.start()
@@ -234,7 +200,10 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
             lambda e: e["event"] == "group_health" and len(e["members"]) == shape.members
         ):
             time.sleep(0.2)  # the clock starts once every member joined
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # idempotent: a retried produce on a loaded broker must not write a record twice (a
+        # second copy has its own offset, so the workers would apply it a second time)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                             "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)
         end_s = shape.warmup_s + shape.storm_s
@@ -273,10 +242,7 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
         if pool is not None:
             pool.stop()
         reader.close()
-        pipe.stop()
-        if actuator is not None:
-            actuator.terminate()
-            actuator.wait(30)
+        loop.stop()
     stopped_ms = int(time.time() * 1000)
     rows = ledger.rows()
     done = [r[0] for r in rows]
@@ -287,8 +253,8 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
     health = reader.select(lambda e: e["event"] == "group_health")
     events = reader.select(lambda e: e["event"] == "partition_lag")
     storms = [e for e in health if e["status"] == "STORM" and e["observed_at_ms"] >= start_ms]
-    actions = [a for a in read_topic(bootstrap, control) if a.get("event") == "action"]
-    reported = read_topic(bootstrap, outcomes) if on else []
+    actions = loop.actions()
+    reported = loop.reported() if on else []
     rebalances = _rebalances(health, start_ms, end_ms)
     minutes = max((end_ms - start_ms) / 60_000, 1e-9)
     handed_ms = sorted(
@@ -359,10 +325,9 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
 
 
 def storm(
-    bootstrap: str, shape: StormShape, workdir: Path
+    bootstrap: str, shape: StormShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off = one_storm(bootstrap, shape, workdir, on=False)
-    on = one_storm(bootstrap, shape, workdir, on=True)
+    off, on = both_arms(one_storm, bootstrap, shape, workdir, parallel=parallel)
     ratio = (
         round(off["rebalances_per_min"] / max(on["rebalances_per_min"], 1e-9), 2)
         if off["rebalances_per_min"]

@@ -20,8 +20,6 @@ Targets: ratio >= 10, lost = 0, duplicates = 0, detection < 1 s.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,63 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
 
 from bench.support import broker  # noqa: E402
-from bench.support.harness import LagReader, PipelineProcess, free_port  # noqa: E402
+from bench.support.control_loop import ControlLoop  # noqa: E402
+from bench.support.harness import LagReader  # noqa: E402
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
 from bench.support.verdicts import p99_tail  # noqa: E402
 
 DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
-DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"
-
-
-def start_actuator(
-    bootstrap: str, control: str, outcomes: str, log: Path, policy: Path = DEMO_POLICY
-) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP": bootstrap,
-        "LAGPILOT_CONTROL_TOPIC": control,
-        "LAGPILOT_OUTCOMES_TOPIC": outcomes,
-        "LAGPILOT_POLICY_FILE": str(policy),
-        "LAGPILOT_ACTUATOR_BACKEND": "kafka",
-        "LAGPILOT_ACTUATOR_ID": f"war-story-{uuid.uuid4().hex[:6]}",
-        "LAGPILOT_ACTUATOR_METRICS_PORT": str(free_port()),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "actuators"],
-        cwd=ROOT,
-        env=env,
-        stdout=open(log, "ab"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ws-{uuid.uuid4().hex[:6]}",
-                  "enable.partition.eof": True, "enable.auto.commit": False})  # fmt: skip
-    out: list[dict[str, Any]] = []
-    try:
-        md = c.list_topics(topic, timeout=10).topics.get(topic)
-        if md is None or md.error is not None:
-            return out
-        c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
-        eof: set[int] = set()
-        deadline = time.monotonic() + 20
-        while len(eof) < len(md.partitions) and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                eof.add(msg.partition())
-                continue
-            out.append(orjson.loads(msg.value()))
-    finally:
-        c.close()
-    return out
 
 
 def one_run(
@@ -104,32 +55,20 @@ def one_run(
         cfg,
         topic=f"{cfg.topic}.{'on' if balancer else 'off'}-{run_id}",
         group=f"agent-workers-{run_id}",
-        control_topic=f"lagpilot.control.ws-{run_id}",
+        control_topic=f"lagpilot.control.ws-{run_id}",  # ControlLoop's name for the run
         outcomes_topic=f"lagpilot.outcomes.ws-{run_id}" if balancer else None,
     )
-    outcomes = f"lagpilot.outcomes.ws-{run_id}"
     ensure_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
-    ensure_topic(cfg.bootstrap, cfg.control_topic, 1)  # the workers read it from the start
-    os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
-    pipe = PipelineProcess(
-        cfg.bootstrap,
-        f"{cfg.topic}$",
-        workdir / f"state-{run_id}",
-        LAGPILOT_RUN_POLICY="true" if balancer else "false",
-        LAGPILOT_POLICY_FILE=str(DEMO_POLICY),
-        LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
-        LAGPILOT_OUTCOMES_TOPIC=outcomes,  # the policy verifies from the run's own outcomes
-        LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
-    ).start()
-    actuator = start_actuator(cfg.bootstrap, cfg.control_topic, outcomes,
-                              workdir / f"actuator-{run_id}.log") if balancer else None  # fmt: skip
+    loop = ControlLoop.start(cfg.bootstrap, cfg.topic, f"ws-{run_id}", workdir, DEMO_POLICY,
+                             on=balancer)  # fmt: skip
     reader = LagReader(cfg.bootstrap, {cfg.group}).start()
     rundir = workdir / run_id
     rundir.mkdir()
     swarm = Swarm(cfg, rundir)
     try:
-        wait_modelling(pipe)  # the clock starts once the pipeline samples the topic
+        loop.wait_modelling()  # the clock starts once the pipeline samples the topic
         swarm.start_workers()
+        swarm.wait_assigned()  # the producers start once the group owns every partition
         tick = _throttled(view, reader, swarm, cfg)
         swarm.run_producers(on_tick=(lambda _s: tick("producing")) if view else None)
         drained = swarm.wait_drained(
@@ -140,10 +79,7 @@ def one_run(
     finally:
         swarm.stop()
         reader.close()
-        pipe.stop()
-        if actuator is not None:
-            actuator.terminate()
-            actuator.wait(30)
+        loop.stop()
     res = swarm.results()
     res["drained"] = drained
     start = swarm.produced.avalanche_start_ms
@@ -156,15 +92,13 @@ def one_run(
     res["timeline"] = [
         [e["observed_at_ms"] - start, e["partition"], e["time_lag_s"]] for e in events
     ]
-    actions = [
-        a for a in read_topic(cfg.bootstrap, cfg.control_topic) if a.get("event") == "action"
-    ]
+    actions = loop.actions()
     res["actions"] = [
         {"at_ms": a["issued_at"] - start, "type": a["type"], "target": a["target"],
          "mode": a["mode"], "id": a["id"], "cause": a["reason"].get("cause"),
          "evidence": a["reason"].get("evidence"), "params": a["params"]} for a in actions
     ]  # fmt: skip
-    reported = read_topic(cfg.bootstrap, outcomes) if balancer else []
+    reported = loop.reported() if balancer else []
     res["outcomes"] = [
         {"action_id": o.get("action_id"), "result": o["result"], "type": o.get("action_type")}
         for o in reported if o.get("event") == "outcome"
@@ -202,25 +136,6 @@ def _throttled(view: Any, reader: LagReader, swarm: Swarm, cfg: SwarmConfig) -> 
             view(reader, swarm, cfg, phase)
 
     return tick
-
-
-def wait_modelling(pipe: PipelineProcess, timeout_s: float = 120) -> None:
-    """Until the pipeline's model has consumed a watermark sample (it is caught up)."""
-    import re
-    import urllib.request
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            url = f"http://127.0.0.1:{pipe.metrics_port}/metrics"
-            with urllib.request.urlopen(url, timeout=2) as r:
-                text = r.read().decode()
-            if re.search(r'lagpilot_model_inputs_total\{event="watermarks"\} [1-9]', text):
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"the pipeline never modelled a sample:\n{pipe.log_tail()}")
 
 
 def plot(off: dict[str, Any], on: dict[str, Any], hot: tuple[int, ...], out: Path) -> None:

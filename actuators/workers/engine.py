@@ -218,7 +218,7 @@ class Engine(abc.ABC):
 
     def _poll_once(self) -> None:
         assert self._consumer is not None and self._control is not None
-        batch = self._consumer.consume(num_messages=500, timeout=0.1)
+        batch = self._fetch()
         if batch:
             self._intake(batch)
         now_ms = _now_ms()
@@ -233,6 +233,19 @@ class Engine(abc.ABC):
             moved = {tp: p for tp, p in positions.items() if self._acked.get(tp) != p}
             self._commit(moved, asynchronous=True)
             self._last_commit = time.monotonic()
+
+    def _fetch(self) -> list[Message]:
+        """What the consumer holds now, else the first message within 0.1 s.
+
+        ``consume(500, timeout=0.1)`` alone returns only when 500 messages are in or the
+        0.1 s have passed: on a topic slower than 5,000 messages/s every message waited for
+        the timeout (the swarm's median latency was 95 ms for 6 ms of work). A batch of
+        what is already fetched, or one message as soon as it lands, keeps both the batches
+        and the latency."""
+        assert self._consumer is not None
+        return self._consumer.consume(num_messages=500, timeout=0) or self._consumer.consume(
+            num_messages=1, timeout=0.1
+        )
 
     def _intake(self, batch: list[Message]) -> None:
         """Hand a polled batch to the lanes in one go (held partitions' messages dropped)."""

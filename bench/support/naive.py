@@ -53,6 +53,12 @@ class NaiveGroup:
         self._stats: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.rebalances = 0
+        self._owned: dict[int, set[tuple[str, int]]] = {}  # member -> its partitions
+
+    def assignment(self) -> set[tuple[str, int]]:
+        """The partitions the members own now (what the swarm waits for before producing)."""
+        with self._lock:
+            return set().union(*self._owned.values())
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -62,10 +68,12 @@ class NaiveGroup:
         def on_assign(_c: Any, parts: list[Any]) -> None:
             with self._lock:
                 self.rebalances += 1
+                self._owned[index] = {(p.topic, p.partition) for p in parts}
 
         def on_revoke(_c: Any, parts: list[Any]) -> None:
             with self._lock:
                 self.rebalances += 1
+                self._owned[index] = set()
 
         consumer = Consumer(
             {

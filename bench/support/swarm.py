@@ -139,7 +139,7 @@ class Swarm:
                 ledger_path=self.ledger.path, work_ms=_head,
                 members=cfg.naive_members, batch=cfg.naive_batch,
             )  # fmt: skip
-            self._threads = []
+            self._threads: list[threading.Thread] = []
             return
         self.worker = Worker(
             bootstrap=cfg.workers_bootstrap or cfg.bootstrap,
@@ -155,7 +155,7 @@ class Swarm:
             instance_id=f"swarm-{uuid.uuid4().hex[:6]}",
             commit_interval_s=0.2,  # progress is what lagpilot sees: commit it often
         )
-        self._threads: list[threading.Thread] = []
+        self._threads = []
 
     # -- workers -------------------------------------------------------------------------
 
@@ -254,6 +254,18 @@ class Swarm:
         t = threading.Thread(target=self.worker.run, name="swarm-worker", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def wait_assigned(self, timeout_s: float = 60.0) -> bool:
+        """Until the workers own every partition: the run's clock starts there, so no arm's
+        latency counts its group's first join (the broker holds a new group's first
+        rebalance for group.initial.rebalance.delay.ms, 3 s by default: the warm-up's first
+        messages waited for it and made the whole p99 of a run)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(self.worker.assignment()) >= self.cfg.partitions:
+                return True
+            time.sleep(0.1)
+        return False
 
     def wait_drained(self, timeout_s: float, on_tick: Callable[[], None] | None = None) -> bool:
         """Until every produced message has its side effect (or the timeout)."""

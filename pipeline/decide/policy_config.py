@@ -5,9 +5,10 @@ Validated once, at load, with no I/O afterwards: every error names the key (as
 write instead. Unknown keys are errors, because a typo such as ``actions_per_minte`` must
 not silently remove a safety rail.
 
-The actuator reads ``mode`` and the ``[allow]`` section of the same file with its own parser,
-so ``[allow]`` keeps exactly two keys: ``partition_topics`` and ``throttle_client_ids``
-(lists of fnmatch globs).
+The file is read, and ``mode`` and ``[allow]`` validated, by ``schemas.policy_file``, the
+reading the actuator shares (it takes only ``mode`` and ``[allow]``); so ``[allow]`` keeps
+exactly two keys: ``partition_topics`` and ``throttle_client_ids`` (lists of fnmatch globs).
+Every other table has its own reader here.
 
 Environment overrides (applied over the file, validated the same way):
 
@@ -27,7 +28,6 @@ Any other ``LAGPILOT_POLICY_*`` variable is an error (a misspelt override would 
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +45,8 @@ from pipeline.decide.policy_types import (
     Thresholds,
 )
 from pipeline.decide.table_reader import TableReader
-from schemas import ActionType, ConfigError, Mode
+from schemas import ActionType, ConfigError
+from schemas.policy_file import parse_allow, parse_mode, read_policy_file
 
 _ENV: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "LAGPILOT_POLICY_MODE": (("mode",), str),
@@ -111,15 +112,9 @@ Fields = dict[str, Any]  # PolicyConfig keyword arguments
 
 
 def _top_level(top: TableReader, d: PolicyConfig) -> Fields:
-    mode = top.get("mode", d.mode.value)
-    if mode not in {m.value for m in Mode}:
-        raise top.fail(
-            "mode",
-            f"must be observe, recommend or act (got {mode!r})",
-            'set mode = "recommend" to publish recommendations only',
-        )
+    mode = parse_mode(top.get("mode", d.mode.value), top.name("mode"))
     version = top.string("policy_version", d.policy_version) or d.policy_version
-    return {"mode": Mode(mode), "policy_version": version}
+    return {"mode": mode, "policy_version": version}
 
 
 def _thresholds(r: TableReader, base: Thresholds, *, partial: bool) -> dict[str, Any]:
@@ -231,13 +226,11 @@ def _throttle(raw: Any, p: _Parse) -> Fields:
 
 
 def _allow(raw: Any, p: _Parse) -> Fields:
-    r = p.reader(raw, "allow")
-    out = {
-        "partition_topics": r.strings("partition_topics", ()),
-        "throttle_client_ids": r.strings("throttle_client_ids", ()),
+    allow = parse_allow(raw)  # the same reading as the actuator's (schemas.policy_file)
+    return {
+        "partition_topics": allow.partition_topics,
+        "throttle_client_ids": allow.throttle_client_ids,
     }
-    r.done()
-    return out
 
 
 def _producers(raw: Any, p: _Parse) -> Fields:
@@ -414,15 +407,4 @@ def load_policy_config(
     """Read ``path`` (or ``$LAGPILOT_POLICY_FILE``; built-in defaults when neither is set)."""
     env = os.environ if env is None else env
     path = path or env.get(FILE_ENV) or None
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(
-                f"{FILE_ENV}={path}: cannot be read ({exc.strerror}); point it at "
-                "the policy TOML file, e.g. deploy/policy.example.toml"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax there") from None
-    return config_from_mapping(data, env)
+    return config_from_mapping(read_policy_file(path) if path is not None else {}, env)

@@ -28,21 +28,21 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.decide import diagnosis as dg
+from pipeline.decide.context import Ctx
 from pipeline.decide.ladder import Step
-from pipeline.decide.policy import (
-    PolicyState,
-    Producer,
-    _Ctx,
-    _release,
-    _restore,
-    _spread,
+from pipeline.decide.policy_config import Producer
+from pipeline.decide.rules import (
     hot_partitions,
+    release_throttle,
+    restore_spread,
     rule_leadership,
     rule_partitions,
     rule_scale,
     rule_spread,
     rule_throttle,
+    spread,
 )
+from pipeline.decide.state import PolicyState
 from schemas import ActionType, Mode
 
 
@@ -137,7 +137,7 @@ def fold_producer_rate(
     return s
 
 
-def topic_producers(c: _Ctx) -> dict[str, list[float]]:
+def topic_producers(c: Ctx) -> dict[str, list[float]]:
     """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only."""
     stale_ms = c.config.rates_stale_s * 1000
     out: dict[str, list[float]] = {}
@@ -153,7 +153,7 @@ def topic_producers(c: _Ctx) -> dict[str, list[float]]:
 # -- the ladder -----------------------------------------------------------------------------
 
 
-def target_time_lag(c: _Ctx, lad: dict[str, Any]) -> float:
+def target_time_lag(c: Ctx, lad: dict[str, Any]) -> float:
     """The time lag the step is judged by: its partition's, else the group's on the topic."""
     part = lad.get("partition")
     if part is None:
@@ -164,7 +164,7 @@ def target_time_lag(c: _Ctx, lad: dict[str, Any]) -> float:
     return min((w.time_lag_s for w in c.summary.worst), default=0.0)  # not among the worst
 
 
-def _upkeep(c: _Ctx, lad: dict[str, Any] | None) -> None:
+def _upkeep(c: Ctx, lad: dict[str, Any] | None) -> None:
     undo = set(lad.get("undo", ())) if lad else set()
     if undo:
         _release_undone(c, lad, undo)  # type: ignore[arg-type]
@@ -178,7 +178,7 @@ def _upkeep(c: _Ctx, lad: dict[str, Any] | None) -> None:
     cooldown_ms = c.config.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
     for t, th in list(c.state.throttles.items()):
         if not th.holders and c.now - th.issued_ms >= cooldown_ms:
-            _release(c, t, th, "incident cleared")
+            release_throttle(c, t, th, "incident cleared")
     if held:
         rule_throttle(c, held, open_new=False)
     if not c.incident.active:
@@ -186,7 +186,7 @@ def _upkeep(c: _Ctx, lad: dict[str, Any] | None) -> None:
         rule_scale(c)  # drops the hint
 
 
-def run(c: _Ctx) -> None:
+def run(c: Ctx) -> None:
     s, key = c.state, c.key
     lad = s.ladders.get(key)
     if not c.incident.active:
@@ -251,7 +251,7 @@ def _partition_ladders(s: PolicyState, key: str) -> list[str]:
 
 
 def _per_partition(
-    c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float, hot: list[Any]
+    c: Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float, hot: list[Any]
 ) -> None:
     """Every hot partition gets its own ladder: spread it, verify it, hand it off if the
     spread did not help, each on its own deadline. A partition that turns hot later in the
@@ -281,7 +281,7 @@ def _per_partition(
             lad["acted"] = True
 
 
-def _verify_on_clear(c: _Ctx, lad: dict[str, Any]) -> None:
+def _verify_on_clear(c: Ctx, lad: dict[str, Any]) -> None:
     """The incident cleared while the step was watched: it helped."""
     if lad.get("phase") == "watching":
         lag_now = target_time_lag(c, lad)
@@ -314,13 +314,13 @@ def _unattributed_burst(d: dg.Diagnosis) -> bool:
     return d.cause == dg.BURST and d.evidence.get("source") == "partition_rates"
 
 
-def _holds(c: _Ctx) -> bool:
+def _holds(c: Ctx) -> bool:
     return any(c.key in th.holders for th in c.state.throttles.values()) or any(
         sp["incident"] == c.key for sp in c.state.spreads.values()
     )
 
 
-def _judge(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float) -> None:
+def _judge(c: Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float) -> None:
     phase = lad["phase"]
     if phase not in ("issued", "watching", "failed"):
         return
@@ -349,7 +349,7 @@ def _judge(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float)
         lad.pop(k, None)
 
 
-def _undo(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...]) -> None:
+def _undo(c: Ctx, lad: dict[str, Any], steps: tuple[Step, ...]) -> None:
     """Release a throttle that did not help; restore a spread unless the next step escalates
     the same partition (a hand-off replaces the spread)."""
     if lad["type"] == ActionType.THROTTLE_PRODUCER:
@@ -360,10 +360,10 @@ def _undo(c: _Ctx, lad: dict[str, Any], steps: tuple[Step, ...]) -> None:
         if nxt not in ("handoff_partition", "handoff_member"):
             for target in lad.get("targets", ()):
                 if target in c.state.spreads:
-                    _restore(c, target, "no effect by the deadline")
+                    restore_spread(c, target, "no effect by the deadline")
 
 
-def _release_undone(c: _Ctx, lad: dict[str, Any], undo: set[str]) -> None:
+def _release_undone(c: Ctx, lad: dict[str, Any], undo: set[str]) -> None:
     """Release throttles that had no effect, once their cooldown since the last throttle
     action has passed (a renewal and a release never flap); until then they are not renewed."""
     cooldown_ms = c.config.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
@@ -374,19 +374,19 @@ def _release_undone(c: _Ctx, lad: dict[str, Any], undo: set[str]) -> None:
         elif c.now - th.issued_ms >= cooldown_ms:
             th.holders = [h for h in th.holders if h != c.key]
             if not th.holders:
-                _release(c, target, th, "no effect by the deadline")
+                release_throttle(c, target, th, "no effect by the deadline")
             undo.discard(target)
     lad["undo"] = sorted(undo)
 
 
-def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
+def _act(c: Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
     before = len(c.actions)
     mode = str(Mode.RECOMMEND) if step.recommend else None
     if step.action == "alert":
         lad["phase"] = "alert"
         return
     if step.action == "spread_partition" and hot:
-        _spread(c, hot[0], pool=None)  # lanes here; the pool is the hand-off step's
+        spread(c, hot[0], pool=None)  # lanes here; the pool is the hand-off step's
     elif step.action in ("handoff_partition", "handoff_member"):
         if c.config.spread_pool is None:  # no pool to hand off to: skip the step
             lad["step"] += 1
@@ -428,7 +428,7 @@ def _act(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
         lad["phase"] = "recommended"  # nothing is applied: nothing to verify
 
 
-def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
+def _handoff(c: Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
     """Hand partitions to the dedicated pool: the hottest (hotspot) or the storm member's."""
     g, topic = c.summary.group, c.summary.topic
     pool = c.config.spread_pool
@@ -463,7 +463,7 @@ def _handoff(c: _Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
                 c.state.spreads[target]["keep"] = True
 
 
-def _throttle_attributed(c: _Ctx) -> None:
+def _throttle_attributed(c: Ctx) -> None:
     """Throttle the client ids whose rise made the burst, each to its usual rate (floored);
     with no culprit among the rate reports, the policy file's map, less the producers that
     report rates for the topic (they are judged by their rates: one whose reports stopped,
@@ -480,7 +480,7 @@ def _throttle_attributed(c: _Ctx) -> None:
     rule_throttle(c, producers, start_rates=start_rates)
 
 
-def reporters(c: _Ctx) -> set[str]:
+def reporters(c: Ctx) -> set[str]:
     """Client ids that have reported rates for the summary's topic (fresh or not, until the
     state forgets them): producers that embed the SDK's wrapper."""
     out = set()

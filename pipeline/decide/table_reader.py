@@ -22,19 +22,17 @@ class TableReader:
         self.path = path
         self.origins = origins
         if not isinstance(table, dict):
-            raise ConfigError(
-                f"{self._name(None)}: must be a table (got {table!r}); write [{path}]"
-            )
+            raise ConfigError(f"{self.name(None)}: must be a table (got {table!r}); write [{path}]")
         self.table = table
         self.used: set[str] = set()
 
-    def _name(self, key: str | None) -> str:
+    def name(self, key: str | None) -> str:
         dotted = f"{self.path}.{key}" if key and self.path else (key or self.path)
         origin = self.origins.get(dotted)
         return f"policy.{dotted}" + (f" (from {origin})" if origin else "")
 
     def fail(self, key: str, problem: str, fix: str) -> ConfigError:
-        return ConfigError(f"{self._name(key)}: {problem}; {fix}")
+        return ConfigError(f"{self.name(key)}: {problem}; {fix}")
 
     def get(self, key: str, default: Any) -> Any:
         self.used.add(key)

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.decide import diagnosis as dg
-from pipeline.decide.control import InstanceTally, TailFilter
 from pipeline.decide.ladder import STEPS, Ladders
 from pipeline.decide.policy import hot_partitions
 from pipeline.decide.policy_config import PolicyConfig
+from pipeline.decide.tail import InstanceTally, TailFilter
 from schemas import group_lag_from_dict
 
 #: the actuator's results that end an action; "recorded"/"delegated" say it was noted

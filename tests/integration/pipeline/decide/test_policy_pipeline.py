@@ -45,7 +45,7 @@ default_s = 30
 
 
 def _actions(bootstrap: str, topic: str) -> list[dict]:
-    from bench.war_story import read_topic
+    from bench.support.control_loop import read_topic
 
     return [a for a in read_topic(bootstrap, topic) if a.get("event") == "action"]
 

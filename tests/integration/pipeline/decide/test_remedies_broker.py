@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 
 from actuators.backends import KafkaBackend
 from bench.support.actuator_harness import KEY, Harness
+from bench.support.control_loop import read_topic
 from bench.support.harness import PipelineProcess, ScriptedLoad, create_topic
-from bench.war_story import read_topic
 from schemas import encode, topics, validate, verify
 from tests.support.pipeline import wait_ready
 

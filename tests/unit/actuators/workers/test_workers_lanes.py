@@ -105,6 +105,37 @@ def test_per_key_order_with_parallel_keys() -> None:
     d.shutdown()
 
 
+def test_distinct_keys_never_wait_behind_each_other_while_a_lane_is_free() -> None:
+    """Four documents whose keys all hash to one lane run at once on four lanes (hashing
+    alone queued them one behind the other), and a key with work pending keeps its lane."""
+    keys = [k for i in range(400) if lane_for(k := f"doc-{i}".encode(), 0, 4) == 0][:4]
+    gate = threading.Event()
+    rec = Recorder(gate=gate)
+    d = LaneExecutor(rec, max_workers=8, default_lanes=4)
+    for o, key in enumerate(keys):
+        d.submit(Msg(o, key))
+    d.submit(Msg(4, keys[0]))  # the first document's next page: after it, on its lane
+    wait_for(lambda: rec.max_parallel == 4)
+    gate.set()
+    wait_for(lambda: sum(len(v) for v in rec.order.values()) == 5)
+    assert rec.overlaps == 0
+    assert rec.order[keys[0]] == [0, 4]
+    assert d.positions() == {("t", 0): 5}
+    d.shutdown()
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.integers(1, 6))
+def test_key_order_holds_whatever_lane_each_key_takes(key_ids: list[int], lanes: int) -> None:
+    rec = Recorder()
+    d = LaneExecutor(rec, max_workers=4, default_lanes=lanes)
+    for o, k in enumerate(key_ids):
+        d.submit(Msg(o, f"k{k}".encode()))
+    wait_for(lambda: sum(len(v) for v in rec.order.values()) == len(key_ids))
+    assert rec.overlaps == 0
+    assert all(v == sorted(v) for v in rec.order.values())
+    d.shutdown()
+
+
 def test_a_slow_message_holds_the_commit_position() -> None:
     gate = threading.Event()
     slow = Msg(0, b"slow")

@@ -7,14 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.decide.control import (
-    PublishError,
-    control_action,
-    format_row,
-    main,
-    publish_actions,
-)
+from pipeline.decide.control import PublishError, control_action, main, publish_actions
 from pipeline.decide.policy import PolicyState, apply_control, build_action
+from pipeline.decide.tail import format_row
 from schemas import ActionType, ConfigError, EventError, sign, validate, verify
 
 KEY = b"s" * 32
@@ -128,7 +123,7 @@ def test_tail_rows_are_aligned_and_truncated() -> None:
 
 
 def test_since_accepts_seconds_and_durations() -> None:
-    from pipeline.decide.control import parse_since
+    from pipeline.decide.tail import parse_since
 
     assert [parse_since(t) for t in ("90", "90s", "10m", "2h", "1d")] == [90, 90, 600, 7200, 86400]
     for bad in ("soon", "-5", "m"):
@@ -137,7 +132,7 @@ def test_since_accepts_seconds_and_durations() -> None:
 
 
 def test_tail_filter_gives_an_outcome_its_actions_group() -> None:
-    from pipeline.decide.control import TailFilter
+    from pipeline.decide.tail import TailFilter
 
     keep = TailFilter(groups=["parsers"], types=["throttle_producer"])
     params = {"entity": "client-id", "name": "c"}
@@ -152,7 +147,7 @@ def test_tail_filter_gives_an_outcome_its_actions_group() -> None:
 
 
 def test_tail_counts_the_instances_that_applied_a_worker_action() -> None:
-    from pipeline.decide.control import InstanceTally, TailFilter, _row
+    from pipeline.decide.tail import InstanceTally, TailFilter, _row
 
     def report(instance: str, did: str = "spread") -> dict[str, Any]:
         return {"event": "worker_outcome", "v": 1, "action_id": "s1",

@@ -21,6 +21,7 @@ from pipeline.decide.policy import (
     PolicyState,
     apply_control,
     decide,
+    incident_key,
     level,
     step_hysteresis,
 )
@@ -117,6 +118,25 @@ def test_hysteresis_needs_n_windows_above_and_m_below() -> None:
         assert inc.active
     step_hysteresis(inc, BELOW, T, 14)
     assert not inc.active
+
+
+def test_a_stall_the_workers_confirm_opens_the_incident_on_its_first_window() -> None:
+    stalled = replace(wp(0, 10.0), status=LagStatus.STALL)
+    for worst, windows in (([stalled, wp(1, 1.0)], 1), ([wp(0, 10.0), wp(1, 1.0)], 3)):
+        state = PolicyState()
+        opened = []
+        for i in range(4):
+            now = T0 + i * TICK
+            _, state = decide(gl(10.0, worst=worst, at=now), state, cfg(), now)
+            opened.append(state.incidents[incident_key("workers", "docs")].active)
+        assert opened.index(True) == windows - 1, worst[0].status
+    # below the enter level a stall opens nothing: the level still decides
+    state = PolicyState()
+    for i in range(4):
+        now = T0 + i * TICK
+        _, state = decide(gl(1.0, worst=[replace(wp(0, 1.0), status=LagStatus.STALL)], at=now),
+                          state, cfg(), now)  # fmt: skip
+    assert not state.incidents[incident_key("workers", "docs")].active
 
 
 # -- throttles -----------------------------------------------------------------------------

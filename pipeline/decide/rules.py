@@ -1,0 +1,266 @@
+"""The policy's rules, each a small pure function over one decision's context (``Ctx``).
+
+Each rule sees the whole context and may emit; they run in the order of ``RULES``, the order
+of how easily their action is undone (docs/policy.md). ``release_throttle``,
+``restore_spread`` and ``spread`` are the undo and do steps the remedy ladders
+(``pipeline.decide.remedies``) reuse; ``hot_partitions`` is the hotspot test diagnosis
+reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pipeline.decide.context import Ctx
+from pipeline.decide.policy_config import Producer, Thresholds
+from pipeline.decide.state import Throttle
+from schemas import ActionType, GroupLag
+from schemas.lag import WorstPartition
+
+
+def rule_throttle(
+    c: Ctx,
+    producers: Iterable[Producer] | None = None,
+    *,
+    open_new: bool = True,
+    start_rates: dict[str, int] | None = None,
+) -> None:
+    """Throttle allow-listed producers of the lagging topic; renew, step down, release.
+
+    ``producers``: the policy file's map unless given (the ladder passes the attributed
+    client ids); ``open_new`` false only renews, steps down and releases what is held;
+    ``start_rates``: a first rate per target (else ``throttle.start_bytes_per_s``).
+    A release waits until the cooldown has passed since the last throttle action, so a
+    throttle and its release never flap inside one cooldown (the lease still ends it).
+    """
+    cfg, s = c.config, c.state
+    cooldown_ms = cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
+    for p in cfg.producers if producers is None else producers:
+        if not p.writes(c.summary.topic) or not cfg.may_throttle(p.name, p.entity):
+            continue
+        th = s.throttles.get(p.target)
+        if not c.incident.active:
+            if th is not None and c.key in th.holders:
+                th.holders.remove(c.key)
+            if th is not None and not th.holders and c.now - th.issued_ms >= cooldown_ms:
+                release_throttle(c, p.target, th, "incident cleared")
+            continue
+        lease_ms = int(cfg.throttle_lease_s * 1000)
+        if th is None:
+            if not open_new:
+                continue
+            released = s.released_ms.get(p.target, -cooldown_ms)
+            if c.now - released < cooldown_ms:
+                continue  # released recently: wait out the cooldown, do not flap
+            start = (start_rates or {}).get(p.target, cfg.throttle_start_bytes_per_s)
+            th = Throttle(start, c.now, 0, c.now, c.now + lease_ms, [c.key])
+            if _throttle(c, p, th, th.rate, budgeted=True, why="incident open"):
+                s.throttles[p.target] = th
+            continue
+        if c.key not in th.holders:
+            th.holders = sorted([*th.holders, c.key])
+        if c.now < th.issued_ms + max(cooldown_ms, lease_ms / 2):
+            continue  # not due for renewal yet
+        lower = max(cfg.throttle_floor_bytes_per_s, int(th.rate * cfg.throttle_step_ratio))
+        if (
+            c.summary.lag_rate_per_s > 0
+            and lower < th.rate
+            and _throttle(c, p, th, lower, budgeted=True, why="lag still growing: step down")
+        ):
+            continue
+        _throttle(c, p, th, th.rate, budgeted=False, why="incident continues: renew lease")
+
+
+def _throttle(c: Ctx, p: Producer, th: Throttle, rate: int, *, budgeted: bool, why: str) -> bool:
+    lease_s = c.config.throttle_lease_s
+    topics = sorted({k.split("\x00", 1)[1] for k in th.holders} | {c.summary.topic})
+    params = {"entity": p.entity, "name": p.name, "producer_byte_rate": rate,
+              "lease_s": lease_s, "topics": topics}  # fmt: skip
+    reason = c.reason("throttle_producer", why=why, previous_byte_rate=th.rate,
+                      floor_bytes_per_s=c.config.throttle_floor_bytes_per_s)  # fmt: skip
+    window = (th.since_ms, th.seq)
+    if not c.emit(
+        ActionType.THROTTLE_PRODUCER, p.target, params, reason, window, budgeted=budgeted
+    ):
+        return False
+    th.rate, th.seq, th.issued_ms = rate, th.seq + 1, c.now
+    th.lease_until_ms = c.now + int(lease_s * 1000)
+    return True
+
+
+def release_throttle(c: Ctx, target: str, th: Throttle, why: str) -> None:
+    """Undo a throttle (exempt from budget and cooldown; remembered to stop re-throttling)."""
+    entity, name = target.split(":", 1)
+    reason = {"rule": "release_producer", "why": why, "throttle_since_ms": th.since_ms,
+              "last_byte_rate": th.rate, **(c.diagnosis or {})}  # fmt: skip
+    c.emit(ActionType.RELEASE_PRODUCER, target, {"entity": entity, "name": name}, reason,
+           (th.since_ms,), budgeted=False, cooled=False)  # fmt: skip
+    c.state.throttles.pop(target, None)
+    c.state.released_ms[target] = c.now
+
+
+def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartition]:
+    """The partitions far worse than the rest: a hotspot, not a slow group.
+
+    Hot: above the enter level and at least ``ratio`` times the time lag of the worst
+    partition that is not above it (the "rest" baseline). At most a quarter of the topic's
+    partitions (and at least one) may be hot: when more lag, the group is slow, and
+    spreading is not the fix (scale_consumers is). ``worst`` comes ordered by status first,
+    so it is re-ordered by time lag here.
+    """
+    if s.topic_partitions < 2 or len(s.worst) < 2:
+        return []
+    ranked = sorted(s.worst, key=lambda w: -w.time_lag_s)
+    above = [w for w in ranked if w.time_lag_s >= t.time_lag_s]
+    rest = ranked[len(above)] if len(above) < len(ranked) else None
+    if rest is None or len(above) > max(1, s.topic_partitions // 4):
+        return []
+    return [w for w in above if w.time_lag_s >= ratio * rest.time_lag_s]
+
+
+def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | None:
+    """The hottest of ``hot_partitions``, if any."""
+    hot = hot_partitions(s, t, ratio)
+    return hot[0] if hot else None
+
+
+def rule_spread(c: Ctx) -> None:
+    """Tell the group's workers to spread a hot partition; restore it when the incident ends
+    (once the spread's cooldown has passed: a spread and its restore never flap)."""
+    s = c.state
+    if not c.incident.active:
+        cooldown_ms = c.config.cooldown_s(ActionType.SPREAD_PARTITION) * 1000
+        for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key
+                       and not sp.get("keep")  # a storm's hand-off (pipeline.remedies)
+                       and c.now - sp.get("issued_ms", sp["since_ms"]) >= cooldown_ms]:  # fmt: skip
+            restore_spread(c, target, "incident cleared")
+        return
+    for hot in hot_partitions(c.summary, c.thresholds, c.config.hot_ratio):
+        spread(c, hot)
+
+
+_CONFIG_POOL = object()
+
+
+def spread(c: Ctx, hot: WorstPartition, pool: Any = _CONFIG_POOL) -> None:
+    """Spread over lanes; with a pool (``hotspot.pool`` unless given), hand it off there."""
+    s, g, topic = c.state, c.summary.group, c.summary.topic
+    target = f"group:{g}/topic:{topic}/{hot.partition}"
+    if target in s.spreads:
+        return
+    pool = c.config.spread_pool if pool is _CONFIG_POOL else pool
+    params = {"group": g, "topic": topic, "partition": hot.partition,
+              "lanes": c.config.spread_lanes, "pool": pool}  # fmt: skip
+    below = [w.time_lag_s for w in c.summary.worst if w.time_lag_s < hot.time_lag_s]
+    next_lag = max(below, default=0.0)
+    reason = c.reason("spread_partition", partition=hot.partition, hot_ratio=c.config.hot_ratio,
+                      partition_time_lag_s=round(hot.time_lag_s, 3),
+                      next_worst_time_lag_s=round(next_lag, 3))  # fmt: skip
+    if c.emit(ActionType.SPREAD_PARTITION, target, params, reason, (c.incident.since_ms,)):
+        s.spreads[target] = {"incident": c.key, "since_ms": c.incident.since_ms,
+                             "issued_ms": c.now, **params}  # fmt: skip
+
+
+def restore_spread(c: Ctx, target: str, why: str) -> None:
+    """Undo a spread or hand-off; a new spread of the target then waits out its cooldown."""
+    sp = c.state.spreads.pop(target)
+    params = {"group": sp["group"], "topic": sp["topic"], "partition": sp["partition"]}
+    reason = {"rule": "restore_partition", "why": why, "spread_since_ms": sp["since_ms"],
+              **(c.diagnosis or {})}  # fmt: skip
+    if c.emit(ActionType.RESTORE_PARTITION, target, params, reason, (sp["since_ms"],),
+              budgeted=False, cooled=False):  # fmt: skip
+        c.state.cooldowns[f"{ActionType.SPREAD_PARTITION}|{target}"] = c.now
+
+
+def rule_leadership(c: Ctx) -> None:
+    """Move one lagging partition off a broker that leads many of them, to one leading none."""
+    if not c.incident.active:
+        return
+    t = c.thresholds
+    lagging = [
+        w for w in c.summary.worst if w.leader >= 0 and w.time_lag_s >= t.time_lag_s * t.exit_ratio
+    ]
+    counts = Counter(w.leader for w in lagging)
+    if not counts:
+        return
+    broker, n = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
+    if n < c.config.leadership_min_partitions:
+        return
+    known = c.config.broker_ids or tuple(sorted(int(b) for b in c.state.brokers_seen))
+    free = [b for b in known if b not in counts]
+    if not free:
+        return
+    worst = max((w for w in lagging if w.leader == broker), key=lambda w: w.time_lag_s)
+    topic = c.summary.topic
+    params = {"topic": topic, "partition": worst.partition, "target_broker": free[0],
+              "from_broker": broker}  # fmt: skip
+    reason = c.reason("transfer_leadership", from_broker=broker, lagging_partitions_led=n,
+                      partition=worst.partition,
+                      partition_time_lag_s=round(worst.time_lag_s, 3))  # fmt: skip
+    c.emit(ActionType.TRANSFER_LEADERSHIP, f"topic:{topic}/{worst.partition}", params, reason,
+           (c.incident.since_ms,), also_cools=(f"topic:{topic}",))  # fmt: skip
+
+
+def replicas_needed(s: GroupLag, lag_per_replica: int) -> int:
+    """KEDA's rule: total lag / lag per replica, rounded up (not yet capped)."""
+    return max(1, math.ceil(s.total_lag_offsets / lag_per_replica))
+
+
+def rule_scale(c: Ctx) -> None:
+    """Hint autoscalers to add consumers, never above the topic's partition count."""
+    s, g = c.state, c.summary.group
+    if not c.incident.active:
+        if g in s.scale_hints and not any(
+            i.active for k, i in s.incidents.items() if k.split("\x00", 1)[0] == g
+        ):
+            s.scale_hints.pop(g, None)
+        return
+    if c.summary.topic_partitions < 1:
+        return
+    needed = replicas_needed(c.summary, c.config.lag_per_replica)
+    replicas = min(needed, c.summary.topic_partitions)
+    if replicas <= s.scale_hints.get(g, 0):
+        return
+    params = {"group": g, "replicas": replicas, "partitions": c.summary.topic_partitions}
+    reason = c.reason(
+        "scale_consumers", replicas_needed=needed, lag_per_replica=c.config.lag_per_replica
+    )
+    if c.emit(
+        ActionType.SCALE_CONSUMERS, f"group:{g}", params, reason, (c.incident.since_ms, replicas)
+    ):
+        s.scale_hints[g] = replicas
+
+
+def rule_partitions(c: Ctx) -> None:
+    """Add partitions to an allow-listed topic when more consumers than partitions are needed."""
+    topic, have = c.summary.topic, c.summary.topic_partitions
+    if not c.incident.active or have < 1 or not c.config.may_add_partitions(topic):
+        return
+    needed = replicas_needed(c.summary, c.config.lag_per_replica)
+    pending = c.state.partition_requests.get(topic)
+    if needed <= have or (pending is not None and pending[0] > have):
+        return  # consumers can still scale, or our last request has not landed yet
+    total = min(
+        c.config.partitions_max_total,
+        max(have + 1, math.ceil(have * c.config.partitions_growth_ratio)),
+    )
+    if total <= have:
+        return
+    reason = c.reason("add_partitions", replicas_needed=needed, partitions=have,
+                      max_total=c.config.partitions_max_total,
+                      note="keyed ordering changes for new records of moved keys")  # fmt: skip
+    params = {"topic": topic, "total": total, "current": have}
+    if c.emit(ActionType.ADD_PARTITIONS, f"topic:{topic}", params, reason, (total,)):
+        c.state.partition_requests[topic] = [total, c.now]
+
+
+RULES: tuple[Callable[[Ctx], None], ...] = (
+    rule_throttle,  # 1. leased: ends by itself if we die
+    rule_spread,  # 2. consumer-side, undone by restore
+    rule_leadership,  # 3. cluster-side, undone by the balancer or another move
+    rule_scale,  # 4. a hint; the autoscaler decides
+    rule_partitions,  # 5. irreversible: partitions never shrink
+)
