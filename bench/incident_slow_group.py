@@ -37,6 +37,8 @@ from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
+from bench.support.verdicts import remedy_of
+from bench.support.verdicts import verified_of as suite_verified_of
 
 
 @dataclass(frozen=True)
@@ -247,31 +249,22 @@ def action_row(a: dict[str, Any], start_ms: int) -> dict[str, Any]:
 
 
 def verdict_row(v: dict[str, Any], start_ms: int) -> dict[str, Any]:
-    return {"at_ms": v["at"] - start_ms, "action_type": v["action_type"], "result": v["result"],
+    return {"at_ms": v["at"] - start_ms, "target": v.get("target"),
+            "action_type": v["action_type"], "result": v["result"],
             "cause": v["cause"], "step": v["step"], "why": v["why"],
             "time_lag_at_apply_s": v["time_lag_at_apply_s"],
             "time_lag_now_s": v["time_lag_now_s"]}  # fmt: skip
 
 
-def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
-    seen: list[str] = []
-    for a in sorted(actions, key=lambda a: a["at_ms"]):
-        if a["type"] not in seen:
-            seen.append(a["type"])
-    return seen
-
-
 def verified_of(run: dict[str, Any]) -> bool | None:
-    """True if every applied action (applied, recorded or delegated, in act mode: not a
-    recommendation) has a verdict: ``verified``, or ``no_effect`` (then undone or escalated
-    by the ladder); None if nothing was applied."""
+    """The suite's rule (``bench.support.verdicts``) over the actions applied in act mode
+    (applied, recorded or delegated: not a recommendation): every target they changed
+    ended verified, or was undone (a restore is an undo, not a change to verify); None if
+    nothing was applied."""
     acted = {o["action_id"] for o in run["outcomes"]
              if o["result"] in ("applied", "recorded", "delegated")}  # fmt: skip
-    judged_types = {v["action_type"] for v in run["verdicts"]}
-    acted_types = {a["type"] for a in run["actions"] if a["id"] in acted and a["mode"] == "act"}
-    if not acted_types:
-        return None
-    return acted_types <= judged_types
+    applied = [a for a in run["actions"] if a["id"] in acted and a["mode"] == "act"]
+    return suite_verified_of(applied, run["verdicts"])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -62,3 +62,27 @@ def test_the_p99_tail_says_where_the_slow_messages_were() -> None:
     assert 8 <= tail["slower_than_p99"] <= 10  # ~1% of 1,000 rows, the slowest
     assert tail["hot_before_spread"] == tail["heavy"] == tail["slower_than_p99"]
     assert tail["other_partitions"] == 0 and tail["hot_after_spread"] == 0
+
+
+def test_storm_and_slow_group_judge_targets_not_types() -> None:
+    """A restore is an undo, never judged itself; an applied spread of another partition
+    whose verdict never came is open, though another spread was verified; a recommendation
+    is not an applied action."""
+    from bench.incident_slow_group import verified_of as run_verified_of
+
+    def act(i: str, kind: str, target: str, mode: str = "act") -> dict[str, object]:
+        return {"id": i, "type": kind, "target": target, "mode": mode}
+
+    p2, p4 = "group:g/topic:t/2", "group:g/topic:t/4"
+    run = {
+        "actions": [act("a", "spread_partition", p2), act("b", "spread_partition", p4),
+                    act("c", "restore_partition", p2), act("d", "add_partitions", "topic:t",
+                                                            mode="recommend")],
+        "outcomes": [{"action_id": i, "result": "delegated"} for i in "abcd"],
+        "verdicts": [{"target": p2, "action_type": "spread_partition", "result": "verified"}],
+    }  # fmt: skip
+    assert run_verified_of(run) is False  # p4 never judged
+    run["verdicts"].append({"target": p4, "action_type": "spread_partition", "result": "verified"})
+    assert run_verified_of(run) is True  # the restore and the recommendation need none
+    run["outcomes"] = [{"action_id": "d", "result": "recorded"}]
+    assert run_verified_of(run) is None  # only a recommendation: nothing applied
