@@ -104,7 +104,13 @@ class OwnBroker:
         pattern = "node-*.pid" if node is None else f"node-{node}.pid"
         pids = [int(p.read_text()) for p in Path(self.run_dir).glob(pattern)]
         for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # the row then says so instead of a bare errno
+                raise RuntimeError(
+                    f"node {node} (pid {pid}) had exited before its kill: it died on its own "
+                    f"after the last restart (see {self.run_dir}/node-*/broker.log)"
+                ) from None
         return pids
 
     def down(self) -> None:
