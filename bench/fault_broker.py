@@ -37,6 +37,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from actuators.quotas import QuotaClient
+from bench.fault_doc import RECOVER_TARGET_S
 from bench.support.actuator_harness import throttle
 from bench.support.control_loop import DEMO_KEY, read_topic, wait_modelling
 from bench.support.harness import LagReader, PipelineProcess, free_port
@@ -252,7 +253,7 @@ def under_load(
     rundir.mkdir()
     swarm = Swarm(cfg, rundir)
     result: dict[str, Any] = {}
-    actuator_tail = ""
+    actuator_tail = pipeline_tail = ""
     clears: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
 
@@ -294,6 +295,7 @@ def under_load(
     finally:
         if pipe.proc is None or pipe.proc.poll() is not None:
             result["pipeline_log_tail"] = pipe.log_tail(25)
+        pipeline_tail = pipe.log_tail(60)  # kept below if its recovery misses the target
         if actuator_log.exists():
             actuator_tail = "\n".join(actuator_log.read_text(errors="replace").splitlines()[-25:])
         if actuator.poll() is not None:
@@ -343,6 +345,9 @@ def under_load(
     for k in ("detection_s", "workers_s", "actuator_s"):
         got = [c[k] for c in clears]
         waits[k] = None if not got or None in got else max(got)
+    slow = waits["detection_s"]
+    if (slow is None or slow > RECOVER_TARGET_S) and "pipeline_log_tail" not in result:
+        result["pipeline_log_tail"] = pipeline_tail  # what the pipeline did meanwhile
     return result | {
         "clears": clears,
         "recover_s": waits,
