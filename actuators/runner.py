@@ -32,14 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from actuators.backends import Backend
@@ -54,19 +47,11 @@ from actuators.metrics import Metrics, MetricsServer
 from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
 from actuators.topics import ensure_topics
-from schemas import ActionType, OutcomeResult, Verifier, encode, tracing
-from schemas.runtime.backoff import jittered_s
-from schemas.runtime.errors import LagpilotError
+from actuators.transactions import Stopped, Transactions
+from schemas import ActionType, OutcomeResult, Verifier, tracing
 
 log = logging.getLogger("lagpilot.actuator")
 
-# errors that say another producer with our transactional id took over (or the coordinator
-# expired our transaction while a node was down, which reads the same)
-_FENCED = frozenset(
-    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-)
-TWIN_WINDOW_S = 60.0  # fenced again this soon after a renewal: a twin actuator, not a timeout
-TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
 
@@ -95,13 +80,12 @@ class Runner:
         self._server: MetricsServer | None = None
         cfg = client_configs(settings)  # actuators/clients.py: one config per role
         self._admin = AdminClient(cfg.base)
-        self._producer_config = cfg.transactional
-        self._producer = Producer(self._producer_config)
-        self._renewed_at = float("-inf")  # monotonic time of the last renewal (_settle)
+        # the transactional producer and the control consumer (actuators/transactions.py)
+        self._txn = Transactions(cfg.transactional, cfg.control, settings.control_topic,
+                                 settings.actuator_id, self._stop)  # fmt: skip
         self._intents = IntentLog(
             lambda: Producer(cfg.intents), settings.outcomes_topic, settings.actuator_id
         )
-        self._consumer = Consumer(cfg.control)
         self._tail = Consumer(cfg.ledger_tail)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -119,10 +103,10 @@ class Runner:
         ensure_topics(self._admin, self.settings)
         # First: fence a predecessor with our id and abort its open transaction, so the
         # read_committed rebuild below is not blocked by it.
-        self._producer.init_transactions(30)
+        self._txn.producer.init_transactions(30)
         self.rebuild_ledger()
         self._adopt_kept_halts()
-        self._consumer.subscribe([self.settings.control_topic])
+        self._txn.subscribe()
         if serve_metrics:
             self._server = MetricsServer(
                 self.metrics, self.ready, self.settings.metrics_port
@@ -139,18 +123,18 @@ class Runner:
         return self
 
     def run(self, stop: threading.Event) -> None:
-        self._stop = stop
+        self._stop = self._txn.stop = stop
         while not stop.is_set():
             try:
                 self.step()
-            except _Stopped:
+            except Stopped:
                 return
 
     def close(self) -> None:
         self._ready = False
         if self._server is not None:
             self._server.stop()
-        self._consumer.close()
+        self._txn.close()
         self._tail.close()
         self._intents.close()
         self.backend.close()
@@ -191,9 +175,14 @@ class Runner:
         self._release_due_leases()
         # consume(n, timeout) waits for n messages or the timeout: wait for the first only,
         # then take what has already arrived, so one event never waits for a full batch.
-        msgs = self._consumer.consume(1, timeout=POLL_TIMEOUT_S)
+        consumer = self._txn.consumer
+        msgs = consumer.consume(1, timeout=POLL_TIMEOUT_S)
         if msgs and self.settings.max_batch > 1:
-            msgs += self._consumer.consume(self.settings.max_batch - 1, timeout=0)
+            msgs += consumer.consume(self.settings.max_batch - 1, timeout=0)
+        fatal = next((m.error() for m in msgs if m.error() is not None and m.error().fatal()), None)
+        if fatal is not None:  # fenced as a static member: nothing of this batch is applied
+            self._txn.renew_consumer(fatal)
+            return 0
         records: list[tuple[str, dict[str, Any]]] = []
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
@@ -215,7 +204,7 @@ class Runner:
         self._trace_headers.clear()  # produced, or to be traced again when reprocessed
         if not committed:
             for (t, p), o in first.items():
-                self._consumer.seek(TopicPartition(t, p, o))
+                consumer.seek(TopicPartition(t, p, o))
             self.rebuild_ledger()
         self._gauges()
         return len(records)
@@ -403,85 +392,8 @@ class Runner:
         self, records: list[tuple[str, dict[str, Any]]], offsets: list[TopicPartition]
     ) -> bool:
         """Outcomes and control offsets in one transaction; False if it had to be aborted."""
-        p = self._producer
-        try:
-            p.begin_transaction()
-            for key, value in records:
-                p.produce(
-                    self.settings.outcomes_topic,
-                    key=key.encode(),
-                    value=encode(value),
-                    headers=self._trace_headers.pop(key, None),  # its traceparent, if traced
-                )
-            if offsets:
-                p.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 10)
-            p.commit_transaction(10)
-            return True
-        except KafkaException as exc:
-            return self._settle(exc.args[0])
-
-    def _settle(self, err: KafkaError) -> bool:
-        """End a transaction whose commit failed: retry the commit while the error is
-        retriable, abort when it says so (the batch is then reprocessed: False). A broker or
-        a partition leader gone for a while (a node restart) must cost time, never the
-        actuator: each call is retried with backoff until TXN_SETTLE_S has passed. A
-        transaction this producer cannot end (the coordinator moved while it was open and
-        answers "invalid state", or a fatal error other than fencing) is ended by a new
-        producer with the same transactional id: its init_transactions aborts it.
-
-        "Fenced" is ambiguous: another actuator with our id, or the coordinator that timed
-        the transaction out (transaction.timeout.ms) while its node was down and bumped the
-        epoch. The first is renewed once; fenced again within TWIN_WINDOW_S of a renewal, it
-        is a twin (its consumer is fenced too: static membership) and the actuator stops."""
-        deadline = time.monotonic() + TXN_SETTLE_S
-        attempt = 0
-        aborting = renewing = False  # once decided, only that ends the transaction
-        while True:
-            if err.code() in _FENCED and time.monotonic() - self._renewed_at < TWIN_WINDOW_S:
-                raise RuntimeError(
-                    f"transactional producer failed ({err.str()}): another actuator with "
-                    f"actuator_id={self.settings.actuator_id!r} has fenced this one; give "
-                    "each running actuator its own LAGPILOT_ACTUATOR_ID"
-                ) from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"could not end a transaction in {TXN_SETTLE_S:.0f} s ({err.str()}); is "
-                    "the broker up? (lagpilot doctor)"
-                )
-            if attempt and self._stop.wait(jittered_s(attempt, base_s=0.2, cap_s=2.0)):
-                # Told to stop: leave the transaction open. The next actuator with this id
-                # aborts it at init_transactions, and the batch's offsets were not committed.
-                raise _Stopped
-            attempt += 1
-            renewing = (
-                renewing
-                or err.code() in _FENCED
-                or not (err.retriable() or err.txn_requires_abort())
-            )
-            aborting = aborting or err.txn_requires_abort()
-            try:
-                if renewing:
-                    log.warning("transaction stuck (%s); a new producer aborts it", err.str())
-                    self._renewed_at = time.monotonic()
-                    self._producer = Producer(self._producer_config)
-                    self._producer.init_transactions(30)
-                    return False
-                if aborting:
-                    log.warning("transaction aborted (%s); reprocessing the batch", err.str())
-                    self._producer.abort_transaction(10)
-                    return False
-                log.warning("transaction commit failed (%s); retrying it", err.str())
-                self._producer.commit_transaction(10)
-                return True
-            except KafkaException as again:
-                err = again.args[0]
+        return self._txn.commit(self.settings.outcomes_topic, records, offsets,
+                                lambda key: self._trace_headers.pop(key, None))  # fmt: skip
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-class _Stopped(LagpilotError):
-    """Raised out of a step when the actuator is told to stop while it waits for a broker;
-    run() ends quietly on it. Retriable: the next actuator with this id takes over."""
-
-    retriable = True

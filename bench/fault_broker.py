@@ -307,9 +307,11 @@ def under_load(
         try:
             actuator.wait(30)
         except subprocess.TimeoutExpired:  # a finding, not a crash of the benchmark
+            actuator.send_signal(signal.SIGUSR1)  # its threads' stacks: what it waits for
+            time.sleep(1.0)
             actuator.kill()
             actuator.wait(10)
-            lines = actuator_log.read_text(errors="replace").splitlines()[-25:]
+            lines = actuator_log.read_text(errors="replace").splitlines()[-80:]
             result["actuator_log_tail"] = "\n".join([*lines, "(did not stop 30 s after SIGTERM)"])
             result["actuator_ignored_sigterm"] = True
     res = swarm.results()

@@ -37,7 +37,7 @@ from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import remedy_of
+from bench.support.verdicts import action_row, remedy_of, verdict_row
 from bench.support.verdicts import verified_of as suite_verified_of
 
 
@@ -238,22 +238,6 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
             [e["observed_at_ms"] - start_ms, e["partition"], e["time_lag_s"]] for e in events
         ],
     }
-
-
-def action_row(a: dict[str, Any], start_ms: int) -> dict[str, Any]:
-    reason = a.get("reason") or {}
-    return {"at_ms": a["issued_at"] - start_ms, "id": a["id"], "type": a["type"],
-            "target": a["target"], "mode": a["mode"], "params": a["params"],
-            "cause": reason.get("cause"), "rule": reason.get("rule"),
-            "evidence": reason.get("evidence")}  # fmt: skip
-
-
-def verdict_row(v: dict[str, Any], start_ms: int) -> dict[str, Any]:
-    return {"at_ms": v["at"] - start_ms, "target": v.get("target"),
-            "action_type": v["action_type"], "result": v["result"],
-            "cause": v["cause"], "step": v["step"], "why": v["why"],
-            "time_lag_at_apply_s": v["time_lag_at_apply_s"],
-            "time_lag_now_s": v["time_lag_now_s"]}  # fmt: skip
 
 
 def verified_of(run: dict[str, Any]) -> bool | None:

@@ -39,13 +39,13 @@ import orjson
 from confluent_kafka import Producer
 
 from actuators.workers import PoolWorker
-from bench.incident_slow_group import action_row, verdict_row, verified_of
+from bench.incident_slow_group import verified_of
 from bench.storm_member import record
 from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import remedy_of
+from bench.support.verdicts import action_row, remedy_of, verdict_row
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "highmem"

@@ -21,8 +21,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 import tomllib
 import traceback
@@ -285,9 +287,27 @@ def setup_logging(level: str) -> None:
             f"--log-level {level!r}: use debug, info, warning or error", EX_USAGE
         ) from None
     watch_client_logs()
+    # `kill -USR1 <pid>` prints every thread's stack to stderr and the process goes on:
+    # what a stuck lagpilot process is waiting for, without stopping it (docs/runbook.md)
+    _stacks_on_sigusr1()
     if level.upper() != "DEBUG":  # HTTP clients' per-request lines are detail, as librdkafka's
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _stacks_on_sigusr1() -> None:
+    """Register the stack dump on the process's stderr (the real one when a test harness
+    has replaced ``sys.stderr`` with a buffer that has no file descriptor)."""
+    if not hasattr(signal, "SIGUSR1"):
+        return
+    for stream in (sys.stderr, sys.__stderr__):
+        if stream is None:
+            continue
+        try:
+            faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+            return
+        except (AttributeError, OSError, ValueError):  # no fileno: try the next
+            continue
 
 
 # --------------------------------------------------------------------------- errors

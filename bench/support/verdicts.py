@@ -45,8 +45,16 @@ def target_verdict(
     target: str, actions: list[dict[str, Any]], verifications: list[dict[str, Any]]
 ) -> str:
     """``verified``, ``undone`` (no effect, then restored/released or handed off), or
-    ``open`` (applied, never judged: the target misses its verdict)."""
-    verdicts = [v for v in verifications if v.get("target") == target]
+    ``open`` (applied, never judged: the target misses its verdict). A step that changed
+    several targets at once (a hand-off of a storm member's partitions, a throttle of
+    several client ids) is judged once: its verdict names every action in ``action_ids``
+    and covers each of their targets."""
+    ids = {a["id"] for a in actions if a["target"] == target and "id" in a}
+    verdicts = [
+        v
+        for v in verifications
+        if v.get("target") == target or ids & set(v.get("action_ids") or ())
+    ]
     if any(v.get("result") == "verified" for v in verdicts):
         return "verified"
     undone = [a for a in actions if a["target"] == target and a["type"] in UNDO]
@@ -122,3 +130,23 @@ def p99_tail(
         else:
             out["hot_before_spread"] += 1
     return out
+
+
+def action_row(a: dict[str, Any], start_ms: int) -> dict[str, Any]:
+    """An action as a scenario reports it (times from the run's start)."""
+    reason = a.get("reason") or {}
+    return {"at_ms": a["issued_at"] - start_ms, "id": a["id"], "type": a["type"],
+            "target": a["target"], "mode": a["mode"], "params": a["params"],
+            "cause": reason.get("cause"), "rule": reason.get("rule"),
+            "evidence": reason.get("evidence")}  # fmt: skip
+
+
+def verdict_row(v: dict[str, Any], start_ms: int) -> dict[str, Any]:
+    """A ``verification`` event as a scenario reports it; ``action_ids``: every action of
+    the step it judges."""
+    return {"at_ms": v["at"] - start_ms, "target": v.get("target"),
+            "action_ids": v.get("action_ids") or [v["action_id"]],
+            "action_type": v["action_type"], "result": v["result"],
+            "cause": v["cause"], "step": v["step"], "why": v["why"],
+            "time_lag_at_apply_s": v["time_lag_at_apply_s"],
+            "time_lag_now_s": v["time_lag_now_s"]}  # fmt: skip

@@ -154,10 +154,16 @@ def topic_producers(c: Ctx) -> dict[str, list[float]]:
 
 
 def target_time_lag(c: Ctx, lad: dict[str, Any]) -> float:
-    """The time lag the step is judged by: its partition's, else the group's on the topic."""
+    """The time lag the step is judged by: its partition's (the worst of its partitions, for
+    a step that changed several at once: a storm member's hand-off), else the group's on
+    the topic."""
     part = lad.get("partition")
     if part is None:
         return c.summary.max_time_lag_s
+    return max(_partition_time_lag(c, p) for p in lad.get("partitions") or (part,))
+
+
+def _partition_time_lag(c: Ctx, part: int) -> float:
     for w in c.summary.worst:
         if w.partition == part:
             return w.time_lag_s
@@ -423,6 +429,9 @@ def _act(c: Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
     )  # waits for an outcome
     if part is not None and new[0]["type"] != ActionType.SCALE_CONSUMERS:
         lad["partition"] = part
+        parts = [a["params"].get("partition") for a in new]
+        if len(parts) > 1 and all(isinstance(p, int) for p in parts):
+            lad["partitions"] = parts  # judged on the worst of them (target_time_lag)
     lad["last_lag_s"] = target_time_lag(c, lad)
     if mode is not None or c.config.mode is Mode.RECOMMEND:
         lad["phase"] = "recommended"  # nothing is applied: nothing to verify

@@ -86,3 +86,19 @@ def test_storm_and_slow_group_judge_targets_not_types() -> None:
     assert run_verified_of(run) is True  # the restore and the recommendation need none
     run["outcomes"] = [{"action_id": "d", "result": "recorded"}]
     assert run_verified_of(run) is None  # only a recommendation: nothing applied
+
+
+def test_one_verdict_of_a_step_covers_every_target_it_changed() -> None:
+    """A storm member's hand-off spreads its two partitions in one step; the step is judged
+    once, on its first target, and its verdict names both actions: both are verified. A
+    verdict for an unrelated action does not cover a target."""
+    p0, p2, p5 = "group:g/topic:t/0", "group:g/topic:t/2", "group:g/topic:t/5"
+    actions = [
+        {"id": "h0", "type": "spread_partition", "target": p0},
+        {"id": "h2", "type": "spread_partition", "target": p2},
+        {"id": "s5", "type": "spread_partition", "target": p5},
+    ]
+    step = {"result": "verified", "target": p0, "action_ids": ["h0", "h2"]}
+    assert verdicts_by_target(actions, [step]) == {p0: "verified", p2: "verified", p5: "open"}
+    assert verified_of(actions[:2], [step]) is True
+    assert verified_of(actions, [step]) is False

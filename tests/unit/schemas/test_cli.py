@@ -267,3 +267,32 @@ def test_a_reader_that_stops_reading_is_not_a_failure(capsys: pytest.CaptureFixt
 
     assert run("lagpilot status", _parser(), body, []) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_process_goes_on() -> None:
+    """The runbook's way to see what a stuck process waits for: its stacks, not its end."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys, time\n"
+        "from schemas.cli import setup_logging\n"
+        "setup_logging('info')\n"
+        "print('ready', flush=True)\n"
+        "def waiting_for_the_broker():\n"
+        "    time.sleep(3)\n"
+        "waiting_for_the_broker()\n"
+        "print('went on', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "went on" in out
+    assert "waiting_for_the_broker" in err, err

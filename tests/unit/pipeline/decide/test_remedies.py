@@ -423,6 +423,29 @@ def test_a_storm_hands_off_the_partitions_of_the_member_that_keeps_leaving() -> 
     assert "w-1" in a["reason"]["recommendation"] and "host-a" in a["reason"]["recommendation"]
 
 
+def test_a_storm_hand_off_of_two_partitions_is_judged_on_the_worse_of_them() -> None:
+    """One step spreads the member's p3 and p5 to the pool; its verdict names both actions
+    and waits until both drain: p3 recovering alone is not enough."""
+    loop = Loop(cfg())
+    health = {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
+              "members": [{"member_id": "m-1", "client_id": "w-2", "client_host": "h2"}],
+              "rebalances_per_min": 6.0, "commits_stalled": True,
+              "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
+                        "client_host": "host-a", "instance_id": None, "leaves": 4,
+                        "partitions": [{"topic": "docs", "topic_id": None,
+                                        "partitions": [3, 5]}]}}  # fmt: skip
+    loop.state = remedies.fold_health(loop.state, health)
+    loop.feed(gl(TWO_HOT), 3)
+    assert sorted(a["params"]["partition"] for a in loop.actions) == [3, 5]
+    # p3 drains in the pool, p5 does not (35 s > 0.8 x 40 s, the worse at apply)
+    loop.feed(gl([wp(3, 1.0), wp(5, 35.0, consume=0.0), wp(1, 2.0), wp(2, 1.0)]), 4)
+    assert loop.verdicts == []
+    loop.feed(gl([wp(3, 1.0), wp(5, 12.0), wp(1, 2.0), wp(2, 1.0)]))
+    [v] = loop.verdicts
+    assert v["result"] == "verified" and v["time_lag_now_s"] == 12.0
+    assert sorted(v["action_ids"]) == sorted(a["id"] for a in loop.actions)
+
+
 def test_broker_skew_transfers_leadership_and_stalled_only_alerts() -> None:
     loop = Loop(cfg(brokers={"ids": [1, 2, 3]}))
     skew = [wp(0, 20.0, leader=1), wp(1, 18.0, leader=1), wp(2, 0.5, leader=2)]

@@ -1,4 +1,5 @@
-"""How the actuator ends a transaction whose commit failed (``Runner._settle``).
+"""How the actuator's transactional producer ends a transaction whose commit failed
+(``Transactions.settle``), and how its control consumer survives being fenced.
 
 A node restart makes commit_transaction and abort_transaction fail for seconds with
 retriable errors. The actuator must ride that out (retry with backoff), abort when the
@@ -14,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from actuators import runner as runner_mod
-from actuators.runner import Runner
+from actuators import transactions as runner_mod
+from actuators.transactions import Transactions
 
 
 def _err(
@@ -52,13 +53,16 @@ class _Producer:
             raise KafkaException(err)
 
 
-def _runner(producer: _Producer) -> Runner:
-    r = Runner.__new__(Runner)
-    r._producer = producer
-    r.settings = SimpleNamespace(actuator_id="a1")  # type: ignore[assignment]
-    r._stop = _NoWait()  # type: ignore[assignment]
-    r._renewed_at = float("-inf")
-    return r
+def _runner(producer: _Producer, make_producer: object = None) -> Transactions:
+    return Transactions(
+        {"transactional.id": "lagpilot-actuator-a1"},
+        {"group.instance.id": "a1"},
+        "lagpilot.control",
+        "a1",
+        _NoWait(),  # type: ignore[arg-type]
+        make_producer=lambda _cfg: producer,
+        make_consumer=lambda _cfg: SimpleNamespace(),
+    )
 
 
 class _NoWait:
@@ -72,7 +76,7 @@ class _NoWait:
 
 def test_abort_is_retried_through_a_broker_restart_and_the_batch_is_reprocessed() -> None:
     p = _Producer(commits=[], aborts=[_err(retriable=True), _err(retriable=True), None])
-    assert _runner(p)._settle(_err(abort=True)) is False
+    assert _runner(p).settle(_err(abort=True)) is False
     # never a commit once the broker asked for an abort, even when the abort's own
     # error is only "retriable"
     assert p.calls == ["abort", "abort", "abort"]
@@ -80,22 +84,22 @@ def test_abort_is_retried_through_a_broker_restart_and_the_batch_is_reprocessed(
 
 def test_a_retriable_commit_is_retried_until_it_commits() -> None:
     p = _Producer(commits=[_err(retriable=True), None], aborts=[])
-    assert _runner(p)._settle(_err(retriable=True)) is True
+    assert _runner(p).settle(_err(retriable=True)) is True
     assert p.calls == ["commit", "commit"]
 
 
 def test_a_commit_retry_that_turns_abortable_aborts() -> None:
     p = _Producer(commits=[_err(abort=True)], aborts=[None])
-    assert _runner(p)._settle(_err(retriable=True)) is False
+    assert _runner(p).settle(_err(retriable=True)) is False
     assert p.calls == ["commit", "abort"]
 
 
 def test_fenced_again_soon_after_a_renewal_is_a_twin_and_ends_the_actuator() -> None:
     p = _Producer(commits=[], aborts=[])
     r = _runner(p)
-    r._renewed_at = runner_mod.time.monotonic()
+    r.renewed_at = runner_mod.time.monotonic()
     with pytest.raises(RuntimeError, match="LAGPILOT_ACTUATOR_ID"):
-        r._settle(_err(fatal=True, code=KafkaError._FENCED))
+        r.settle(_err(fatal=True, code=KafkaError._FENCED))
     assert p.calls == []
 
 
@@ -125,20 +129,18 @@ class _Renewed:
     ids=["invalid_txn_state", "fenced_by_a_timeout"],
 )
 def test_a_transaction_the_producer_cannot_end_is_ended_by_a_new_producer(
-    monkeypatch: pytest.MonkeyPatch, answer: KafkaError
+    answer: KafkaError,
 ) -> None:
     _Renewed.made = []
-    monkeypatch.setattr(runner_mod, "Producer", _Renewed)
     p = _Producer(commits=[], aborts=[answer])
     r = _runner(p)
-    r._renewed_at = float("-inf")
-    r._producer_config = {"transactional.id": "lagpilot-actuator-a1"}
-    assert r._settle(_err(abort=True)) is False
+    r._make_producer = _Renewed
+    assert r.settle(_err(abort=True)) is False
     assert p.calls == ["abort"]
     [renewed] = _Renewed.made
     assert renewed.inits == [30]
     assert renewed.config["transactional.id"] == "lagpilot-actuator-a1"
-    assert r._producer is renewed
+    assert r.producer is renewed
 
 
 def test_a_broker_away_longer_than_the_settle_window_is_an_error(
@@ -148,14 +150,77 @@ def test_a_broker_away_longer_than_the_settle_window_is_an_error(
     monkeypatch.setattr(runner_mod.time, "monotonic", lambda: float(next(clock)))
     p = _Producer(commits=[], aborts=[_err(retriable=True)] * 100)
     with pytest.raises(RuntimeError, match="could not end a transaction"):
-        _runner(p)._settle(_err(abort=True))
+        _runner(p).settle(_err(abort=True))
     assert 0 < p.calls.count("abort") < 100
 
 
 def test_a_stop_while_the_broker_is_away_ends_the_wait_at_once() -> None:
     p = _Producer(commits=[], aborts=[_err(retriable=True)] * 5)
     r = _runner(p)
-    r._stop.stopping = True  # type: ignore[attr-defined]
-    with pytest.raises(runner_mod._Stopped):
-        r._settle(_err(abort=True))
+    r.stop.stopping = True  # type: ignore[attr-defined]
+    with pytest.raises(runner_mod.Stopped):
+        r.settle(_err(abort=True))
     assert p.calls == ["abort"]
+
+
+class _Consumer:
+    """A control consumer: records subscribe and close."""
+
+    made: list[_Consumer] = []
+
+    def __init__(self, config: dict[str, object], *, close_blocks: bool = False) -> None:
+        self.config, self.subscribed, self.closed = config, [], False
+        self._blocks = close_blocks
+        _Consumer.made.append(self)
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.subscribed.append(topics)
+
+    def close(self) -> None:
+        if self._blocks:
+            import time
+
+            time.sleep(3600)  # a consumer whose coordinator is away (left behind, daemon)
+        self.closed = True
+
+
+FENCED_MEMBER = KafkaError(
+    KafkaError.FENCED_INSTANCE_ID, "Fatal consumer error: fenced", fatal=True
+)
+
+
+def test_a_fenced_control_consumer_is_renewed_under_the_same_instance_id() -> None:
+    """librdkafka#3437, seen in bench-faults row 2: after the coordinator failed over, the
+    static member is fenced by itself. A new consumer rejoins; the old one is closed."""
+    _Consumer.made = []
+    r = _runner(_Producer(commits=[], aborts=[]))
+    r._make_consumer = _Consumer
+    old = r.consumer = _Consumer({"group.instance.id": "a1"})
+    r.renew_consumer(FENCED_MEMBER)
+    assert r.consumer is not old and isinstance(r.consumer, _Consumer)
+    assert r.consumer.config["group.instance.id"] == "a1"
+    assert r.consumer.subscribed == [["lagpilot.control"]]
+    assert old.closed
+
+
+def test_a_consumer_fenced_again_soon_after_its_renewal_is_a_twin() -> None:
+    _Consumer.made = []
+    r = _runner(_Producer(commits=[], aborts=[]))
+    r._make_consumer = _Consumer
+    r.consumer = _Consumer({})
+    r.renew_consumer(FENCED_MEMBER)
+    with pytest.raises(RuntimeError, match="LAGPILOT_ACTUATOR_ID"):
+        r.renew_consumer(FENCED_MEMBER)
+    assert len(_Consumer.made) == 2  # no third consumer
+
+
+def test_a_close_that_blocks_is_left_behind_within_its_wait() -> None:
+    import time
+
+    from actuators.transactions import close_within
+
+    started = time.monotonic()
+    assert close_within(_Consumer({}, close_blocks=True), 0.3, "a stuck consumer") is False
+    assert time.monotonic() - started < 2.0
+    done = _Consumer({})
+    assert close_within(done, 5.0, "a consumer") is True and done.closed

@@ -1,0 +1,188 @@
+"""The actuator's two group-bound clients and how each survives a broker's failover.
+
+- The transactional producer commits each batch's outcomes together with the control
+  offsets (``commit``). A commit that fails while a node restarts is settled (``settle``):
+  retried, aborted or ended by a new producer with the same transactional id.
+- The control consumer is a static member (``group.instance.id`` = the actuator id). After
+  its coordinator failed over, librdkafka can rejoin with a new member id and then be told
+  that a member with its own instance id fenced it (a fatal error; librdkafka#3437, seen in
+  bench-faults row 2). ``renew_consumer`` makes a new consumer that rejoins under the same
+  instance id.
+
+"Fenced" is ambiguous for both: a twin actuator with the same id, or the broker's failover.
+Each client is renewed once; fenced again within ``TWIN_WINDOW_S`` of its last renewal, it
+is a twin and the actuator stops, naming the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from schemas import encode
+from schemas.runtime.backoff import jittered_s
+from schemas.runtime.errors import LagpilotError
+
+log = logging.getLogger("lagpilot.actuator")
+
+# errors that say another producer with our transactional id took over (or the coordinator
+# expired our transaction while a node was down, which reads the same)
+FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+TWIN_WINDOW_S = 60.0  # fenced again this soon after a renewal: a twin actuator, not a timeout
+TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
+CLOSE_WAIT_S = 10.0  # a fenced consumer's close is given this long, then left behind
+
+
+class Stopped(LagpilotError):
+    """Raised out of a step when the actuator is told to stop while it waits for a broker;
+    run() ends quietly on it. Retriable: the next actuator with this id takes over."""
+
+    retriable = True
+
+
+def twin_error(what: str, err: KafkaError, actuator_id: str) -> RuntimeError:
+    return RuntimeError(
+        f"{what} failed ({err.str()}): another actuator with actuator_id={actuator_id!r} has "
+        "fenced this one; give each running actuator its own LAGPILOT_ACTUATOR_ID"
+    )
+
+
+class Transactions:
+    """The transactional producer and the control consumer of one actuator."""
+
+    def __init__(
+        self,
+        producer_config: dict[str, Any],
+        consumer_config: dict[str, Any],
+        control_topic: str,
+        actuator_id: str,
+        stop: threading.Event,
+        *,
+        make_producer: Callable[[dict[str, Any]], Any] = Producer,
+        make_consumer: Callable[[dict[str, Any]], Any] = Consumer,
+    ) -> None:
+        self._producer_config, self._consumer_config = producer_config, consumer_config
+        self._topic, self.actuator_id, self.stop = control_topic, actuator_id, stop
+        self._make_producer, self._make_consumer = make_producer, make_consumer
+        self.producer = make_producer(producer_config)
+        self.consumer = make_consumer(consumer_config)
+        self.renewed_at = float("-inf")  # monotonic time of the producer's last renewal
+        self.consumer_renewed_at = float("-inf")
+
+    def subscribe(self) -> None:
+        self.consumer.subscribe([self._topic])
+
+    # -- the producer ------------------------------------------------------------------------
+
+    def commit(
+        self,
+        topic: str,
+        records: Sequence[tuple[str, dict[str, Any]]],
+        offsets: list[TopicPartition],
+        headers: Callable[[str], Any],
+    ) -> bool:
+        """Outcomes and control offsets in one transaction; False if it had to be aborted."""
+        p = self.producer
+        try:
+            p.begin_transaction()
+            for key, value in records:
+                p.produce(topic, key=key.encode(), value=encode(value), headers=headers(key))
+            if offsets:
+                p.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 10)
+            p.commit_transaction(10)
+            return True
+        except KafkaException as exc:
+            return self.settle(exc.args[0])
+
+    def settle(self, err: KafkaError) -> bool:
+        """End a transaction whose commit failed: retry the commit while the error is
+        retriable, abort when it says so (the batch is then reprocessed: False). A broker or
+        a partition leader gone for a while (a node restart) must cost time, never the
+        actuator: each call is retried with backoff until TXN_SETTLE_S has passed. A
+        transaction this producer cannot end (the coordinator moved while it was open and
+        answers "invalid state", or a fatal error other than fencing) is ended by a new
+        producer with the same transactional id: its init_transactions aborts it."""
+        deadline = time.monotonic() + TXN_SETTLE_S
+        attempt = 0
+        aborting = renewing = False  # once decided, only that ends the transaction
+        while True:
+            if err.code() in FENCED and time.monotonic() - self.renewed_at < TWIN_WINDOW_S:
+                raise twin_error("transactional producer", err, self.actuator_id) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"could not end a transaction in {TXN_SETTLE_S:.0f} s ({err.str()}); is "
+                    "the broker up? (lagpilot doctor)"
+                )
+            if attempt and self.stop.wait(jittered_s(attempt, base_s=0.2, cap_s=2.0)):
+                # Told to stop: leave the transaction open. The next actuator with this id
+                # aborts it at init_transactions, and the batch's offsets were not committed.
+                raise Stopped
+            attempt += 1
+            stuck = err.code() in FENCED or not (err.retriable() or err.txn_requires_abort())
+            renewing = renewing or stuck
+            aborting = aborting or err.txn_requires_abort()
+            try:
+                if renewing:
+                    log.warning("transaction stuck (%s); a new producer aborts it", err.str())
+                    self.renewed_at = time.monotonic()
+                    self.producer = self._make_producer(self._producer_config)
+                    self.producer.init_transactions(30)
+                    return False
+                if aborting:
+                    log.warning("transaction aborted (%s); reprocessing the batch", err.str())
+                    self.producer.abort_transaction(10)
+                    return False
+                log.warning("transaction commit failed (%s); retrying it", err.str())
+                self.producer.commit_transaction(10)
+                return True
+            except KafkaException as again:
+                err = again.args[0]
+
+    # -- the consumer ------------------------------------------------------------------------
+
+    def renew_consumer(self, err: KafkaError) -> None:
+        """The control consumer hit a fatal error (fenced as a static member): a new one
+        rejoins under the same instance id and reads on from the committed offsets. Fenced
+        again within TWIN_WINDOW_S: a twin actuator, and this one stops."""
+        if time.monotonic() - self.consumer_renewed_at < TWIN_WINDOW_S:
+            raise twin_error("control consumer", err, self.actuator_id)
+        log.warning(
+            "control consumer: %s; a new consumer rejoins as %r (a coordinator that failed "
+            "over can fence a static member by itself)",
+            err.str(),
+            self.actuator_id,
+        )
+        self.consumer_renewed_at = time.monotonic()
+        old, self.consumer = self.consumer, self._make_consumer(self._consumer_config)
+        close_within(old, CLOSE_WAIT_S, "the fenced control consumer")
+        self.subscribe()
+
+    def close(self) -> None:
+        close_within(self.consumer, CLOSE_WAIT_S, "the control consumer")
+
+
+def close_within(client: Any, timeout_s: float, what: str) -> bool:
+    """``client.close()`` on a daemon thread, waited for ``timeout_s``: a consumer whose
+    coordinator is away can block in close, and a stop must not wait for the broker."""
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            client.close()
+        except Exception as exc:  # closing a broken client: say it, never fail the stop
+            log.warning("closing %s: %s", what, exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=close, name=f"close {what}", daemon=True).start()
+    if not done.wait(timeout_s):
+        log.warning("%s did not close in %.0f s; left behind", what, timeout_s)
+        return False
+    return True
