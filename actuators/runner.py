@@ -47,7 +47,7 @@ from actuators.metrics import Metrics, MetricsServer
 from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
 from actuators.topics import ensure_topics
-from actuators.transactions import Stopped, Transactions
+from actuators.transactions import Stopped, Transactions, is_fatal
 from schemas import ActionType, OutcomeResult, Verifier, tracing
 
 log = logging.getLogger("lagpilot.actuator")
@@ -179,7 +179,7 @@ class Runner:
         msgs = consumer.consume(1, timeout=POLL_TIMEOUT_S)
         if msgs and self.settings.max_batch > 1:
             msgs += consumer.consume(self.settings.max_batch - 1, timeout=0)
-        fatal = next((m.error() for m in msgs if m.error() is not None and m.error().fatal()), None)
+        fatal = next((m.error() for m in msgs if is_fatal(m.error())), None)
         if fatal is not None:  # fenced as a static member: nothing of this batch is applied
             self._txn.renew_consumer(fatal)
             return 0

@@ -47,6 +47,12 @@ class Stopped(LagpilotError):
     retriable = True
 
 
+def is_fatal(err: KafkaError | None) -> bool:
+    """A consumer's fatal error: librdkafka delivers it as a message whose error code is
+    ``_FATAL`` (its ``fatal()`` flag is not set on that copy)."""
+    return err is not None and (err.fatal() or err.code() == KafkaError._FATAL)
+
+
 def twin_error(what: str, err: KafkaError, actuator_id: str) -> RuntimeError:
     return RuntimeError(
         f"{what} failed ({err.str()}): another actuator with actuator_id={actuator_id!r} has "

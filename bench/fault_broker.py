@@ -200,6 +200,16 @@ def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dic
     return under_load(broker.bootstrap, workdir, fault, run_s=run_s) | timing
 
 
+def _rebuilds(log_path: Path) -> list[str]:
+    """The pipeline's own account of each time it rebuilt its app (run_until_stopped), with
+    its clock: what its detection waited for after a fault."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [ln[:400] for ln in lines if "rebuilding it" in ln or "broker not ready" in ln]
+
+
 def under_load(
     bootstrap: str,
     workdir: Path,
@@ -296,6 +306,7 @@ def under_load(
         if pipe.proc is None or pipe.proc.poll() is not None:
             result["pipeline_log_tail"] = pipe.log_tail(25)
         pipeline_tail = pipe.log_tail(60)  # kept below if its recovery misses the target
+        result["pipeline_rebuilds"] = _rebuilds(pipe.log_path)
         if actuator_log.exists():
             actuator_tail = "\n".join(actuator_log.read_text(errors="replace").splitlines()[-25:])
         if actuator.poll() is not None:

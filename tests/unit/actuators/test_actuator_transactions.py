@@ -224,3 +224,14 @@ def test_a_close_that_blocks_is_left_behind_within_its_wait() -> None:
     assert time.monotonic() - started < 2.0
     done = _Consumer({})
     assert close_within(done, 5.0, "a consumer") is True and done.closed
+
+
+def test_a_fatal_consumer_error_is_known_by_its_code_or_its_flag() -> None:
+    """What librdkafka hands the consumer after a fence: code _FATAL, flag not set (seen in
+    bench-faults row 2, where the flag alone let the actuator idle with a dead consumer)."""
+    from actuators.transactions import is_fatal
+
+    assert is_fatal(KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced"))
+    assert is_fatal(FENCED_MEMBER)
+    assert not is_fatal(KafkaError(KafkaError._PARTITION_EOF, "eof"))
+    assert not is_fatal(None)
