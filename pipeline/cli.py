@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipeline.__main__",
         "run the pipeline: __consumer_offsets + watermarks -> lag -> policy",
     ),
-    "sample": ("pipeline.read.watermarks", "run only the high-watermark sampler"),
+    "sample": ("pipeline.read.sample_cli", "run only the high-watermark sampler"),
     "status": ("pipeline.status", "print the current lag table from lagpilot.lag"),
     "control": ("pipeline.decide.control", "kill switch and control topic: halt | resume | tail"),
     "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),

@@ -10,16 +10,15 @@ partition would be 40,000 messages/s for 10,000 partitions at 250 ms).
 Split the house way: the pure core (topic selection, building ``Watermarks`` from a
 ListOffsets result, the tick schedule, backoff, error kinds) is ``pipeline.read.sampling``,
 unit-tested without a broker; ``HighWatermarkSource`` here is the thin edge that talks to
-the cluster and produces, with the ``lagpilot sample`` command.
+the cluster and produces; the ``lagpilot sample`` command is ``pipeline.read.sample_cli``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -30,7 +29,6 @@ from quixstreams.sources import Source
 from pipeline.procs import die_with_parent
 from pipeline.read.list_offsets import BrokerListOffsets, kafka_python_config
 from pipeline.read.sampling import (
-    INTERNAL_TOPICS,
     NS_PER_MS,
     STATS_HEADER,
     TOPOLOGY_ERRORS,
@@ -46,14 +44,9 @@ from pipeline.read.sampling import (
     select_watched,
     wall_grid_anchor_ns,
 )
-from schemas import ConfigError, encode, topics
+from schemas import ConfigError, encode
 from schemas.cli import (
     CLIENT_LOG,
-    Parser,
-    add_connection,
-    connect,
-    run,
-    topic_creation_failed,
     watch_client_logs,
 )
 
@@ -407,126 +400,3 @@ class HighWatermarkSource(Source):
         if last is None or now - last >= self.stats_log_interval_ms * NS_PER_MS:
             self._last_logged_ns[key] = now
             logger.log(level, msg, *args)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _key_values(pairs: Iterable[str]) -> dict[str, str]:
-    config = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(
-                f"-X {pair!r}: write client settings as key=value, e.g. -X security.protocol=SSL"
-            )
-        config[key] = value
-    return config
-
-
-EXAMPLE = """example:
-  KAFKA_BOOTSTRAP=redpanda-0:9092 lagpilot sample --include 'orders.*' --sample-interval-ms 250
-"""
-
-
-def build_parser() -> Parser:
-    p = Parser(
-        prog="lagpilot sample",
-        description="Sample the high watermarks of the watched topics and produce one "
-        f"message per topic per tick to {topics.WATERMARKS}.",
-        epilog=EXAMPLE,
-    )
-    add_connection(p)
-    p.option(
-        "--include",
-        env="LAGPILOT_INCLUDE",
-        default=".*",
-        help="regex of topics to watch (whole name)",
-    )
-    p.option("--exclude", env="LAGPILOT_EXCLUDE", help="regex of topics not to watch")
-    p.option(
-        "--include-internal",
-        env="LAGPILOT_INCLUDE_INTERNAL",
-        default=False,
-        type=bool,
-        action="store_true",
-        help=f"also watch internal topics ({INTERNAL_TOPICS})",
-    )
-    p.option(
-        "--sample-interval-ms",
-        env="LAGPILOT_SAMPLE_INTERVAL_MS",
-        default=250,
-        type=int,
-        help="time between two samples",
-    )
-    p.option(
-        "--metadata-refresh-ms",
-        env="LAGPILOT_METADATA_REFRESH_MS",
-        default=5000,
-        type=int,
-        help="time between two topic listings",
-    )
-    p.option(
-        "--topic",
-        env="LAGPILOT_WATERMARKS_TOPIC",
-        default=topics.WATERMARKS,
-        help="topic to produce to",
-    )
-    p.add_argument(
-        "-X",
-        dest="config_pairs",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Kafka client setting (security.protocol, sasl.*, ssl.*), repeatable "
-        "[env LAGPILOT_KAFKA_<NAME>]",
-    )
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``lagpilot sample``: run only the sampler in a Quix Application; Ctrl-C stops it."""
-    return run("lagpilot sample", build_parser(), _sample, argv)
-
-
-def _sample(args: Any) -> int:
-    from quixstreams import Application
-    from quixstreams.models.topics.exceptions import CreateTopicFailure
-
-    extra = {**args.kafka, **_key_values(args.config_pairs)}
-    source = HighWatermarkSource(
-        "lagpilot-watermarks",
-        {"bootstrap.servers": args.bootstrap, **extra},
-        include=args.include,
-        exclude=args.exclude,
-        exclude_internal=not args.include_internal,
-        sample_interval_ms=args.sample_interval_ms,
-        metadata_refresh_ms=args.metadata_refresh_ms,
-    )
-    connect(args.bootstrap, extra, args.connect_timeout_s, topic=args.topic)
-    app = Application(
-        broker_address=args.bootstrap,
-        consumer_group="lagpilot-sampler",
-        producer_extra_config=extra,
-        consumer_extra_config=extra,
-        loglevel=args.log_level.upper(),
-    )
-    topic = app.topic(
-        args.topic,
-        key_serializer="str",
-        value_serializer="bytes",
-        key_deserializer="str",
-        value_deserializer="json",
-    )
-    app.add_source(source, topic=topic)
-    try:
-        app.run()
-    except KeyboardInterrupt:  # a second Ctrl-C while stopping
-        return 130
-    except CreateTopicFailure as exc:
-        raise topic_creation_failed(exc, args.topic, args.bootstrap) from exc
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -101,13 +101,13 @@ def _parsers() -> dict[str, object]:
     from pipeline import doctor, status
     from pipeline.decide import control
     from pipeline.keda import server
-    from pipeline.read import watermarks
+    from pipeline.read import sample_cli
 
     return {
         "status": status._parser(),
         "control": control._parser(),
         "doctor": doctor._parser(),
-        "sample": watermarks.build_parser(),
+        "sample": sample_cli.build_parser(),
         "scaler": server._parser(),
     }
 

@@ -21,7 +21,7 @@ from pipeline.read.sampling import (
     select_watched,
     wall_grid_anchor_ns,
 )
-from pipeline.read.watermarks import HighWatermarkSource, build_parser
+from pipeline.read.watermarks import HighWatermarkSource
 from schemas import ConfigError, Watermarks, decode, encode, to_dict, topics, validate
 
 MS = 1_000_000
@@ -259,22 +259,6 @@ def test_unknown_client_setting_is_a_config_error_at_setup() -> None:
     src = HighWatermarkSource("wm", {"bootstrap.servers": "h:9092", "no.such.setting": "1"})
     with pytest.raises(ConfigError, match=r"no\.such\.setting"):
         src.setup()
-
-
-def test_cli_defaults_match_the_issue() -> None:
-    args = build_parser().parse_args(["--bootstrap", "h:9092", "-X", "security.protocol=SSL"])
-    assert args.sample_interval_ms == 250
-    assert args.metadata_refresh_ms == 5000
-    assert args.topic == topics.WATERMARKS
-    assert args.config_pairs == ["security.protocol=SSL"]
-    assert not args.include_internal
-
-
-def test_cli_rejects_malformed_client_setting(capsys) -> None:
-    from pipeline.read.watermarks import main
-
-    assert main(["--bootstrap", "h:9092", "-X", "security.protocol"]) == 78  # EX_CONFIG
-    assert "write client settings as key=value" in capsys.readouterr().err
 
 
 def test_the_tick_grid_falls_on_wall_clock_multiples_of_the_interval():

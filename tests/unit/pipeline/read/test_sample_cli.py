@@ -1,0 +1,22 @@
+"""``lagpilot sample``'s command line (pipeline/read/sample_cli.py), without a broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.read.sample_cli import build_parser, main
+from schemas import topics
+
+
+def test_cli_defaults_match_the_issue() -> None:
+    args = build_parser().parse_args(["--bootstrap", "h:9092", "-X", "security.protocol=SSL"])
+    assert args.sample_interval_ms == 250
+    assert args.metadata_refresh_ms == 5000
+    assert args.topic == topics.WATERMARKS
+    assert args.config_pairs == ["security.protocol=SSL"]
+    assert not args.include_internal
+
+
+def test_cli_rejects_malformed_client_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--bootstrap", "h:9092", "-X", "security.protocol"]) == 78  # EX_CONFIG
+    assert "write client settings as key=value" in capsys.readouterr().err
