@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pipeline.decide import remedies, requests
+from pipeline.decide import inputs, requests
 from pipeline.decide.policy import PolicyState, apply_control, decide
 from pipeline.decide.policy_config import PolicyConfig
 from schemas import (
@@ -203,9 +203,9 @@ class PolicyOperator:
     def _fold(self, kind: str, value: dict[str, Any], current: PolicyState, state: Any) -> None:
         """Outcomes start or end a step's watch; health and producer rates feed diagnosis."""
         if kind == "outcome":
-            new = remedies.fold_outcome(current, value)
+            new = inputs.fold_outcome(current, value)
         elif kind == "group_health":
-            new = remedies.fold_health(current, value)
+            new = inputs.fold_health(current, value)
         else:
             try:
                 validate(value)
@@ -213,7 +213,7 @@ class PolicyOperator:
                 self.skipped_rates += 1
                 log.debug("skipped a producer_rates event: %s", exc)
                 return
-            new = remedies.fold_producer_rate(current, value, self.config.burst_ratio)
+            new = inputs.fold_producer_rate(current, value, self.config.burst_ratio)
         if new is current:
             return
         self._cached = new

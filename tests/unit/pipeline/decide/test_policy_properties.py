@@ -17,7 +17,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.decide import remedies
+from pipeline.decide import inputs
 from pipeline.decide.policy import PolicyState, apply_control, decide
 from pipeline.decide.policy_config import PolicyConfig, config_from_mapping
 from schemas import GroupLag, LagStatus, WorstPartition, sign, validate
@@ -96,7 +96,7 @@ def play(
     for gap, summary in steps:
         now += gap
         rate = 1_000_000.0 if summary.lag_rate_per_s > 50 else 100_000.0
-        state = remedies.fold_producer_rate(state, {"client_id": "ingest-a", "topic": summary.topic,
+        state = inputs.fold_producer_rate(state, {"client_id": "ingest-a", "topic": summary.topic,
                                                     "bytes_per_s": rate, "at_ms": now},
                                             config.burst_ratio)  # fmt: skip
         events, state = decide(summary, state, config, now)
@@ -104,7 +104,7 @@ def play(
             validate(sign(e, KEY) if e["event"] == "action" else e)
         actions = [e for e in events if e["event"] == "action"]
         for a in actions:
-            state = remedies.fold_outcome(state, {"event": "outcome", "action_id": a["id"],
+            state = inputs.fold_outcome(state, {"event": "outcome", "action_id": a["id"],
                                                   "result": "applied", "at": now})  # fmt: skip
         out += actions
         if via_json:  # a restart between every two summaries

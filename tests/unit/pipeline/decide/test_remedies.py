@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.decide import remedies
+from pipeline.decide import inputs
 from pipeline.decide.diagnosis import DiagnosisConfig, culprits_of, diagnose
 from pipeline.decide.ladder import DEFAULT_LADDER, Step, parse_step
 from pipeline.decide.policy import PolicyState, decide, hot_partitions
@@ -91,7 +91,7 @@ class Loop:
         o = {"event": "outcome", "v": 1, "action_id": action["id"], "result": result,
              "actuator": "test", "at": self.now}  # fmt: skip
         validate(o)
-        self.state = remedies.fold_outcome(self.state, o)
+        self.state = inputs.fold_outcome(self.state, o)
 
     def rates(self, **by_client: float) -> None:
         for cid, rate in by_client.items():
@@ -99,7 +99,7 @@ class Loop:
                  "records_per_s": rate / 100, "bytes_per_s": rate, "window_s": 1.0,
                  "at_ms": self.now}  # fmt: skip
             validate(e)
-            self.state = remedies.fold_producer_rate(self.state, e, self.config.burst_ratio)
+            self.state = inputs.fold_producer_rate(self.state, e, self.config.burst_ratio)
 
 
 def kinds(actions: list[dict[str, Any]]) -> list[str]:
@@ -415,7 +415,7 @@ def test_a_storm_hands_off_the_partitions_of_the_member_that_keeps_leaving() -> 
                         "client_host": "host-a", "instance_id": None, "leaves": 4,
                         "partitions": [{"topic": "docs", "topic_id": None,
                                         "partitions": [3]}]}}  # fmt: skip
-    loop.state = remedies.fold_health(loop.state, health)
+    loop.state = inputs.fold_health(loop.state, health)
     loop.feed(gl(HOT), 3)
     [a] = loop.actions
     assert a["type"] == "spread_partition" and a["params"]["pool"] == "dedicated"
@@ -434,7 +434,7 @@ def test_a_storm_hand_off_of_two_partitions_is_judged_on_the_worse_of_them() -> 
                         "client_host": "host-a", "instance_id": None, "leaves": 4,
                         "partitions": [{"topic": "docs", "topic_id": None,
                                         "partitions": [3, 5]}]}}  # fmt: skip
-    loop.state = remedies.fold_health(loop.state, health)
+    loop.state = inputs.fold_health(loop.state, health)
     loop.feed(gl(TWO_HOT), 3)
     assert sorted(a["params"]["partition"] for a in loop.actions) == [3, 5]
     # p3 drains in the pool, p5 does not (35 s > 0.8 x 40 s, the worse at apply)
@@ -548,10 +548,10 @@ def test_a_storms_hand_off_is_kept_when_the_incident_clears_a_hotspots_spread_is
                                        "partitions": [3]}]}}  # fmt: skip
     ok = {**storm, "status": "OK", "storm": None}
     kept = Loop(cfg())
-    kept.state = remedies.fold_health(kept.state, storm)
+    kept.state = inputs.fold_health(kept.state, storm)
     kept.feed(gl(HOT), 3)
     assert kinds(kept.actions) == ["spread_partition"]
-    kept.state = remedies.fold_health(kept.state, ok)  # the storm ended: it is in the pool
+    kept.state = inputs.fold_health(kept.state, ok)  # the storm ended: it is in the pool
     kept.feed(gl(CALM), 80)
     assert kinds(kept.actions) == ["spread_partition"]  # never given back to the members
     assert kept.verdicts and kept.verdicts[0]["result"] == "verified"

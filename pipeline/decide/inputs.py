@@ -1,0 +1,121 @@
+"""The decide stage's inputs besides ``group_lag``, folded into ``PolicyState`` (pure).
+
+- ``outcome`` events (actuator, SDK workers) of the ladder's actions start a step's watch
+  or give it up (``fold_outcome``);
+- ``group_health`` events keep each group's latest health for the diagnosis
+  (``fold_health``);
+- ``producer_rates`` events keep each client's current and usual rate per topic
+  (``fold_producer_rate``): who is producing, and who rose, for ``inflow_burst``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.decide import diagnosis as dg
+from pipeline.decide.context import Ctx
+from pipeline.decide.policy_config import Producer
+from pipeline.decide.state import PolicyState
+
+
+def fold_outcome(state: PolicyState, outcome: dict[str, Any]) -> PolicyState:
+    """An actuator's (or workers') outcome of one of our actions: start the watch, or give
+    up on the step. Outcomes of other actions change nothing (returns ``state`` itself)."""
+    action_id, result = outcome.get("action_id"), outcome.get("result")
+    at = outcome.get("at")
+    for key, lad in state.ladders.items():
+        if lad.get("phase") != "issued" or action_id not in lad.get("ids", ()):
+            continue
+        s = state.copy()
+        lad = s.ladders[key] = dict(lad)
+        if result in ("applied", "recorded", "delegated"):  # delegated: for the SDK workers
+            applied = at if isinstance(at, int) else s.clock_ms
+            lad.update(
+                phase="watching",
+                applied_ms=applied,
+                deadline_ms=applied + lad["deadline_len_ms"],
+                lag_at_apply_s=lad["last_lag_s"],
+            )
+            lad["applied_by"] = int(outcome.get("applied_by", 1) or 1)
+        elif result in ("failed", "rejected", "expired"):
+            lad.update(phase="failed", why=f"outcome {result}")
+        else:
+            return state
+        return s
+    return state
+
+
+def fold_health(state: PolicyState, event: dict[str, Any]) -> PolicyState:
+    """Keep the group's latest health: what the diagnosis reads (status, members, storm)."""
+    group = event.get("group")
+    if not isinstance(group, str) or not group:
+        return state
+    s = state.copy()
+    s.health[group] = {
+        "status": event.get("status"),
+        "members": len(event.get("members") or ()),
+        "rebalances_per_min": event.get("rebalances_per_min", 0.0),
+        "commits_stalled": bool(event.get("commits_stalled")),
+        "storm": event.get("storm"), "at": event.get("observed_at_ms", 0),
+    }  # fmt: skip
+    return s
+
+
+def fold_producer_rate(
+    state: PolicyState, event: dict[str, Any], burst_ratio: float
+) -> PolicyState:
+    """One ``producer_rates`` event: the client's current rate, and its usual rate (an
+    exponential mean that a burst does not move, so a flood stays a flood).
+
+    The first ``dg.RATE_WARMUP_REPORTS`` reports of a client are its warm-up: the usual
+    rate is their plain mean, whatever they are, and the client names no burst yet
+    (``topic_producers`` leaves it out). Without it, a first report of a partial second
+    (a producer that just started) would be "usual", and every later full second a
+    burst that never moves it: every producer of the topic would be a culprit."""
+    cid, topic, rate, at = (event.get(k) for k in ("client_id", "topic", "bytes_per_s", "at_ms"))
+    if not (isinstance(cid, str) and isinstance(topic, str) and isinstance(at, int)):
+        return state
+    if not isinstance(rate, int | float) or rate < 0 or rate != rate:
+        return state
+    s = state.copy()
+    key = f"{cid}|{topic}"
+    old = s.producer_rates.get(key)
+    # [rate, usual, at_ms, reports]; a state saved before warm-up was kept has no count
+    seen = 0 if old is None else int(old[3]) if len(old) > 3 else dg.RATE_WARMUP_REPORTS
+    usual = float(rate) if old is None else old[1]
+    if 0 < seen < dg.RATE_WARMUP_REPORTS:
+        usual = (usual * seen + float(rate)) / (seen + 1)
+    elif old is not None and rate <= burst_ratio * max(usual, 1.0):
+        usual = (1 - dg.BASELINE_ALPHA) * usual + dg.BASELINE_ALPHA * float(rate)
+    s.producer_rates[key] = [float(rate), usual, at, min(seen + 1, 1_000_000)]
+    return s
+
+
+def topic_producers(c: Ctx) -> dict[str, list[float]]:
+    """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only."""
+    stale_ms = c.config.rates_stale_s * 1000
+    out: dict[str, list[float]] = {}
+    for key, entry in c.state.producer_rates.items():
+        rate, usual, at = entry[:3]
+        warm = len(entry) < 4 or entry[3] >= dg.RATE_WARMUP_REPORTS
+        cid, _, topic = key.rpartition("|")
+        if topic == c.summary.topic and c.now - at <= stale_ms and warm:
+            out[cid] = [rate, usual]
+    return out
+
+
+def reporters(c: Ctx) -> set[str]:
+    """Client ids that have reported rates for the summary's topic (fresh or not, until the
+    state forgets them): producers that embed the SDK's wrapper."""
+    out = set()
+    for key in c.state.producer_rates:
+        cid, _, topic = key.rpartition("|")
+        if topic == c.summary.topic:
+            out.add(cid)
+    return out
+
+
+def _reports(p: Producer, reporting: set[str]) -> bool:
+    if p.entity == "client-id-prefix":
+        return any(cid.startswith(p.name) for cid in reporting)
+    return p.name in reporting
