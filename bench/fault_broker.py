@@ -210,6 +210,15 @@ def _rebuilds(log_path: Path) -> list[str]:
     return [ln[:400] for ln in lines if "rebuilding it" in ln or "broker not ready" in ln]
 
 
+def _warnings(log_path: Path, logger: str, n: int = 20) -> list[str]:
+    """The last ``n`` warnings of one logger: what a process rode out during the row."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [ln[:300] for ln in lines if f"WARNING {logger}" in ln][-n:]
+
+
 def under_load(
     bootstrap: str,
     workdir: Path,
@@ -307,6 +316,7 @@ def under_load(
             result["pipeline_log_tail"] = pipe.log_tail(25)
         pipeline_tail = pipe.log_tail(60)  # kept below if its recovery misses the target
         result["pipeline_rebuilds"] = _rebuilds(pipe.log_path)
+        result["actuator_warnings"] = _warnings(actuator_log, "lagpilot.actuator")
         if actuator_log.exists():
             actuator_tail = "\n".join(actuator_log.read_text(errors="replace").splitlines()[-25:])
         if actuator.poll() is not None:
