@@ -406,13 +406,13 @@ class Engine(abc.ABC):
     def _flow(self) -> None:
         """Pause partitions whose lanes are full (or held, or halted); resume when drained."""
         assert self._consumer is not None
-        flow = self._dispatcher.flow()
+        buffered = self._dispatcher.buffered()
         halted = self._dispatcher.halted
         pause, resume = [], []
         for tp in self._assigned:
-            n, lanes = flow.get(tp) or (0, self._dispatcher.lanes(tp))
+            n = buffered.get(tp, 0)
             hold = halted or self._held(tp)
-            high = self._buffered or max(64, BUFFERED_PER_LANE * lanes)
+            high = self._buffered or max(64, BUFFERED_PER_LANE * self._dispatcher.lanes(tp))
             if tp in self._paused:
                 if not hold and n <= high // 2:
                     resume.append(tp)

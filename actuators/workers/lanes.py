@@ -11,14 +11,6 @@ Changing a partition's lane count (``spread_partition``/``restore_partition``) r
 keys, so it waits at a barrier: new work of that partition is held until its running
 messages finish, then every queued message is re-routed in offset order. No key ever has two
 messages running at once, before, during or after the change.
-
-Each partition has its own lock. A lane thread takes its partition's lock once per message
-(to mark it done and take the next one); with one lock for the whole worker, 128 lanes
-(8 partitions x 16) spent half their time queued for it, and a lock holder that the OS
-preempted on a busy machine stalled every lane at once (bench-workers: 48% of the lane
-threads' time waiting on that lock, 14% in the handler). The executor's own lock guards
-only which partitions exist, the lane overrides and the halt flag; it is taken before a
-partition's lock, never after.
 """
 
 from __future__ import annotations
@@ -79,13 +71,6 @@ class _Part:
     # key -> [lane, messages of that key queued or running]: a key's pending messages stay
     # on one lane (its order); a key with none pending may take any lane
     keys: dict[bytes, list[int]] = field(default_factory=dict)
-    # guards every field above; ``changed`` (on it) tells ``close`` that running work ended
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    changed: threading.Condition = field(init=False)
-    dead: bool = False  # forgotten (finish_close): its lane threads stop, its tp may start anew
-
-    def __post_init__(self) -> None:
-        self.changed = threading.Condition(self.lock)
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues)
@@ -142,7 +127,8 @@ class LaneExecutor:
     ) -> None:
         self._process = process
         self._default_lanes = default_lanes
-        self._lock = threading.Lock()  # _parts' membership, _lane_overrides, _halted
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._parts: dict[TopicPart, _Part] = {}
         self._lane_overrides: dict[TopicPart, int] = {}
         self._epochs = 0
@@ -159,23 +145,19 @@ class LaneExecutor:
         """Queue a polled batch, in order; returns how many were dropped (closing partitions,
         old fetches, repeats). The poll loop hands over every message of a worker: what needs
         no lock (the accessors, the key's hash) is done before taking it, and the lock is
-        taken once per ``INTAKE_CHUNK`` messages of one partition, not once per message nor
-        per batch (a batch holds runs of one partition's messages, in offset order)."""
-        runs: list[tuple[TopicPart, list[tuple[int, int, Any]]]] = []
-        last: TopicPart | None = None
-        for m in messages:
-            tp = (m.topic(), m.partition())
-            if tp != last or len(runs[-1][1]) >= INTAKE_CHUNK:
-                runs.append((tp, []))
-                last = tp
-            offset = m.offset()
-            runs[-1][1].append((offset, _spread(m.key(), offset), m))
+        taken once per ``INTAKE_CHUNK`` messages, not once per message nor per batch."""
+        items = [
+            ((m.topic(), m.partition()), m.offset(), _spread(m.key(), m.offset()), m)
+            for m in messages
+        ]
         dropped = 0
         now_ms = int(time.time() * 1000)
-        for tp, run in runs:
-            part = self._locked(tp)
-            try:
-                for offset, spread, message in run:
+        for start in range(0, len(items), INTAKE_CHUNK):
+            with self._lock:
+                for tp, offset, spread, message in items[start : start + INTAKE_CHUNK]:
+                    part = self._parts.get(tp)
+                    if part is None:
+                        part = self._new_part(tp)
                     if part.closing:
                         dropped += 1
                         continue
@@ -198,33 +180,16 @@ class LaneExecutor:
                     part.queues[lane].append(message)
                     if lane not in part.running:
                         self._kick(tp, part, lane)
-            finally:
-                part.lock.release()
         return dropped
 
-    def _locked(self, tp: TopicPart) -> _Part:
-        """``tp``'s live partition state, its lock held (the caller releases it)."""
-        while True:
-            part = self._live(tp)
-            part.lock.acquire()
-            if not part.dead:
-                return part
-            part.lock.release()  # forgotten meanwhile: its messages go to the next life
-
-    def _live(self, tp: TopicPart) -> _Part:
-        """``tp``'s partition state, made at its first message (or first since forgotten)."""
-        part = self._parts.get(tp)
-        if part is not None and not part.dead:
-            return part
-        with self._lock:
-            part = self._parts.get(tp)
-            if part is None:
-                self._epochs += 1
-                lanes = self._lane_overrides.get(tp, self._default_lanes)
-                part = _Part(lanes=lanes, epoch=self._epochs)
-                part.queues = [deque() for _ in range(lanes)]
-                self._parts[tp] = part
-            return part
+    def _new_part(self, tp: TopicPart) -> _Part:
+        """A partition's first message (hold the lock)."""
+        self._epochs += 1
+        lanes = self._lane_overrides.get(tp, self._default_lanes)
+        part = _Part(lanes=lanes, epoch=self._epochs)
+        part.queues = [deque() for _ in range(lanes)]
+        self._parts[tp] = part
+        return part
 
     # -- lane changes, halt ----------------------------------------------------------------
 
@@ -234,23 +199,20 @@ class LaneExecutor:
         with self._lock:
             self._lane_overrides[tp] = lanes
             part = self._parts.get(tp)
-            if part is None:
-                return
-            with part.lock:
-                if part.lanes == lanes:
+            if part is None or part.lanes == lanes:
+                if part is not None:
                     part.target_lanes = None
-                    return
-                part.target_lanes = lanes
-                if not part.running:
-                    self._relane(tp, part)
+                return
+            part.target_lanes = lanes
+            if not part.running:
+                self._relane(tp, part)
 
     def lanes(self, tp: TopicPart) -> int:
         with self._lock:
             part = self._parts.get(tp)
-            if part is None:
-                return self._lane_overrides.get(tp, self._default_lanes)
-            with part.lock:
+            if part is not None:
                 return part.target_lanes or part.lanes
+            return self._lane_overrides.get(tp, self._default_lanes)
 
     def halt(self) -> None:
         """Start nothing new; running messages finish. Polling (and heartbeats) go on."""
@@ -261,9 +223,8 @@ class LaneExecutor:
         with self._lock:
             self._halted = False
             for tp, part in self._parts.items():
-                with part.lock:
-                    for lane in range(part.lanes):
-                        self._kick(tp, part, lane)
+                for lane in range(part.lanes):
+                    self._kick(tp, part, lane)
 
     @property
     def halted(self) -> bool:
@@ -271,55 +232,34 @@ class LaneExecutor:
 
     # -- state for the poll loop -------------------------------------------------------------
 
-    def _each(self) -> list[tuple[TopicPart, _Part]]:
-        with self._lock:
-            return list(self._parts.items())
-
     def buffered(self) -> dict[TopicPart, int]:
         """Queued plus running messages per partition (what backpressure pauses on)."""
-        out = {}
-        for tp, p in self._each():
-            with p.lock:
-                out[tp] = p.queued() + len(p.running)
-        return out
-
-    def flow(self) -> dict[TopicPart, tuple[int, int]]:
-        """Per partition: (queued plus running messages, lanes), for backpressure on every
-        poll. Read without the partitions' locks (a length read is atomic): the poll thread
-        queued behind 16 lane threads for each of 8 locks, twice per poll, and fell behind
-        the lanes it feeds; a count one message stale only moves a pause by one message."""
-        return {
-            tp: (p.queued() + len(p.running), p.target_lanes or p.lanes) for tp, p in self._each()
-        }
+        with self._lock:
+            return {tp: p.queued() + len(p.running) for tp, p in self._parts.items()}
 
     def positions(self) -> dict[TopicPart, int]:
         """Commit positions (contiguous processed prefix) of the partitions not closing."""
-        out = {}
-        for tp, part in self._each():
-            with part.lock:
-                if not part.closing and not part.dead and part.tracker.position is not None:
-                    out[tp] = part.tracker.position
-        return out
+        with self._lock:
+            return {
+                tp: part.tracker.position
+                for tp, part in self._parts.items()
+                if not part.closing and part.tracker.position is not None
+            }
 
     def progress(self) -> dict[TopicPart, tuple[int, int, int, int]]:
         """Per partition not closing: (processed prefix, when it last advanced in epoch
         ms, messages in flight, messages running), for the worker's progress reports."""
-        out = {}
-        for tp, part in self._each():
-            with part.lock:
-                pos = part.tracker.position
-                if not part.closing and not part.dead and pos is not None:
-                    in_flight = part.queued() + len(part.running)
-                    out[tp] = (pos, part.advanced_ms, in_flight, len(part.running))
-        return out
+        with self._lock:
+            return {
+                tp: (pos, part.advanced_ms, part.queued() + len(part.running), len(part.running))
+                for tp, part in self._parts.items()
+                if not part.closing and (pos := part.tracker.position) is not None
+            }
 
     def position(self, tp: TopicPart) -> int | None:
         with self._lock:
             part = self._parts.get(tp)
-        if part is None:
-            return None
-        with part.lock:
-            return part.tracker.position
+            return None if part is None else part.tracker.position
 
     # -- closing partitions (revoke, hand-off, shutdown) ---------------------------------------
 
@@ -332,9 +272,8 @@ class LaneExecutor:
         """
         with self._lock:
             part = self._parts.get(tp)
-        if part is None:
-            return
-        with part.lock:
+            if part is None:
+                return
             part.closing = True
             part.target_lanes = None
             queued = [m.offset() for q in part.queues for m in q]
@@ -348,10 +287,7 @@ class LaneExecutor:
     def running(self, tp: TopicPart) -> int:
         with self._lock:
             part = self._parts.get(tp)
-        if part is None:
-            return 0
-        with part.lock:
-            return len(part.running)
+            return 0 if part is None else len(part.running)
 
     def finish_close(self, tp: TopicPart) -> int | None:
         """Forget ``tp``; return the position safe to commit (None if nothing was delivered).
@@ -362,11 +298,9 @@ class LaneExecutor:
         with self._lock:
             part = self._parts.pop(tp, None)
             self._lane_overrides.pop(tp, None)
-        if part is None:
-            return None
-        with part.lock:
-            part.dead = True
-            part.changed.notify_all()
+            self._changed.notify_all()
+            if part is None:
+                return None
             if part.running:
                 part.tracker.forget_after(min(part.running.values()))
             return part.tracker.position
@@ -378,20 +312,17 @@ class LaneExecutor:
             self.begin_close(tp)
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            parts = [self._parts[tp] for tp in tps if tp in self._parts]
-        for part in parts:
-            with part.changed:
-                while part.running and not part.dead:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    part.changed.wait(left)
+            while any(self._parts[tp].running for tp in tps if tp in self._parts):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
         return {tp: self.finish_close(tp) for tp in tps}
 
     def shutdown(self) -> None:
         self._pool.shutdown()
 
-    # -- internals (hold the partition's lock) -------------------------------------------------
+    # -- internals (hold the lock) ------------------------------------------------------------
 
     def _kick(self, tp: TopicPart, part: _Part, lane: int) -> None:
         if self._halted or part.closing or part.target_lanes is not None:
@@ -400,7 +331,7 @@ class LaneExecutor:
             return
         message = part.queues[lane].popleft()
         part.running[lane] = message.offset()
-        self._pool.submit(self._run, tp, part, lane, message)
+        self._pool.submit(self._run, tp, part.epoch, lane, message)
 
     def _next(self, tp: TopicPart, part: _Part, lane: int) -> Any | None:
         """The lane's next message if this thread may run it now (it keeps the lane), else
@@ -425,8 +356,8 @@ class LaneExecutor:
         for lane in range(lanes):
             self._kick(tp, part, lane)
 
-    def _run(self, tp: TopicPart, part: _Part, lane: int, message: Any) -> None:
-        process, lock = self._process, part.lock
+    def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+        process, lock = self._process, self._lock
         while message is not None:
             offset = message.offset()
             try:
@@ -434,7 +365,8 @@ class LaneExecutor:
             except BaseException:
                 log.exception("message processing raised at %s[%d]@%d", tp[0], tp[1], offset)
             with lock:
-                if part.dead:
+                part = self._parts.get(tp)
+                if part is None or part.epoch != epoch:
                     return  # the partition was revoked or handed off meanwhile
                 part.running.pop(lane, None)
                 part.finished(message)
@@ -449,4 +381,4 @@ class LaneExecutor:
                 else:
                     message = self._next(tp, part, lane)
                 if part.closing:  # close() waits for the running messages of closing ones
-                    part.changed.notify_all()
+                    self._changed.notify_all()
