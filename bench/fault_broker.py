@@ -317,8 +317,11 @@ def under_load(
         pipeline_tail = pipe.log_tail(60)  # kept below if its recovery misses the target
         result["pipeline_rebuilds"] = _rebuilds(pipe.log_path)
         result["actuator_warnings"] = _warnings(actuator_log, "lagpilot.actuator")
-        if actuator_log.exists():
-            actuator_tail = "\n".join(actuator_log.read_text(errors="replace").splitlines()[-25:])
+        if actuator.poll() is None:  # its threads' stacks into its log: what it waits on
+            actuator.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+        if actuator_log.exists():  # the stacks and the lines before them (kept on a miss)
+            actuator_tail = "\n".join(actuator_log.read_text(errors="replace").splitlines()[-150:])
         if actuator.poll() is not None:
             result["actuator_log_tail"] = actuator_tail
         swarm.stop()

@@ -39,6 +39,7 @@ from pipeline.read.sampling import (
     cluster_from_metadata,
     error_kind,
     is_retriable,
+    keep_vanished,
     make_selector,
     next_deadline_ns,
     select_watched,
@@ -54,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 #: Ticks the sampler asks per partition (AdminClient) after a per-broker ListOffsets failed.
 BY_BROKER_PAUSE_TICKS = 20
+#: How long a topic missing from metadata snapshots is still sampled (at least 3 refreshes).
+VANISHED_GRACE_MS = 15_000
 
 #: One tick's samples: (sample time ms, [(topic, encoded Watermarks)], header fields).
 Tick = tuple[int, list[tuple[str, bytes]], dict[str, Any]]
@@ -121,6 +124,7 @@ class HighWatermarkSource(Source):
         self._admin: AdminClient | None = None
         self._selector: TopicSelector | None = None
         self._watched: dict[str, tuple[int, ...]] = {}
+        self._vanished_since_ms: dict[str, int] = {}  # kept topics a snapshot left out
         self._request: dict[TopicPartition, OffsetSpec] = {}
         self._partitions: list[tuple[str, int]] = []  # the same, for the per-broker way
         self.list_offsets_per_broker = list_offsets_per_broker
@@ -236,6 +240,10 @@ class HighWatermarkSource(Source):
             self._fail("metadata", exc, "keeping the previous topic list")
             return False
         watched = select_watched(cluster_from_metadata(metadata), self._selector)
+        grace_ms = max(VANISHED_GRACE_MS, 3 * self.metadata_refresh_ms)
+        watched, self._vanished_since_ms = keep_vanished(
+            watched, self._watched, self._vanished_since_ms, int(time.time() * 1000), grace_ms
+        )
         owns = self.owns_topic
         if owns is not None:  # replicas split the sampling: each topic has one sampler
             watched = {t: leaders for t, leaders in watched.items() if owns(t)}
@@ -243,6 +251,11 @@ class HighWatermarkSource(Source):
             added = sorted(watched.keys() - self._watched.keys())
             dropped = sorted(self._watched.keys() - watched.keys())
             logger.info("watching %d topics (+%s -%s)", len(watched), added[:20], dropped[:20])
+        self._set_watched(watched)
+        self._stats.metadata_refreshes += 1
+        return True
+
+    def _set_watched(self, watched: dict[str, tuple[int, ...]]) -> None:
         if {t: len(v) for t, v in watched.items()} != {t: len(v) for t, v in self._watched.items()}:
             spec = OffsetSpec.latest()
             self._request = {
@@ -252,10 +265,22 @@ class HighWatermarkSource(Source):
             }
             self._partitions = [(tp.topic, tp.partition) for tp in self._request]
         self._watched = watched
-        self._stats.metadata_refreshes += 1
         self._stats.topics = len(watched)
         self._stats.partitions = len(self._request)
-        return True
+
+    def _drop_gone(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """A topic kept though metadata left it out (``keep_vanished``) goes at once when
+        none of its partitions answered: deleted, not a snapshot that lagged."""
+        gone = [
+            t
+            for t in self._vanished_since_ms
+            if not any((t, p) in offsets for p in range(len(self._watched.get(t, ()))))
+        ]
+        if gone:
+            for t in gone:
+                del self._vanished_since_ms[t]
+            logger.info("watching %d topics (-%s: gone)", len(self._watched) - len(gone), gone)
+            self._set_watched({t: v for t, v in self._watched.items() if t not in gone})
 
     def _sample(self) -> bool:
         """One tick: one ListOffsets for every watched partition, one message per topic.
@@ -297,6 +322,8 @@ class HighWatermarkSource(Source):
                 sum(failed.values()),
                 failed,
             )
+        if self._vanished_since_ms:
+            self._drop_gone(offsets)
         if self.emit is not None:  # the commits reader aligns and produces them
             stats.samples += 1
             tick = [

@@ -406,16 +406,20 @@ def test_slow_group_scales_then_recommends_partitions() -> None:
     assert loop.verdicts[0]["result"] == "no_effect"
 
 
+def storm_of_member_w1(partitions: list[int]) -> dict[str, Any]:
+    """A ``group_health`` STORM: member w-1 on host-a keeps leaving, holding ``partitions``."""
+    return {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
+            "members": [{"member_id": "m-1", "client_id": "w-2", "client_host": "h2"}],
+            "rebalances_per_min": 6.0, "commits_stalled": True,
+            "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
+                      "client_host": "host-a", "instance_id": None, "leaves": 4,
+                      "partitions": [{"topic": "docs", "topic_id": None,
+                                      "partitions": partitions}]}}  # fmt: skip
+
+
 def test_a_storm_hands_off_the_partitions_of_the_member_that_keeps_leaving() -> None:
     loop = Loop(cfg())
-    health = {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
-              "members": [{"member_id": "m-1", "client_id": "w-2", "client_host": "h2"}],
-              "rebalances_per_min": 6.0, "commits_stalled": True,
-              "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
-                        "client_host": "host-a", "instance_id": None, "leaves": 4,
-                        "partitions": [{"topic": "docs", "topic_id": None,
-                                        "partitions": [3]}]}}  # fmt: skip
-    loop.state = inputs.fold_health(loop.state, health)
+    loop.state = inputs.fold_health(loop.state, storm_of_member_w1([3]))
     loop.feed(gl(HOT), 3)
     [a] = loop.actions
     assert a["type"] == "spread_partition" and a["params"]["pool"] == "dedicated"
@@ -427,14 +431,7 @@ def test_a_storm_hand_off_of_two_partitions_is_judged_on_the_worse_of_them() -> 
     """One step spreads the member's p3 and p5 to the pool; its verdict names both actions
     and waits until both drain: p3 recovering alone is not enough."""
     loop = Loop(cfg())
-    health = {"event": "group_health", "group": "workers", "status": "STORM", "observed_at_ms": T0,
-              "members": [{"member_id": "m-1", "client_id": "w-2", "client_host": "h2"}],
-              "rebalances_per_min": 6.0, "commits_stalled": True,
-              "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
-                        "client_host": "host-a", "instance_id": None, "leaves": 4,
-                        "partitions": [{"topic": "docs", "topic_id": None,
-                                        "partitions": [3, 5]}]}}  # fmt: skip
-    loop.state = inputs.fold_health(loop.state, health)
+    loop.state = inputs.fold_health(loop.state, storm_of_member_w1([3, 5]))
     loop.feed(gl(TWO_HOT), 3)
     assert sorted(a["params"]["partition"] for a in loop.actions) == [3, 5]
     # p3 drains in the pool, p5 does not (35 s > 0.8 x 40 s, the worse at apply)
