@@ -110,9 +110,17 @@ class OwnBroker:
             except ProcessLookupError:  # the row then says so instead of a bare errno
                 raise RuntimeError(
                     f"node {node} (pid {pid}) had exited before its kill: it died on its own "
-                    f"after the last restart (see {self.run_dir}/node-*/broker.log)"
+                    f"after the last restart; its last lines:\n{self._node_tail(node)}"
                 ) from None
         return pids
+
+    def _node_tail(self, node: int | None, n: int = 25) -> str:
+        out = []
+        for name in ("stdout.log", "broker.log"):
+            for log in sorted(Path(self.run_dir).glob(f"node-{node or '*'}/{name}")):
+                lines = log.read_text(errors="replace").splitlines()[-n:]
+                out.append(f"{log.parent.name}/{name}:\n" + "\n".join(ln[:300] for ln in lines))
+        return "\n".join(out)
 
     def down(self) -> None:
         subprocess.run([str(KAFKA_SH), "down"], env=self.env, capture_output=True)
