@@ -63,6 +63,7 @@ class OwnBroker:
     bootstrap: str = ""
     restarts: int = 0
     failed_restarts: int = 0  # node starts that exited: a supervisor started them again
+    died_on_own: list[str] = field(default_factory=list)  # nodes found dead at their kill
 
     @property
     def env(self) -> dict[str, str]:
@@ -107,11 +108,11 @@ class OwnBroker:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:  # the row then says so instead of a bare errno
-                raise RuntimeError(
-                    f"node {node} (pid {pid}) had exited before its kill: it died on its own "
-                    f"after the last restart; its last lines:\n{self._node_tail(node)}"
-                ) from None
+            except ProcessLookupError:
+                # Died on its own after its last restart (a KRaft node under load that fell
+                # behind its controller exits): the node is down, as the kill meant it to be.
+                # Counted and its last lines kept; the row goes on and restarts it.
+                self.died_on_own.append(f"node {node} (pid {pid}):\n{self._node_tail(node)}")
         return pids
 
     def _node_tail(self, node: int | None, n: int = 25) -> str:

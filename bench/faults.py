@@ -252,6 +252,7 @@ def cluster_row(tmp: Path) -> dict[str, Any]:
         got = fault_cluster.leader_then_controller(cluster, tmp)
     k = got["killed"]
     got["broker_failed_restarts"] = cluster.failed_restarts
+    got["nodes_died_on_their_own"] = cluster.died_on_own
     what = (
         f"3 nodes; killed -9 and restarted {fault_cluster.DOWN_S:g} s later: node "
         f"{k.get('offsets_leader')} (the swarm group's coordinator, leading its "
@@ -261,6 +262,11 @@ def cluster_row(tmp: Path) -> dict[str, Any]:
         what += (
             f"; {cluster.failed_restarts} node start(s) exited (not caught up with the "
             "controller in time, a loaded machine) and were started again, as a supervisor would"
+        )
+    if cluster.died_on_own:
+        what += (
+            f"; {len(cluster.died_on_own)} node(s) found dead at their kill (exited on their "
+            "own after a restart; their last lines in the JSON): down all the same, restarted"
         )
     return load_row("cluster_leader_kill", CLUSTER_TITLE, got, what)
 
