@@ -41,8 +41,23 @@ def coordinator(bootstrap: str, group: str, timeout_s: float = 20.0) -> int:
         time.sleep(0.5)
 
 
-def controller(broker: OwnBroker) -> int:
-    """The KRaft quorum's leader, as the live nodes' quorum-state files say (the newest epoch)."""
+def controller(broker: OwnBroker, timeout_s: float = 30.0) -> int:
+    """The KRaft quorum's leader, as the live nodes' quorum-state files say (the newest
+    epoch); asked again while an election is under way (no file names a leader yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leader = _quorum_leader(broker)
+        if leader > 0:
+            return leader
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no KRaft leader in the quorum-state files under {broker.run_dir} "
+                f"in {timeout_s:g} s"
+            )
+        time.sleep(0.5)
+
+
+def _quorum_leader(broker: OwnBroker) -> int:
     best = (-1, -1)
     for i in range(1, broker.brokers + 1):
         state = Path(broker.run_dir, f"node-{i}", "data", "__cluster_metadata-0", "quorum-state")
@@ -54,8 +69,6 @@ def controller(broker: OwnBroker) -> int:
         epoch, leader = int(data.get("leaderEpoch", -1)), int(data.get("leaderId", -1))
         if leader > 0 and epoch > best[0]:
             best = (epoch, leader)
-    if best[1] < 1:
-        raise RuntimeError(f"no KRaft leader in the quorum-state files under {broker.run_dir}")
     return best[1]
 
 
