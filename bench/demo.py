@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         if screen is not None:
             screen.close()
         if started:
+            gc.collect()  # librdkafka clients left in cycles go now, not as the broker stops
             broker.stop_local()
             _say("stopped the local broker this demo started")
     return 0
