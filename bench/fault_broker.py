@@ -209,23 +209,14 @@ def broker_kill(broker: OwnBroker, workdir: Path, *, run_s: float = 45.0) -> dic
     return under_load(broker.bootstrap, workdir, fault, run_s=run_s) | timing
 
 
-def _rebuilds(log_path: Path) -> list[str]:
-    """The pipeline's own account of each time it rebuilt its app (run_until_stopped), with
-    its clock: what its detection waited for after a fault."""
+def _log_lines(log_path: Path, *marks: str, width: int = 400, n: int = 20) -> list[str]:
+    """The last ``n`` lines of a process's log that hold one of ``marks`` (cut to ``width``):
+    what the process said it rode out during the row."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    return [ln[:400] for ln in lines if "rebuilding it" in ln or "broker not ready" in ln]
-
-
-def _warnings(log_path: Path, logger: str, n: int = 20) -> list[str]:
-    """The last ``n`` warnings of one logger: what a process rode out during the row."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    return [ln[:300] for ln in lines if f"WARNING {logger}" in ln][-n:]
+    return [ln[:width] for ln in lines if any(m in ln for m in marks)][-n:]
 
 
 def under_load(
@@ -324,8 +315,11 @@ def under_load(
         if pipe.proc is None or pipe.proc.poll() is not None:
             result["pipeline_log_tail"] = pipe.log_tail(25)
         pipeline_tail = pipe.log_tail(60)  # kept below if its recovery misses the target
-        result["pipeline_rebuilds"] = _rebuilds(pipe.log_path)
-        result["actuator_warnings"] = _warnings(actuator_log, "lagpilot.actuator")
+        # each app rebuild (run_until_stopped), with its clock: what detection waited for
+        result["pipeline_rebuilds"] = _log_lines(pipe.log_path, "rebuilding it", "broker not ready")
+        result["actuator_warnings"] = _log_lines(
+            actuator_log, "WARNING lagpilot.actuator", width=300
+        )
         if actuator.poll() is None:  # its threads' stacks into its log: what it waits on
             actuator.send_signal(signal.SIGUSR1)
             time.sleep(1.0)
