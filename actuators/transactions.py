@@ -10,8 +10,11 @@
   instance id.
 
 "Fenced" is ambiguous for both: a twin actuator with the same id, or the broker's failover.
-Each client is renewed once; fenced again within ``TWIN_WINDOW_S`` of its last renewal, it
-is a twin and the actuator stops, naming the fix.
+A failover fences a client once per coordinator move, and a cluster can move two in a row
+(row 2 kills the offsets leader, then the controller, within a minute). A twin fences it
+again at every renewal, as each twin's renewal fences the other. So a client is renewed up
+to ``MAX_RENEWALS`` times within ``TWIN_WINDOW_S``; fenced once more in that window, it is
+a twin and the actuator stops, naming the fix.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ log = logging.getLogger("lagpilot.actuator")
 FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
-TWIN_WINDOW_S = 60.0  # fenced again this soon after a renewal: a twin actuator, not a timeout
+TWIN_WINDOW_S = 60.0  # renewals counted over this window (monotonic seconds)
+MAX_RENEWALS = 3  # renewals allowed within TWIN_WINDOW_S; one more fence: a twin actuator
 TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
 CLOSE_WAIT_S = 10.0  # a fenced consumer's close is given this long, then left behind
 
@@ -79,8 +83,8 @@ class Transactions:
         self._make_producer, self._make_consumer = make_producer, make_consumer
         self.producer = make_producer(producer_config)
         self.consumer = make_consumer(consumer_config)
-        self.renewed_at = float("-inf")  # monotonic time of the producer's last renewal
-        self.consumer_renewed_at = float("-inf")
+        self.producer_renewals = Renewals()  # monotonic times of the producer's renewals
+        self.consumer_renewals = Renewals()
 
     def subscribe(self) -> None:
         self.consumer.subscribe([self._topic])
@@ -119,7 +123,7 @@ class Transactions:
         attempt = 0
         aborting = renewing = False  # once decided, only that ends the transaction
         while True:
-            if err.code() in FENCED and time.monotonic() - self.renewed_at < TWIN_WINDOW_S:
+            if err.code() in FENCED and self.producer_renewals.exhausted(time.monotonic()):
                 raise twin_error("transactional producer", err, self.actuator_id) from None
             if time.monotonic() > deadline:
                 raise RuntimeError(
@@ -137,7 +141,7 @@ class Transactions:
             try:
                 if renewing:
                     log.warning("transaction stuck (%s); a new producer aborts it", err.str())
-                    self.renewed_at = time.monotonic()
+                    self.producer_renewals.add(time.monotonic())
                     self.producer = self._make_producer(self._producer_config)
                     self.producer.init_transactions(30)
                     return False
@@ -156,8 +160,10 @@ class Transactions:
     def renew_consumer(self, err: KafkaError) -> None:
         """The control consumer hit a fatal error (fenced as a static member): a new one
         rejoins under the same instance id and reads on from the committed offsets. Fenced
-        again within TWIN_WINDOW_S: a twin actuator, and this one stops."""
-        if time.monotonic() - self.consumer_renewed_at < TWIN_WINDOW_S:
+        again after MAX_RENEWALS renewals within TWIN_WINDOW_S: a twin actuator, and this
+        one stops."""
+        now = time.monotonic()
+        if self.consumer_renewals.exhausted(now):
             raise twin_error("control consumer", err, self.actuator_id)
         log.warning(
             "control consumer: %s; a new consumer rejoins as %r (a coordinator that failed "
@@ -165,13 +171,28 @@ class Transactions:
             err.str(),
             self.actuator_id,
         )
-        self.consumer_renewed_at = time.monotonic()
+        self.consumer_renewals.add(now)
         old, self.consumer = self.consumer, self._make_consumer(self._consumer_config)
         close_within(old, CLOSE_WAIT_S, "the fenced control consumer")
         self.subscribe()
 
     def close(self) -> None:
         close_within(self.consumer, CLOSE_WAIT_S, "the control consumer")
+
+
+class Renewals:
+    """The monotonic times a client was renewed after a fence, within ``TWIN_WINDOW_S``."""
+
+    def __init__(self) -> None:
+        self.at_s: list[float] = []
+
+    def add(self, now_s: float) -> None:
+        self.at_s.append(now_s)
+
+    def exhausted(self, now_s: float) -> bool:
+        """Whether MAX_RENEWALS renewals happened within the window before ``now_s``."""
+        self.at_s = [t for t in self.at_s if now_s - t < TWIN_WINDOW_S]
+        return len(self.at_s) >= MAX_RENEWALS
 
 
 def close_within(client: Any, timeout_s: float, what: str) -> bool:

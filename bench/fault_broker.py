@@ -385,7 +385,9 @@ def under_load(
         "processed": res["processed"],
         "lost": res["lost"],
         "lost_by_partition": dict(
-            Counter(part for mid, part in swarm.produced.ids.items() if mid not in processed_ids)
+            Counter(
+                str(part) for mid, part in swarm.produced.ids.items() if mid not in processed_ids
+            )
         ),
         "duplicate_side_effects": res["duplicates"],
         "rebalances": res["rebalances"],

@@ -94,13 +94,38 @@ def test_a_commit_retry_that_turns_abortable_aborts() -> None:
     assert p.calls == ["commit", "abort"]
 
 
-def test_fenced_again_soon_after_a_renewal_is_a_twin_and_ends_the_actuator() -> None:
+def test_fenced_after_its_renewals_in_the_window_is_a_twin_and_ends_the_actuator() -> None:
     p = _Producer(commits=[], aborts=[])
     r = _runner(p)
-    r.renewed_at = runner_mod.time.monotonic()
+    now = runner_mod.time.monotonic()
+    for ago_s in range(runner_mod.MAX_RENEWALS):
+        r.producer_renewals.add(now - ago_s)
     with pytest.raises(RuntimeError, match="LAGPILOT_ACTUATOR_ID"):
         r.settle(_err(fatal=True, code=KafkaError._FENCED))
     assert p.calls == []
+
+
+def test_two_failovers_in_a_minute_renew_the_producer_twice() -> None:
+    """bench-faults row 2: the offsets leader, then the controller, restarted within a
+    minute; each fenced the producer. Two renewals in the window are a failover's, not a
+    twin's."""
+    _Renewed.made = []
+    r = _runner(_Producer(commits=[], aborts=[]))
+    r._make_producer = _Renewed
+    fenced = _err(fatal=True, code=KafkaError.INVALID_PRODUCER_EPOCH)
+    assert r.settle(fenced) is False
+    assert r.settle(fenced) is False
+    assert len(_Renewed.made) == 2 and r.producer is _Renewed.made[-1]
+
+
+def test_renewals_older_than_the_window_are_forgotten() -> None:
+    from actuators.transactions import MAX_RENEWALS, TWIN_WINDOW_S, Renewals
+
+    got = Renewals()
+    for i in range(MAX_RENEWALS):
+        got.add(100.0 + i)
+    assert got.exhausted(100.0 + MAX_RENEWALS)
+    assert not got.exhausted(100.0 + TWIN_WINDOW_S + 0.5)  # the first fell out of the window
 
 
 class _Renewed:
@@ -203,15 +228,19 @@ def test_a_fenced_control_consumer_is_renewed_under_the_same_instance_id() -> No
     assert old.closed
 
 
-def test_a_consumer_fenced_again_soon_after_its_renewal_is_a_twin() -> None:
+def test_a_consumer_fenced_again_after_its_renewals_in_the_window_is_a_twin() -> None:
+    """Two coordinator moves in a minute (bench-faults row 2) renew it twice; a twin fences
+    it at every renewal, and the one after MAX_RENEWALS stops the actuator."""
     _Consumer.made = []
     r = _runner(_Producer(commits=[], aborts=[]))
     r._make_consumer = _Consumer
     r.consumer = _Consumer({})
-    r.renew_consumer(FENCED_MEMBER)
+    for _ in range(runner_mod.MAX_RENEWALS):
+        r.renew_consumer(FENCED_MEMBER)
+    assert runner_mod.MAX_RENEWALS >= 2  # a failover of the offsets leader, then the controller
     with pytest.raises(RuntimeError, match="LAGPILOT_ACTUATOR_ID"):
         r.renew_consumer(FENCED_MEMBER)
-    assert len(_Consumer.made) == 2  # no third consumer
+    assert len(_Consumer.made) == 1 + runner_mod.MAX_RENEWALS  # none after the twin is seen
 
 
 def test_a_close_that_blocks_is_left_behind_within_its_wait() -> None:
