@@ -41,6 +41,7 @@ FENCED = frozenset(
 TWIN_WINDOW_S = 60.0  # renewals counted over this window (monotonic seconds)
 MAX_RENEWALS = 3  # renewals allowed within TWIN_WINDOW_S; one more fence: a twin actuator
 TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
+SLOW_TXN_S = 3.0  # a transaction slower than this is logged with the step it spent it in
 CLOSE_WAIT_S = 10.0  # a fenced consumer's close is given this long, then left behind
 
 
@@ -100,16 +101,30 @@ class Transactions:
     ) -> bool:
         """Outcomes and control offsets in one transaction; False if it had to be aborted."""
         p = self.producer
+        started = time.monotonic()
+        step = "begin"
         try:
             p.begin_transaction()
             for key, value in records:
                 p.produce(topic, key=key.encode(), value=encode(value), headers=headers(key))
             if offsets:
+                step = "send_offsets"
                 p.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 10)
+            step = "commit"
             p.commit_transaction(10)
             return True
         except KafkaException as exc:
             return self.settle(exc.args[0])
+        finally:
+            took_s = time.monotonic() - started
+            if took_s > SLOW_TXN_S:  # a broker away: say where the time went
+                log.warning(
+                    "a transaction of %d outcome(s) took %.1f s (last step: %s); outcomes "
+                    "and lease releases waited for it",
+                    len(records),
+                    took_s,
+                    step,
+                )
 
     def settle(self, err: KafkaError) -> bool:
         """End a transaction whose commit failed: retry the commit while the error is

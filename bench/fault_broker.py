@@ -368,7 +368,8 @@ def under_load(
         clear["detection_s"] = (min(after) - up_ms) / 1000 if after else None
         clear["workers_s"] = (min(done) - up_ms) / 1000 if done else None
         clear["actuator_s"] = (min(probe_applied) - up_ms) / 1000 if probe_applied else None
-        if not probe_applied:  # alive but never applied the probe: say what it was doing
+        late = clear["actuator_s"] is None or clear["actuator_s"] > RECOVER_TARGET_S
+        if late:  # alive but slow or never applied the probe: say what it was doing
             result["actuator_log_tail"] = actuator_tail
     waits: dict[str, float | None] = {}
     for k in ("detection_s", "workers_s", "actuator_s"):
