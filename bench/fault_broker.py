@@ -383,11 +383,15 @@ def under_load(
         "recover_s": waits,
         "alive_at_end": alive,
         "produced": res["produced"],
+        "unacknowledged": res["unacknowledged"],
+        "produce_errors": res["produce_errors"],
         "processed": res["processed"],
         "lost": res["lost"],
         "lost_by_partition": dict(
             Counter(
-                str(part) for mid, part in swarm.produced.ids.items() if mid not in processed_ids
+                str(swarm.produced.ids[mid])
+                for mid in swarm.produced.acked
+                if mid not in processed_ids
             )
         ),
         "duplicate_side_effects": res["duplicates"],

@@ -216,6 +216,11 @@ def load_row(fault: str, title: str, got: dict[str, Any], what: str) -> dict[str
         for c in got["clears"]
     )
     why = f"{what}; {after}; {got['produced']} produced, {got['processed']} processed"
+    if got.get("unacknowledged"):  # never accepted: not lost, and the producer was told
+        why += (
+            f"; {got['unacknowledged']} more never acknowledged to the swarm's producer "
+            f"({', '.join(got.get('produce_errors') or {}) or 'purged unsent'}), so not counted"
+        )
     if dead:
         why += f"; dead at the end (needed a restart): {', '.join(dead)}"
     if got["duplicate_side_effects"]:

@@ -23,8 +23,10 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 from actuators.workers import IDEMPOTENCY_HEADER, Worker  # noqa: E402
 from bench.support import broker  # noqa: E402
 from bench.support.naive import NaiveGroup  # noqa: E402
+
+FLUSH_S = 120.0  # how long the producers wait for their last messages' acknowledgements
 
 
 @dataclass
@@ -76,7 +80,14 @@ class SwarmConfig:
 
 @dataclass
 class Produced:
+    """What the producers sent. ``ids``: every message handed to the producer (id ->
+    partition); ``acked``: those the broker acknowledged (only these can be lost: a
+    message whose produce failed was never accepted, and its producer was told);
+    ``failed``: id -> the delivery error of those it never accepted."""
+
     ids: dict[str, int] = field(default_factory=dict)  # id -> partition
+    acked: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
     avalanche_start_ms: int = 0
     avalanche_end_ms: int = 0
     done: bool = False
@@ -216,7 +227,8 @@ class Swarm:
                         "produced_ms": int(time.time() * 1000)}  # fmt: skip
                 part = agent_partition[agent]
                 p.produce(cfg.topic, self._payload(head, size), key=f"agent-{agent}",
-                          partition=part, headers=[(IDEMPOTENCY_HEADER, mid.encode())])  # fmt: skip
+                          partition=part, headers=[(IDEMPOTENCY_HEADER, mid.encode())],
+                          on_delivery=partial(self._delivered, mid))  # fmt: skip
                 self.produced.ids[mid] = part
                 sent += 1
             in_avalanche = cfg.warmup_s <= now_s < cfg.warmup_s + cfg.avalanche_s
@@ -238,15 +250,28 @@ class Swarm:
                                 "produced_ms": int(time.time() * 1000)}  # fmt: skip
                         p.produce(cfg.topic, self._payload(head, cfg.heavy_size_bytes), key=mid,
                                   partition=part,
-                                  headers=[(IDEMPOTENCY_HEADER, mid.encode())])  # fmt: skip
+                                  headers=[(IDEMPOTENCY_HEADER, mid.encode())],
+                                  on_delivery=partial(self._delivered, mid))  # fmt: skip
                         self.produced.ids[mid] = part
                     heavy_sent += 1
             p.poll(0)
             if on_tick is not None:
                 on_tick(now_s)
             time.sleep(0.01)
-        p.flush(30)
+        settle_deadline = time.monotonic() + FLUSH_S
+        while len(p) and time.monotonic() < settle_deadline:
+            p.flush(1.0)  # a node still restarting: its partitions' messages wait for it
+        if len(p):  # never acknowledged: purged, so each is counted failed, not lost
+            p.purge()
+            p.flush(5.0)
         self.produced.done = True
+
+    def _delivered(self, mid: str, err: Any, _msg: Any) -> None:
+        """A delivery report (a report carries no headers: the id is bound per message)."""
+        if err is None:
+            self.produced.acked.add(mid)
+        else:
+            self.produced.failed[mid] = err.str()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -270,7 +295,7 @@ class Swarm:
     def wait_drained(self, timeout_s: float, on_tick: Callable[[], None] | None = None) -> bool:
         """Until every produced message has its side effect (or the timeout)."""
         deadline = time.monotonic() + timeout_s
-        want = set(self.produced.ids)
+        want = set(self.produced.acked)
         while time.monotonic() < deadline:
             done = {r[0] for r in self.ledger.rows()}
             if want <= done:
@@ -290,13 +315,15 @@ class Swarm:
         rows = self.ledger.rows()
         ids = [r[0] for r in rows]
         latency = np.array([r[4] - r[3] for r in rows], dtype=np.float64)
-        produced = set(self.produced.ids)
+        produced = set(self.produced.acked)  # accepted by the broker: what can be lost
         stats = self.worker.stats()
         return {
             "worker": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
             "consumer": self.cfg.consumer,
             "rebalances": self.worker.rebalances,
             "produced": len(produced),
+            "unacknowledged": len(set(self.produced.ids) - produced),
+            "produce_errors": dict(Counter(self.produced.failed.values())),
             "processed": len(set(ids)),
             "lost": len(produced - set(ids)),
             "duplicates": len(ids) - len(set(ids)),
