@@ -41,6 +41,7 @@ FENCED = frozenset(
 TWIN_WINDOW_S = 60.0  # renewals counted over this window (monotonic seconds)
 MAX_RENEWALS = 3  # renewals allowed within TWIN_WINDOW_S; one more fence: a twin actuator
 TXN_SETTLE_S = 120.0  # how long a commit or abort is retried while the broker is away
+SEND_OFFSETS_S = 10.0  # the deadline of send_offsets_to_transaction (kept by a helper thread)
 SLOW_TXN_S = 3.0  # a transaction slower than this is logged with the step it spent it in
 CLOSE_WAIT_S = 10.0  # a fenced consumer's close is given this long, then left behind
 
@@ -50,6 +51,14 @@ class Stopped(LagpilotError):
     run() ends quietly on it. Retriable: the next actuator with this id takes over."""
 
     retriable = True
+
+
+# what ``_send_offsets`` overrunning its deadline is settled as: a transaction this producer
+# cannot end (neither retriable nor abortable), so a new producer ends it
+OVERRAN = KafkaError(
+    KafkaError._TIMED_OUT,
+    f"send_offsets_to_transaction still blocked after {SEND_OFFSETS_S:.0f} s (librdkafka#5456)",
+)
 
 
 def is_fatal(err: KafkaError | None) -> bool:
@@ -107,9 +116,9 @@ class Transactions:
             p.begin_transaction()
             for key, value in records:
                 p.produce(topic, key=key.encode(), value=encode(value), headers=headers(key))
-            if offsets:
-                step = "send_offsets"
-                p.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 10)
+            step = "send_offsets"
+            if offsets and not self._send_offsets(p, offsets):
+                return self.settle(OVERRAN, count_renewal=False)
             step = "commit"
             p.commit_transaction(10)
             return True
@@ -126,7 +135,32 @@ class Transactions:
                     step,
                 )
 
-    def settle(self, err: KafkaError) -> bool:
+    def _send_offsets(self, p: Any, offsets: list[TopicPartition]) -> bool:
+        """``send_offsets_to_transaction`` with a deadline that holds: librdkafka ignores the
+        call's own timeout while the group's coordinator is away (librdkafka#5456; seen in
+        bench-faults row 2 as a call blocked 43 s with a 10 s timeout, outcomes and lease
+        releases waiting behind it). The call runs on a helper thread; False when it has
+        not returned by SEND_OFFSETS_S (the caller then ends the transaction by a new
+        producer, which fences this one and frees the thread)."""
+        done, raised = threading.Event(), []
+        meta = self.consumer.consumer_group_metadata()
+
+        def call() -> None:
+            try:
+                p.send_offsets_to_transaction(offsets, meta, SEND_OFFSETS_S)
+            except BaseException as exc:  # handed to the caller's thread
+                raised.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=call, name="send-offsets", daemon=True).start()
+        if not done.wait(SEND_OFFSETS_S + 1.0):
+            return False
+        if raised:
+            raise raised[0]
+        return True
+
+    def settle(self, err: KafkaError, *, count_renewal: bool = True) -> bool:
         """End a transaction whose commit failed: retry the commit while the error is
         retriable, abort when it says so (the batch is then reprocessed: False). A broker or
         a partition leader gone for a while (a node restart) must cost time, never the
@@ -151,12 +185,13 @@ class Transactions:
                 raise Stopped
             attempt += 1
             stuck = err.code() in FENCED or not (err.retriable() or err.txn_requires_abort())
-            renewing = renewing or stuck
+            renewing = renewing or stuck or err is OVERRAN
             aborting = aborting or err.txn_requires_abort()
             try:
                 if renewing:
                     log.warning("transaction stuck (%s); a new producer aborts it", err.str())
-                    self.producer_renewals.add(time.monotonic())
+                    if count_renewal:  # a fence (a failover or a twin), not our own deadline
+                        self.producer_renewals.add(time.monotonic())
                     self.producer = self._make_producer(self._producer_config)
                     self.producer.init_transactions(30)
                     return False

@@ -9,11 +9,13 @@ on a fatal error such as being fenced.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from actuators import transactions as runner_mod
 from actuators.transactions import Transactions
@@ -264,3 +266,64 @@ def test_a_fatal_consumer_error_is_known_by_its_code_or_its_flag() -> None:
     assert is_fatal(FENCED_MEMBER)
     assert not is_fatal(KafkaError(KafkaError._PARTITION_EOF, "eof"))
     assert not is_fatal(None)
+
+
+class _Blocked(_Producer):
+    """A transaction whose send_offsets_to_transaction never returns (librdkafka#5456: the
+    call ignores its timeout while the group's coordinator is away)."""
+
+    def __init__(self) -> None:
+        super().__init__(commits=[], aborts=[])
+        self.released = threading.Event()
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def produce(self, *args: object, **kwargs: object) -> None:
+        self.calls.append("produce")
+
+    def send_offsets_to_transaction(self, *args: object) -> None:
+        self.calls.append("send_offsets")
+        self.released.wait(30)  # until the test ends: the call outlives its deadline
+
+
+def test_send_offsets_blocked_past_its_deadline_is_ended_by_a_new_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The transaction is given up at the deadline (not after the 43 s row 2 saw), a new
+    producer with the same transactional id ends it, the batch is reprocessed (False), and
+    the renewal is not counted as a fence (three of these in a minute are no twin)."""
+    monkeypatch.setattr(runner_mod, "SEND_OFFSETS_S", 0.2)
+    _Renewed.made = []
+    blocked = _Blocked()
+    r = _runner(blocked)  # type: ignore[arg-type]
+    r._make_producer = _Renewed
+    r.consumer = SimpleNamespace(consumer_group_metadata=lambda: "meta")
+    offsets = [TopicPartition("lagpilot.control", 0, 5)]
+    started = time.monotonic()
+    try:
+        assert r.commit("lagpilot.outcomes", [("a1", {"x": 1})], offsets, lambda _k: None) is False
+    finally:
+        blocked.released.set()
+    assert time.monotonic() - started < 3.0
+    assert blocked.calls == ["begin", "produce", "send_offsets"]  # never committed
+    [renewed] = _Renewed.made
+    assert renewed.inits == [30] and r.producer is renewed
+    assert not r.producer_renewals.at_s
+
+
+def test_send_offsets_errors_reach_the_settling_as_before() -> None:
+    class _Refused(_Blocked):
+        def send_offsets_to_transaction(self, *args: object) -> None:
+            self.calls.append("send_offsets")
+            raise KafkaException(_err(abort=True))
+
+        def abort_transaction(self, timeout: float) -> None:
+            self.calls.append("abort")
+
+    p = _Refused()
+    r = _runner(p)  # type: ignore[arg-type]
+    r.consumer = SimpleNamespace(consumer_group_metadata=lambda: "meta")
+    offsets = [TopicPartition("lagpilot.control", 0, 5)]
+    assert r.commit("lagpilot.outcomes", [], offsets, lambda _k: None) is False
+    assert p.calls == ["begin", "send_offsets", "abort"]
