@@ -229,12 +229,15 @@ def under_load(
     workers_bootstrap: str | None = None,
     run_id: str | None = None,
     hot_partition: int | None = None,
+    replication: int = 1,
 ) -> dict[str, Any]:
     """The swarm, its workers, the pipeline (act) and the actuator on ``bootstrap``; ``fault``
     runs 10 s in; recovery is measured from each time it clears. The pipeline and the
     workers may reach the broker by other addresses (a cutting proxy, row 3). The swarm's
     group is ``agent-workers-<run_id>``. ``hot_partition``: from 8 s in, heavy documents on
-    that partition (an incident: the demo policy spreads it over lanes)."""
+    that partition (an incident: the demo policy spreads it over lanes). ``replication``: the
+    replication factor of the swarm's, the control and the pipeline's topics (3 on a
+    3-node cluster, as one is run: a node's restart then moves leaders, not stops them)."""
     run_id = run_id or uuid.uuid4().hex[:6]
     cfg = SwarmConfig(
         bootstrap=bootstrap,
@@ -251,8 +254,8 @@ def under_load(
     )
     outcomes = f"lagpilot.outcomes.faults-{run_id}"
     key = DEMO_KEY.encode()
-    ensure_topic(bootstrap, cfg.topic, cfg.partitions)
-    ensure_topic(bootstrap, cfg.control_topic, 1)
+    ensure_topic(bootstrap, cfg.topic, cfg.partitions, replication)
+    ensure_topic(bootstrap, cfg.control_topic, 1, replication)
     policy = workdir / f"actuator-{run_id}.toml"
     policy.write_text('mode = "act"\n[allow]\nthrottle_client_ids = ["faults-*"]\n')
     os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
@@ -264,6 +267,7 @@ def under_load(
         LAGPILOT_POLICY_FILE=str(DEMO_POLICY),
         LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
         LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
+        LAGPILOT_REPLICATION_FACTOR=str(replication),
     ).start()
     actuator_log = workdir / f"actuator-{run_id}.log"
     actuator = _start_actuator(bootstrap, cfg.control_topic, outcomes, policy, actuator_log)

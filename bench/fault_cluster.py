@@ -2,7 +2,9 @@
 partition the pipeline reads the swarm's commits from (the swarm group's coordinator) is
 killed (-9) and restarted 10 s later; then the KRaft controller (the quorum's leader), the
 same way. The swarm, its SDK workers, the pipeline (act) and the actuator run throughout
-(``fault_broker.under_load``); recovery is measured from each restart.
+(``fault_broker.under_load``), their topics replicated on all 3 nodes as a 3-node cluster is
+run (the actuator's outcomes topic gets the broker's default, 3); recovery is measured from
+each restart.
 
 The nodes are found, not assumed: the coordinator from DescribeConsumerGroups, the controller
 from the quorum state each KRaft node keeps in its log dir (``leaderId``).
@@ -91,5 +93,7 @@ def leader_then_controller(broker: OwnBroker, workdir: Path, run_s: float = 80.0
         broker.restart()
         scene.cleared(f"controller (node {node}) restarted")
 
-    got = under_load(broker.bootstrap, workdir, fault, run_s=run_s, run_id=run_id)
+    got = under_load(
+        broker.bootstrap, workdir, fault, run_s=run_s, run_id=run_id, replication=BROKERS
+    )
     return got | {"killed": killed}

@@ -93,11 +93,11 @@ class Produced:
     done: bool = False
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=10).topics:
         return
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+    admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(timeout=30)
 
 
 def _head(payload: bytes) -> tuple[str, float, int, bool]:
