@@ -49,7 +49,7 @@ from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource
 from schemas import OffsetCommit, OffsetDeleted, topics
-from schemas.cli import CLIENT_LOG
+from schemas.cli import CLIENT_LOG, watch_client_logs
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,9 @@ class CommitsSource(Source):
 
     def run(self) -> None:
         die_with_parent()  # a kill -9 of the pipeline must not leave this reader running
+        # Quix's producer in this process: its client lines are detail here too (the sampler,
+        # which used to share this process and put the filter on, runs in its own now)
+        watch_client_logs()
         run_id = uuid.uuid4().hex[:12]  # the counters below begin again with each run
         self._wait_for_model()
         consumer = self._consumer()
