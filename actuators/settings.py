@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from schemas import ConfigError, Mode
@@ -123,21 +123,14 @@ class Settings:
         return self
 
 
+#: each setting's annotation (a string, under ``from __future__ import annotations``)
+_FIELD_TYPES = {f.name: f.type for f in fields(Settings)}
+
+
 def _coerce(name: str, raw: str) -> Any:
     """An environment value as the setting's type (schemas.runtime.env, as the pipeline)."""
-    default = getattr(Settings(), name)
     key = next(k for k, v in ENV_KEYS.items() if v == name)
-    if name == "redpanda_admin_tls_verify":
-        return env_values.parse_bool_or_path(key, raw)  # a CA bundle path, or a boolean
-    if isinstance(default, bool):
-        return env_values.parse_bool(key, raw)
-    if isinstance(default, int):
-        return env_values.parse_int(key, raw)
-    if isinstance(default, float):
-        return env_values.parse_float(key, raw)
-    if isinstance(default, tuple):
-        return env_values.parse_list(raw)
-    return raw
+    return env_values.coerce(key, _FIELD_TYPES[name], raw)
 
 
 KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"

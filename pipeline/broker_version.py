@@ -26,6 +26,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.runtime.env import FALSE
 from schemas.runtime.errors import LagpilotError
 
 API_VERSIONS = 18
@@ -236,8 +237,8 @@ def _read_exact(conn: socket.socket, n: int) -> bytes:
 
 def _tls(kafka: Mapping[str, str]) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=kafka.get("ssl.ca.location") or None)
-    verify = kafka.get("enable.ssl.certificate.verification", "true").lower()
-    if verify in ("false", "0", "no", "off"):
+    verify = kafka.get("enable.ssl.certificate.verification", "true").strip().lower()
+    if verify in FALSE:  # read as every lagpilot process reads booleans (anything else: on)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     if kafka.get("ssl.certificate.location"):

@@ -21,7 +21,7 @@ from schemas.cli import (
     is_denied,
 )
 from schemas.keys import DECIDE
-from schemas.runtime.env import parse_bool_or_path
+from schemas.runtime.env import parse_bool_or_path, parse_list
 
 LAGPILOT_TOPICS = (topics.WATERMARKS, topics.LAG, topics.CONTROL, topics.OUTCOMES)
 DOCTOR_TOPIC = "lagpilot.doctor"
@@ -105,7 +105,7 @@ def _gather_local(f: Facts, env: Mapping[str, str]) -> None:
 def _gather_admin_api(f: Facts, env: Mapping[str, str], timeout_s: float) -> None:
     import httpx
 
-    urls = tuple(u.strip() for u in env.get("LAGPILOT_REDPANDA_ADMIN_URLS", "").split(",") if u)
+    urls = parse_list(env.get("LAGPILOT_REDPANDA_ADMIN_URLS", ""))
     f.admin_urls = urls
     user = env.get("LAGPILOT_REDPANDA_ADMIN_USERNAME")
     auth = (user, env.get("LAGPILOT_REDPANDA_ADMIN_PASSWORD", "")) if user else None
@@ -156,12 +156,8 @@ def _gather_broker(f: Facts, md: Any, kafka: Mapping[str, str], timeout_s: float
         f.cluster_ops = frozenset()  # Kafka reports them (KIP-430): none is "none allowed"
     policy = f.policy
     wanted = [topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS]
-    if policy is not None and policy.partition_topics:
-        import fnmatch
-
-        wanted += sorted(
-            t for t in md.topics if any(fnmatch.fnmatchcase(t, g) for g in policy.partition_topics)
-        )[:20]
+    if policy is not None and policy.partition_topics:  # the allow-list's own rule
+        wanted += sorted(t for t in md.topics if policy.may_add_partitions(t))[:20]
     # __consumer_offsets is asked for by name: a listing leaves out what DESCRIBE denies
     named = {topics.CONSUMER_OFFSETS, *LAGPILOT_TOPICS}
     existing = [t for t in dict.fromkeys(wanted) if t in md.topics or t in named]

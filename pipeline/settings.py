@@ -181,14 +181,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:
-    key = f"{ENV_PREFIX}{name.upper()}"
-    if typ is bool or typ == "bool":
-        return env_values.parse_bool(key, raw)
-    if typ in (int, "int"):
-        return env_values.parse_int(key, raw)
-    if typ in (float, "float"):
-        return env_values.parse_float(key, raw)
-    return str(raw)
+    return env_values.coerce(f"{ENV_PREFIX}{name.upper()}", typ, raw)
 
 
 def load_settings(

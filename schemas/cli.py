@@ -56,6 +56,7 @@ from schemas.client_log import client_config as client_config
 from schemas.client_log import unreachable_sentence as unreachable_sentence
 from schemas.client_log import watch_client_logs as watch_client_logs
 from schemas.codec import ConfigError
+from schemas.runtime.env import coerce, parse_list
 
 CONFIG_ENV = "LAGPILOT_CONFIG"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
@@ -186,9 +187,9 @@ class Parser(argparse.ArgumentParser):
                 continue
             try:
                 if opt.many:
-                    value = [_coerce(opt.type, v.strip()) for v in raw.split(",") if v.strip()]
+                    value = [coerce(opt.env, opt.type, v) for v in parse_list(raw)]
                 else:
-                    value = _coerce(opt.type, raw)
+                    value = coerce(opt.env, opt.type, raw)
                 setattr(ns, opt.dest, value)
             except (TypeError, ValueError):
                 raise ConfigError(
@@ -201,17 +202,6 @@ class Parser(argparse.ArgumentParser):
 class _SubParser(Parser):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, common=False, **kw)
-
-
-def _coerce(typ: Callable[[str], Any], raw: str) -> Any:
-    if typ is bool:
-        low = raw.strip().lower()
-        if low in {"1", "true", "yes", "on"}:
-            return True
-        if low in {"0", "false", "no", "off"}:
-            return False
-        raise ValueError(raw)
-    return typ(raw)
 
 
 def _type_name(typ: Any) -> str:

@@ -47,15 +47,13 @@ from pipeline.decide.policy_types import (
 from pipeline.decide.table_reader import TableReader
 from schemas import ActionType, ConfigError
 from schemas.policy_file import parse_allow, parse_mode, read_policy_file
+from schemas.runtime.env import parse_list
 
 _ENV: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "LAGPILOT_POLICY_MODE": (("mode",), str),
     "LAGPILOT_POLICY_VERSION": (("policy_version",), str),
     "LAGPILOT_POLICY_ACTIONS_PER_MINUTE": (("budget", "actions_per_minute"), int),
-    "LAGPILOT_POLICY_ACTIONS_ENABLED": (
-        ("actions", "enabled"),
-        lambda s: [p.strip() for p in s.split(",") if p.strip()],
-    ),
+    "LAGPILOT_POLICY_ACTIONS_ENABLED": (("actions", "enabled"), lambda s: list(parse_list(s))),
     "LAGPILOT_POLICY_THROTTLE_FLOOR_BYTES_PER_S": (("throttle", "floor_bytes_per_s"), int),
     "LAGPILOT_POLICY_LEASE_S": (("throttle", "lease_s"), float),
 }

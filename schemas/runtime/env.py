@@ -8,6 +8,7 @@ retriable: the same value fails the same way).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from schemas.runtime.errors import ConfigError
@@ -58,3 +59,25 @@ def parse_float(key: str, raw: Any) -> float:
 def parse_list(raw: str) -> tuple[str, ...]:
     """A comma-separated list, items stripped, empty items dropped."""
     return tuple(u.strip() for u in raw.split(",") if u.strip())
+
+
+def coerce(key: str, typ: type | str | Callable[[str], Any], raw: Any) -> Any:
+    """``raw`` (the value of variable ``key``) as ``typ``: ``bool``, ``int``, ``float``, a
+    ``tuple`` (a comma-separated list), ``bool | str`` (a boolean or a path), else as
+    ``typ`` reads it (``str`` by default). ``typ`` may be the type's name, as a dataclass
+    field's annotation is under ``from __future__ import annotations``; every settings
+    reader of lagpilot (pipeline, actuator, the CLI's flags) asks this one function."""
+    name = typ if isinstance(typ, str) else getattr(typ, "__name__", "")
+    if name == "bool":
+        return parse_bool(key, raw)
+    if name == "bool | str":
+        return parse_bool_or_path(key, raw)
+    if name == "int":
+        return parse_int(key, raw)
+    if name == "float":
+        return parse_float(key, raw)
+    if name == "tuple" or name.startswith("tuple["):
+        return parse_list(str(raw))
+    if callable(typ) and not isinstance(typ, str):
+        return typ(raw)
+    return str(raw)

@@ -7,7 +7,14 @@ import pytest
 from actuators.settings import from_env
 from pipeline.settings import load_settings
 from schemas import ConfigError
-from schemas.runtime.env import parse_bool, parse_bool_or_path, parse_float, parse_int, parse_list
+from schemas.runtime.env import (
+    coerce,
+    parse_bool,
+    parse_bool_or_path,
+    parse_float,
+    parse_int,
+    parse_list,
+)
 
 
 @pytest.mark.parametrize("raw", ["1", "true", "YES", " on "])
@@ -47,3 +54,39 @@ def test_tls_verify_off_turns_verification_off_in_the_actuator_as_in_the_pipelin
 def test_both_sides_reject_the_same_bad_boolean() -> None:
     with pytest.raises(ConfigError, match="LAGPILOT_"):
         load_settings({"LAGPILOT_RUN_POLICY": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("typ", "raw", "value"),
+    [
+        (bool, "off", False),
+        ("bool", "Yes", True),
+        ("bool | str", "/etc/ca.pem", "/etc/ca.pem"),
+        ("bool | str", "0", False),
+        (int, "42", 42),
+        ("float", "0.25", 0.25),
+        ("tuple[str, ...]", " a, ,b ", ("a", "b")),
+        ("str | None", "x", "x"),
+        (str, "x", "x"),
+    ],
+)
+def test_one_coercer_reads_each_type_by_the_type_or_its_name(
+    typ: object, raw: str, value: object
+) -> None:
+    """The settings dataclasses name their types as strings (``from __future__ import
+    annotations``); the CLI's options pass the types themselves: both land here."""
+    assert coerce("LAGPILOT_X", typ, raw) == value  # type: ignore[arg-type]
+
+
+def test_the_cli_reads_booleans_as_the_settings_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas.cli import Parser
+
+    p = Parser(prog="t")
+    p.option("--flag", env="LAGPILOT_FLAG", default=False, type=bool, action="store_true")
+    monkeypatch.setenv("LAGPILOT_FLAG", "off")
+    assert p.parse_args([]).flag is False
+    monkeypatch.setenv("LAGPILOT_FLAG", " On ")
+    assert p.parse_args([]).flag is True
+    monkeypatch.setenv("LAGPILOT_FLAG", "maybe")
+    with pytest.raises(ConfigError, match="LAGPILOT_FLAG='maybe': not a valid true/false"):
+        p.parse_args([])
