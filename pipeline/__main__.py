@@ -24,6 +24,7 @@ from schemas.cli import (
     watch_client_logs,
 )
 from schemas.keys import DECIDE
+from schemas.runtime.backoff import backoff_s
 
 log = logging.getLogger("lagpilot.pipeline")
 
@@ -179,7 +180,7 @@ def wait_for_broker(bootstrap: str, kafka: dict[str, str], timeout_s: float) -> 
     """Return once the broker answers. A service keeps trying while it cannot be reached:
     it says so in its own words (once, then on every tenth try), never with a traceback.
     Authentication and TLS failures are configuration, not weather: they end the run."""
-    delay_s, tries = 0.5, 0
+    tries = 0
     while True:
         try:
             connect(bootstrap, kafka, timeout_s)
@@ -191,9 +192,8 @@ def wait_for_broker(bootstrap: str, kafka: dict[str, str], timeout_s: float) -> 
                 raise
             if tries % 10 == 0:
                 log.warning("%s; retrying every %.0f s, /readyz is false", exc, 5.0)
+            time.sleep(backoff_s(tries, 0.5, 5.0))  # 0.5, 1, 2, 4, then every 5 s
             tries += 1
-            time.sleep(delay_s)
-            delay_s = min(delay_s * 2, 5.0)
 
 
 def run_until_stopped(
@@ -229,7 +229,7 @@ def run_until_stopped(
     from quixstreams.exceptions import PartitionAssignmentError
     from quixstreams.sources.base.exceptions import SourceException
 
-    quick_failures, delay_s = 0, pause_s
+    quick_failures = 0
     while True:
         app = _build_with_retries(build, settings, metrics, policy)
         started = time.monotonic()
@@ -243,8 +243,9 @@ def run_until_stopped(
             PartitionAssignmentError,
         ) as exc:
             if time.monotonic() - started >= steady_s:
-                quick_failures, delay_s = 0, pause_s
+                quick_failures = 0
             quick_failures += 1
+            delay_s = backoff_s(quick_failures - 1, pause_s, 30.0)
             if quick_failures > max_quick_failures:
                 raise
             cause = exc.__cause__ or exc.__context__
@@ -259,7 +260,6 @@ def run_until_stopped(
                 max_quick_failures,
             )
             time.sleep(delay_s)
-            delay_s = min(max(delay_s, 0.5) * 2, 30.0) if pause_s else 0.0
 
 
 def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) -> Any:
@@ -283,7 +283,6 @@ def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) ->
         TopicNotFoundError,
         KafkaException,
     )
-    delay_s = 0.5
     for attempt in range(1, 13):
         try:
             app, _ = build(settings, metrics, policy=policy)
@@ -297,12 +296,12 @@ def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) ->
                 raise err from exc  # authentication, ACLs, TLS: no retry fixes those
             if attempt == 12:
                 raise
+            delay_s = backoff_s(attempt - 1, 0.5, 5.0)  # 0.5, 1, 2, 4, then 5 s
             if isinstance(exc, KafkaException) and err.exit_code == EX_UNAVAILABLE:
                 log.warning("%s", unreachable_sentence(settings.bootstrap, str(exc)))
             else:
                 log.warning("broker not ready for our topics (%s); retrying in %.1fs", exc, delay_s)
             time.sleep(delay_s)
-            delay_s = min(delay_s * 2, 5.0)
     raise AssertionError("unreachable")
 
 
