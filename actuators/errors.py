@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.runtime.errors import LagpilotError
+from schemas.runtime.kafka import fault
 
 
 class ActuatorError(LagpilotError):
@@ -25,4 +26,14 @@ class ActuatorError(LagpilotError):
         super().__init__(message, retriable=retriable, code=code, hint=hint)
 
     def as_outcome_error(self) -> dict[str, Any]:
-        return {"message": self.message, "code": self.code, "retriable": self.retriable}
+        """An outcome's ``error`` (outcome.v1 has no hint field: the hint ends the message)."""
+        message = f"{self.message}; {self.hint}" if self.hint else self.message
+        return {"message": message, "code": self.code, "retriable": self.retriable}
+
+
+def from_kafka(op: str, exc: BaseException, *, hint: str = "") -> ActuatorError:
+    """A Kafka client's exception (librdkafka's or kafka-python's) as the actuator's error,
+    translated at the edge: code and ``retriable`` as the one translator reads them
+    (``schemas.runtime.kafka.fault``); ``op`` says what was being done."""
+    f = fault(exc)
+    return ActuatorError(f"{op}: {f.message}", code=f.code, retriable=f.retriable, hint=hint)

@@ -19,18 +19,9 @@ import kafka.errors as kafka_errors
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from actuators.errors import ActuatorError
-from schemas.runtime.kafka import kafka_error
+from actuators.errors import ActuatorError, from_kafka
 
 PREFERRED_ELECTION = 0
-
-
-def confluent_error(op: str, exc: BaseException) -> ActuatorError:
-    """Translate a librdkafka exception at the edge, keeping its code and retriability."""
-    err = kafka_error(exc)
-    if err is None:
-        return ActuatorError(f"{op}: {exc}", retriable=True)
-    return ActuatorError(f"{op}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))
 
 
 def leadership_noop(
@@ -94,7 +85,7 @@ class PartitionAdmin:
         try:
             md = self._admin.list_topics(topic=topic, timeout=self._timeout_s)
         except KafkaException as exc:
-            raise confluent_error(f"metadata for {topic}", exc) from None
+            raise from_kafka(f"metadata for {topic}", exc) from None
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             code = t.error.name() if t is not None and t.error is not None else None
@@ -116,7 +107,7 @@ class PartitionAdmin:
         try:
             futures[topic].result(timeout=self._timeout_s)
         except KafkaException as exc:
-            raise confluent_error(f"CreatePartitions {topic} -> {total}", exc) from None
+            raise from_kafka(f"CreatePartitions {topic} -> {total}", exc) from None
         return f"{topic}: {current} -> {total} partitions"
 
     def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
@@ -146,11 +137,7 @@ class PartitionAdmin:
                     )
             self._elect(admin, topic, partition)
         except kafka_errors.KafkaError as exc:
-            raise ActuatorError(
-                f"move leadership of {topic}/{partition} to {target}: {exc}",
-                code=getattr(exc, "errno", None),
-                retriable=bool(exc.retriable),
-            ) from None
+            raise from_kafka(f"move leadership of {topic}/{partition} to {target}", exc) from None
         return f"{topic}/{partition}: leader {leader} -> {target} (replicas {order})"
 
     def _elect(self, admin: Any, topic: str, partition: int) -> None:

@@ -19,7 +19,7 @@ from kafka.protocol.admin.client_quotas import (
     DescribeClientQuotasRequest,
 )
 
-from actuators.errors import ActuatorError
+from actuators.errors import ActuatorError, from_kafka
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 ENTITIES = ("client-id", "client-id-prefix")
@@ -73,11 +73,7 @@ class QuotaClient:
             node = self._client.least_loaded_node(bootstrap_fallback=True)
             return self._client.send_and_receive(node, request, timeout_ms=self._timeout_ms)
         except kafka_errors.KafkaError as exc:
-            raise ActuatorError(
-                f"{op}: {type(exc).__name__}: {exc}; is the broker reachable?",
-                code=getattr(exc, "errno", None),
-                retriable=bool(getattr(exc, "retriable", True)),
-            ) from None
+            raise from_kafka(op, exc, hint="is the broker reachable?") from None
 
     def _alter(self, entity: str, name: str, op: Any, what: str) -> None:
         if entity not in ENTITIES:

@@ -3,11 +3,12 @@ lagpilot.outcomes (whose latest record per action id is the ledger)."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from actuators.errors import ActuatorError
+from actuators.errors import from_kafka
 from actuators.settings import Settings
+from schemas.runtime.kafka import fault
 
 __all__ = ["CONTROL_PARTITIONS", "OUTCOME_PARTITIONS", "ensure_topics"]
 
@@ -31,10 +32,5 @@ def ensure_topics(admin: AdminClient, settings: Settings, timeout_s: float = 15.
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ActuatorError(
-                    f"cannot create topic {name}: {err.str()}",
-                    code=err.name(),
-                    retriable=bool(err.retriable()),
-                ) from None
+            if fault(exc).code != "TOPIC_ALREADY_EXISTS":
+                raise from_kafka(f"cannot create topic {name}", exc) from None

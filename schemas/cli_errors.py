@@ -48,11 +48,6 @@ class CommandError(LagpilotError):
 
 # --------------------------------------------------------------------------- errors
 
-_AUTH = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "UNSUPPORTED_SASL_MECHANISM",
-         "ILLEGAL_SASL_STATE"}  # fmt: skip
-_DENIED = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
-           "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-           "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}  # fmt: skip
 _MISSING = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID"}
 _UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_MSG_TIMED_OUT",
                 "REQUEST_TIMED_OUT", "_TIMED_OUT_QUEUE", "NETWORK_EXCEPTION"}  # fmt: skip
@@ -78,12 +73,14 @@ def explain_kafka(
     ``seen`` are the errors the client reported through ``error_cb`` meanwhile: the most
     specific of them (authentication, TLS) names the cause better than the call's own error.
     """
+    from schemas.runtime.kafka import AUTH_FAILED, DENIED
+
     errs = [_kafka_error(exc), *(_kafka_error(e) for e in seen)]
     names = [e.name() if hasattr(e, "name") else "" for e in errs]
     texts = [e.str() if hasattr(e, "str") else str(e) for e in errs]
     where = f"topic {topic} at {bootstrap}" if topic else bootstrap
     for name, text in zip(names, texts, strict=True):
-        if name in _AUTH:
+        if name in AUTH_FAILED:
             return CommandError(
                 f"authentication failed at {bootstrap} ({_short(text)}); check "
                 "LAGPILOT_KAFKA_SASL_MECHANISM, _SASL_USERNAME and _SASL_PASSWORD, and that "
@@ -91,7 +88,7 @@ def explain_kafka(
                 EX_NOPERM,
             )
     for name, text in zip(names, texts, strict=True):  # a fatal error names it in its text
-        if name in _DENIED or "authorization failed" in text.lower():
+        if name in DENIED or "authorization failed" in text.lower():
             return CommandError(
                 f"permission denied on {where} ({name}); grant lagpilot's principal the "
                 "ACLs listed in docs/runbook.md (lagpilot doctor shows which are missing)",
@@ -177,10 +174,13 @@ def check_topic_access(md: Any, topic: str, bootstrap: str) -> None:
     """
     meta = md.topics.get(topic)
     err = getattr(meta, "error", None)
-    if err is not None and err.name() in _DENIED:
+    if err is not None and is_denied(err):
         raise explain_kafka(err, bootstrap=bootstrap, topic=topic)
 
 
 def is_denied(err: Any) -> bool:
-    """Whether a librdkafka error (or exception) is an ACL denial."""
-    return getattr(_kafka_error(err), "name", lambda: "")() in _DENIED
+    """Whether a librdkafka error (or exception) is an ACL denial (schemas.runtime.kafka's
+    rule; imported when asked, so that a command's ``--help`` does not load librdkafka)."""
+    from schemas.runtime.kafka import is_denied as denied
+
+    return denied(err)

@@ -141,10 +141,12 @@ def publish_actions(
         producer.poll(0)
     left = producer.flush(timeout_s)
     if failures:
-        err = failures[0]
-        retriable = bool(getattr(err, "retriable", lambda: False)())
-        name = getattr(err, "name", lambda: str(err))()
-        denied = "AUTHORIZATION_FAILED" in name or "authorization failed" in str(err).lower()
+        from schemas.runtime.kafka import fault, is_denied
+
+        err = failures[0]  # librdkafka's KafkaError, as the delivery callback hands it over
+        found = fault(err)
+        retriable, name = found.retriable, found.code
+        denied = is_denied(err) or "authorization failed" in found.message.lower()
         fix = (
             f"grant lagpilot's principal WRITE on {topic} (docs/runbook.md lists the ACLs)"
             if denied
@@ -197,15 +199,17 @@ def _switch(args: argparse.Namespace, kind: ActionType) -> int:
 
 
 def _ensure_halts_topic(args: argparse.Namespace) -> None:
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from schemas.runtime.kafka import fault
 
     admin = AdminClient(client_config(args.bootstrap, args.kafka))
     new = NewTopic(args.halts_topic, 1, -1, config={"cleanup.policy": "compact"})
     try:
         admin.create_topics([new])[args.halts_topic].result(timeout=args.timeout)
     except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+        if fault(exc).code != "TOPIC_ALREADY_EXISTS":
             raise
 
 

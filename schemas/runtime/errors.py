@@ -15,8 +15,9 @@ class LagpilotError(Exception):
     """An error with ``retriable``, ``code`` and ``hint``.
 
     Subclasses set class-level defaults (``retriable = False`` for an error that the same
-    input repeats); an instance may override each one. ``str(exc)`` is the message, with
-    the hint after a semicolon when there is one that the message does not already hold.
+    input repeats); an instance may override each one. ``str(exc)`` is the message; the
+    hint is a field of its own (``as_dict``), which a subclass may add to its sentence
+    (``RedpandaAdminError`` does).
     """
 
     retriable: bool = False

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import KafkaError
 
 from pipeline.decide.control import PublishError, control_action, main, publish_actions
 from pipeline.decide.policy import PolicyState, apply_control, build_action
@@ -38,15 +39,11 @@ class FakeProducer:
         return self.stuck
 
 
-class BrokerError:
-    def __init__(self, retriable: bool) -> None:
-        self._retriable = retriable
-
-    def retriable(self) -> bool:
-        return self._retriable
-
-    def __str__(self) -> str:
-        return "NOT_LEADER_OR_FOLLOWER" if self._retriable else "TOPIC_AUTHORIZATION_FAILED"
+def broker_error(retriable: bool) -> KafkaError:
+    """What librdkafka hands a delivery callback: a leader moving, or an ACL denial."""
+    if retriable:
+        return KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, retriable=True)
+    return KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
 
 def test_halt_is_a_valid_signed_act_event_that_the_policy_honours() -> None:
@@ -96,12 +93,15 @@ def test_publish_refuses_an_invalid_action_before_producing_anything() -> None:
 
 @pytest.mark.parametrize(("retriable", "stuck"), [(True, 0), (False, 0), (True, 1)])
 def test_publish_failures_carry_retriable(retriable: bool, stuck: int) -> None:
-    fail = BrokerError(retriable) if not stuck else None
+    fail = broker_error(retriable) if not stuck else None
     producer = FakeProducer(fail=fail, stuck=stuck)
     with pytest.raises(PublishError) as err:
         publish_actions(producer, [control_action(ActionType.RESUME, "all", now_ms=NOW,
                                                   reason="r")], KEY)  # fmt: skip
     assert err.value.retriable is retriable
+    # an ACL denial says so (exit 77) and names the grant; a leader moving does not
+    assert err.value.denied is (not retriable)
+    assert ("grant lagpilot's principal WRITE on" in str(err.value)) is (not retriable)
 
 
 def test_cli_without_a_signing_key_names_the_variable(

@@ -6,7 +6,14 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from schemas.runtime.backoff import backoff_s, jittered_s
-from schemas.runtime.kafka import kafka_error, waiting_may_fix
+from schemas.runtime.kafka import (
+    Fault,
+    fault,
+    is_denied,
+    kafka_error,
+    needs_a_person,
+    waiting_may_fix,
+)
 
 
 def test_backoff_doubles_to_its_cap_and_scales_by_the_draw() -> None:
@@ -46,3 +53,29 @@ def test_waiting_may_fix_all_but_denied_and_fatal() -> None:
     assert not waiting_may_fix(exc(KafkaError.SASL_AUTHENTICATION_FAILED))
     assert not waiting_may_fix(exc(KafkaError._FENCED, fatal=True))
     assert waiting_may_fix(OSError("not kafka: assumed transient"))
+
+
+def test_denied_is_an_acl_and_a_failed_login_needs_a_person_too() -> None:
+    denied = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
+    login = KafkaError(KafkaError.UNSUPPORTED_SASL_MECHANISM)
+    assert is_denied(denied) and is_denied(KafkaException(denied))
+    assert not is_denied(login) and not is_denied(ValueError("x"))
+    assert needs_a_person(denied) and needs_a_person(login)
+    assert needs_a_person(KafkaError(KafkaError._FENCED, fatal=True))
+    assert not needs_a_person(KafkaError(KafkaError._TRANSPORT))
+    assert not waiting_may_fix(KafkaException(login))  # the CLI's exit 77 and the loops agree
+
+
+def test_one_fault_for_both_clients_and_for_what_is_neither() -> None:
+    import kafka.errors as kafka_python
+
+    timed_out = KafkaException(KafkaError(KafkaError.REQUEST_TIMED_OUT, retriable=True))
+    assert fault(timed_out) == Fault("Broker: Request timed out", "REQUEST_TIMED_OUT", True)
+    fatal = fault(KafkaError(KafkaError._FENCED, fatal=True))
+    assert (fatal.code, fatal.retriable, fatal.fatal) == ("_FENCED", False, True)
+    moving = fault(kafka_python.NotLeaderForPartitionError())
+    assert (moving.code, moving.retriable) == (6, True)
+    denied = fault(kafka_python.ClusterAuthorizationFailedError())
+    assert (denied.code, denied.retriable) == (31, False)
+    assert fault(kafka_python.KafkaTimeoutError("x")) == Fault("KafkaTimeoutError: x", None, True)
+    assert fault(OSError("socket closed")) == Fault("socket closed", None, True)
