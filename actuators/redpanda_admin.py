@@ -40,14 +40,12 @@ from actuators.redpanda_admin_transport import (
     normalise_urls,
     ssl_context,
 )
-from schemas.runtime.backoff import backoff_s
 
 __all__ = [
     "RETRY_STATUSES",
     "AdminTransport",
     "RedpandaAdmin",
     "RedpandaAdminError",
-    "backoff_delay_s",
     "parse_error_body",
 ]
 
@@ -56,9 +54,6 @@ _USER_AGENT = "lagpilot-redpanda-admin/1"
 # The client's requests carry only path and query: AdminTransport sends them to each
 # admin URL in turn. This origin is never contacted.
 _ORIGIN = "http://redpanda-admin.invalid"
-
-#: Full-jitter backoff with the draw passed in (schemas.runtime.backoff, the one backoff).
-backoff_delay_s = backoff_s
 
 
 class RedpandaAdmin:

@@ -9,11 +9,13 @@ in ``tests/conformance/test_redpanda_admin_contract.py``.)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from actuators.redpanda_admin import RedpandaAdmin, RedpandaAdminError
 from bench.support.redpanda_admin_contract import ROUTES, Contract, Param, Route
 from bench.support.redpanda_admin_stub import (
     _ROUTES,
@@ -21,6 +23,7 @@ from bench.support.redpanda_admin_stub import (
     RedpandaAdminStub,
     running_stubs,
 )
+from tests.support.admin_api import requests_to
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +200,32 @@ def test_auth_is_required_when_configured(contract: Contract) -> None:
         assert httpx.get(s.url + "/v1/brokers", auth=("u", "p")).status_code == 200
     finally:
         s.stop()
+
+
+# -- the stub's scripts and counters, which the fault benchmark reads -----------------------
+
+
+def test_a_timed_outage_answers_every_request_until_it_clears(
+    stubs: list[RedpandaAdminStub],
+) -> None:
+    """The stub's ``for_s`` script (an Admin API answering 503 for a while, as the fault
+    benchmark uses it): every request fails during it, the first one after it succeeds."""
+    outage = stubs[0].script("GET", "/v1/brokers", times=0, for_s=0.4, status=503)
+    with RedpandaAdmin(stubs[0].url, max_retries=0) as admin:
+        for _ in range(3):
+            with pytest.raises(RedpandaAdminError) as err:
+                admin.brokers()
+            assert err.value.status == 503 and err.value.retriable
+        time.sleep(0.45)
+        assert len(admin.brokers()) == 3
+    assert outage.hits == 3
+    assert len(requests_to(stubs, "GET", "/v1/brokers")) == 4
+
+
+def test_the_cluster_counts_transfers_that_moved_a_leader(
+    stubs: list[RedpandaAdminStub],
+) -> None:
+    with RedpandaAdmin(stubs[0].url) as admin:
+        admin.transfer_leadership("orders", 0, 1)
+        admin.transfer_leadership("orders", 0, 1)  # a repeat moves nothing
+    assert stubs[0].cluster.leader_changes == 1

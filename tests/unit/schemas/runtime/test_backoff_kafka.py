@@ -23,6 +23,23 @@ def test_backoff_doubles_to_its_cap_and_scales_by_the_draw() -> None:
     assert backoff_s(-1, 0.1, 2.0) == 0.1
 
 
+@pytest.mark.parametrize(
+    ("retry", "unit", "expected"),
+    [
+        (0, 0.0, 0.0),
+        (0, 0.5, 0.05),
+        (1, 0.5, 0.1),
+        (3, 0.5, 0.4),
+        (5, 0.5, 1.0),  # 0.1 * 32 = 3.2, capped at 2.0
+        (60, 0.999, 1.998),  # large exponents stay capped
+    ],
+)
+def test_backoff_is_full_jitter_under_an_exponential_cap(
+    retry: int, unit: float, expected: float
+) -> None:
+    assert backoff_s(retry, 0.1, 2.0, unit) == pytest.approx(expected)
+
+
 def test_full_jitter_stays_under_the_capped_schedule() -> None:
     draws = [jittered_s(4, 0.1, 1.0) for _ in range(200)]
     assert all(0.0 <= d < 1.0 for d in draws)
