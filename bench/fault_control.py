@@ -23,7 +23,8 @@ from typing import Any
 from actuators.backends import DryRunBackend, make_backend
 from actuators.settings import Settings
 from bench.support.actuator_harness import KEY, Harness, action, by_id, throttle
-from bench.support.redpanda_admin_stub import ClusterModel, RedpandaAdminStub
+from bench.support.redpanda_admin_cluster import ClusterModel
+from bench.support.redpanda_admin_stub import RedpandaAdminStub
 from schemas import sign
 
 OVERSIZED_BYTES = 256 * 1024

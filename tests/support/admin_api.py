@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import socket
 
-from bench.support.redpanda_admin_stub import ClusterModel, RecordedRequest, RedpandaAdminStub
+from bench.support.redpanda_admin_cluster import ClusterModel
+from bench.support.redpanda_admin_stub import RecordedRequest, RedpandaAdminStub
 
 CREDS = ("lagpilot", "s3cret")
 

@@ -18,7 +18,8 @@ from actuators.quotas import broker_error
 from actuators.redpanda_admin import RedpandaAdmin
 from actuators.settings import Settings
 from bench.support.actuator_harness import action
-from bench.support.redpanda_admin_stub import ClusterModel, running_stubs
+from bench.support.redpanda_admin_cluster import ClusterModel
+from bench.support.redpanda_admin_stub import running_stubs
 
 KEY = b"unit-test-signing-key-0123456789"
 

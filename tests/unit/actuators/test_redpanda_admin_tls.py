@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from actuators.redpanda_admin import RedpandaAdmin, RedpandaAdminError
-from bench.support.redpanda_admin_stub import ClusterModel, RedpandaAdminStub
+from bench.support.redpanda_admin_cluster import ClusterModel
+from bench.support.redpanda_admin_stub import RedpandaAdminStub
 from tests.support.admin_api import Sleeps
 
 

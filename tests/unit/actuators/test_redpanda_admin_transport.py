@@ -22,7 +22,8 @@ from actuators.errors import ActuatorError
 from actuators.redpanda_admin import AdminTransport, RedpandaAdmin, RedpandaAdminError
 from actuators.settings import Settings
 from bench.support.actuator_harness import action
-from bench.support.redpanda_admin_stub import ClusterModel, RedpandaAdminStub, running_stubs
+from bench.support.redpanda_admin_cluster import ClusterModel
+from bench.support.redpanda_admin_stub import RedpandaAdminStub, running_stubs
 from schemas.runtime.errors import LagpilotError
 from tests.support.admin_api import CREDS, Sleeps, dead_url, orders_cluster, requests_to
 

@@ -16,13 +16,9 @@ import httpx
 import pytest
 
 from actuators.redpanda_admin import RedpandaAdmin, RedpandaAdminError
+from bench.support.redpanda_admin_cluster import ANSWERS, ClusterModel
 from bench.support.redpanda_admin_contract import ROUTES, Contract, Param, Route
-from bench.support.redpanda_admin_stub import (
-    _ROUTES,
-    ClusterModel,
-    RedpandaAdminStub,
-    running_stubs,
-)
+from bench.support.redpanda_admin_stub import RedpandaAdminStub, running_stubs
 from tests.support.admin_api import requests_to
 
 
@@ -55,7 +51,7 @@ def test_the_contract_states_the_routes_lagpilot_uses(contract: Contract) -> Non
 
 
 def test_the_stub_models_every_stated_route() -> None:
-    assert {r.nickname for r in ROUTES} == set(_ROUTES)
+    assert {r.nickname for r in ROUTES} == set(ANSWERS)
 
 
 @pytest.mark.parametrize(
