@@ -3,8 +3,8 @@ swarm produces at a moderate rate, its SDK workers consume, the pipeline runs in
 (``deploy/policy.demo.toml``) and the actuator (Kafka backend) runs. No lagpilot process and
 no worker is restarted.
 
-The broker is this benchmark's own (:class:`OwnBroker`: ``deploy/local/kafka.sh`` with its
-own port and run folder); only the PID that ``kafka.sh`` recorded for it is killed.
+The broker is this benchmark's own (``bench.support.broker.OwnBroker``: ``deploy/local/kafka.sh``
+with its own port and run folder); only the PID that ``kafka.sh`` recorded for it is killed.
 
 Measured after the broker serves again (``kafka.sh up`` returned):
 
@@ -24,13 +24,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from confluent_kafka import Producer
 from actuators.quotas import QuotaClient
 from bench.fault_doc import RECOVER_TARGET_S
 from bench.support.actuator_harness import throttle
+from bench.support.broker import OwnBroker
 from bench.support.control_loop import DEMO_KEY, read_topic, wait_modelling
 from bench.support.harness import LagReader, PipelineProcess, free_port
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
@@ -46,85 +46,7 @@ from bench.war_story import DEMO_POLICY
 from schemas import encode
 
 ROOT = Path(__file__).resolve().parents[1]
-KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 DOWN_S = 10.0
-RESTART_TRIES = 3
-
-
-@dataclass
-class OwnBroker:
-    """A broker of the benchmark's own: its port, its run folder, its recorded PIDs."""
-
-    port: int
-    brokers: int = 1
-    #: more environment for kafka.sh (e.g. LAGPILOT_BROKER_EXTRA_LISTENERS)
-    extra_env: dict[str, str] = field(default_factory=dict)
-    run_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="lagpilot-faults-run-"))
-    bootstrap: str = ""
-    restarts: int = 0
-    failed_restarts: int = 0  # node starts that exited: a supervisor started them again
-    died_on_own: list[str] = field(default_factory=list)  # nodes found dead at their kill
-
-    @property
-    def env(self) -> dict[str, str]:
-        return os.environ | {
-            "LAGPILOT_BROKER_PORT": str(self.port),
-            "LAGPILOT_BROKER_RUN_DIR": self.run_dir,
-            **self.extra_env,
-        }
-
-    def up(self) -> str:
-        cmd = [str(KAFKA_SH), "up", "--brokers", str(self.brokers)]
-        done = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"could not start a broker on port {self.port} (see above)")
-        self.bootstrap = done.stdout.strip().splitlines()[-1]
-        return self.bootstrap
-
-    def restart(self) -> None:
-        """The killed node again, on its own data (``kafka.sh up`` would format a new one)."""
-        for _ in range(RESTART_TRIES):
-            self.restarts += 1
-            done = subprocess.run([str(KAFKA_SH), "restart"], env=self.env, stdout=subprocess.PIPE)
-            if done.returncode == 0:
-                return
-            # A node may exit at start under load (KRaft: not caught up with the controller
-            # in time); a supervisor (systemd Restart=on-failure, Kubernetes) starts it again.
-            self.failed_restarts += 1
-        raise RuntimeError(f"kafka.sh restart failed (see above); {self.log_tails()}")
-
-    def log_tails(self, n: int = 12) -> str:
-        """The last lines of each node's broker.log (the run folder goes at the end)."""
-        out = []
-        for log in sorted(Path(self.run_dir).glob("node-*/broker.log")):
-            lines = log.read_text(errors="replace").splitlines()[-n:]
-            out.append(f"{log.parent.name}:\n" + "\n".join(lines))
-        return "\n".join(out)
-
-    def kill9(self, node: int | None = None) -> list[int]:
-        """SIGKILL node ``node`` (1-based), or every node of ours (None)."""
-        pattern = "node-*.pid" if node is None else f"node-{node}.pid"
-        pids = [int(p.read_text()) for p in Path(self.run_dir).glob(pattern)]
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                # Died on its own after its last restart (a KRaft node under load that fell
-                # behind its controller exits): the node is down, as the kill meant it to be.
-                # Counted and its last lines kept; the row goes on and restarts it.
-                self.died_on_own.append(f"node {node} (pid {pid}):\n{self._node_tail(node)}")
-        return pids
-
-    def _node_tail(self, node: int | None, n: int = 25) -> str:
-        out = []
-        for name in ("stdout.log", "broker.log"):
-            for log in sorted(Path(self.run_dir).glob(f"node-{node or '*'}/{name}")):
-                lines = log.read_text(errors="replace").splitlines()[-n:]
-                out.append(f"{log.parent.name}/{name}:\n" + "\n".join(ln[:300] for ln in lines))
-        return "\n".join(out)
-
-    def down(self) -> None:
-        subprocess.run([str(KAFKA_SH), "down"], env=self.env, capture_output=True)
 
 
 def _start_actuator(

@@ -20,7 +20,8 @@ from typing import Any
 import orjson
 from confluent_kafka.admin import AdminClient
 
-from bench.fault_broker import DOWN_S, OwnBroker, Scene, under_load
+from bench.fault_broker import DOWN_S, Scene, under_load
+from bench.support.broker import OwnBroker
 
 BROKERS = 3
 SETTLE_S = 8.0  # between the first node's return and the second kill

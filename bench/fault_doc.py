@@ -8,7 +8,7 @@ from typing import Any
 RECOVER_TARGET_S = 30.0
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     if value is None:
         return "-"
     if value is True:
@@ -67,7 +67,7 @@ def render_doc(result: dict[str, Any]) -> str:
             r["title"],
             "yes" if r["measured"] else "*not measured*",
             *(
-                _cell(r[k])
+                cell(r[k])
                 for k in (
                     "recovered",
                     "recover_s",

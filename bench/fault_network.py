@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.fault_broker import OwnBroker, Scene, under_load
+from bench.fault_broker import Scene, under_load
+from bench.support.broker import OwnBroker
 from bench.support.netproxy import Proxy
 
 PORT = 27092  # the broker: 27092 (clients), 27093 (controller)
