@@ -1,7 +1,8 @@
 """What a ``Worker`` and a ``PoolWorker`` share on the poll thread: the poll loop, control
-commands, backpressure and commits. Only how partitions are obtained (a subscription vs.
-hand-offs) differs, in the two subclasses. The lane threads' side (the handler wrapper, its
-retries and counters) is in handling; the settings' checks and defaults in engine_settings.
+commands (obeying), backpressure and commits (committing). Only how partitions are obtained
+(a subscription vs. hand-offs) differs, in the two subclasses. The lane threads' side (the
+handler wrapper, its retries and counters) is in handling; the settings' checks and
+defaults in engine_settings.
 """
 
 from __future__ import annotations
@@ -15,22 +16,22 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message
 
+from actuators.workers.committing import Committing
 from actuators.workers.control import Command, ControlReader
 from actuators.workers.dedupe import DedupeStore
 from actuators.workers.engine_settings import (
-    BUFFERED_PER_LANE,
     MAX_WORKERS,
     check_settings,
     resolve_store,
 )
 from actuators.workers.handling import FailureHook, Handler, HandlerRunner, Tally
 from actuators.workers.lanes import LaneExecutor, TopicPart
-from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
+from actuators.workers.obeying import Obeying
+from actuators.workers.outcomes import OutcomeReporter
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
 from schemas import Verifier, load_verifier, tracing
-from schemas.halts import ACTIONS, WORKLOAD
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Engine(abc.ABC):
-    """The poll loop. Subclasses implement ``_open``, ``_apply``, ``_tick``, ``_held``."""
+class Engine(Obeying, Committing, abc.ABC):
+    """The poll loop. Subclasses implement ``_open``, ``_apply``, ``_tick``, ``_held``.
+
+    Obeying commands is ``Obeying``'s (obeying.py); backpressure and commits are
+    ``Committing``'s (committing.py): the engine holds the state both read."""
 
     kind = "worker"
 
@@ -271,62 +275,6 @@ class Engine(abc.ABC):
         if dropped:
             self._count("dropped_held", dropped)
 
-    def _obey(self, cmd: Command) -> None:
-        if not tracing.on():
-            self._obey_now(cmd)
-            return
-        parent = self._control.trace_parents.pop(cmd.action_id, None) if self._control else None
-        attributes = {
-            "lagpilot.action_id": cmd.action_id,
-            "lagpilot.action_type": cmd.type.value,
-            "lagpilot.group": self.group,
-            "lagpilot.worker_kind": self.kind,
-            "lagpilot.worker_instance": getattr(self, "instance_id", None) or None,
-            "lagpilot.topic": cmd.topic,
-            "lagpilot.partition": cmd.partition,
-            "lagpilot.lanes": cmd.lanes,
-            # every worker of the group obeys; the partition's owner acts on it now
-            "lagpilot.owner": None
-            if cmd.topic is None or cmd.partition is None
-            else (cmd.topic, cmd.partition) in self._assigned,
-        }
-        with tracing.span("lagpilot.worker.obey", parent=parent, attributes=attributes):
-            self._obey_now(cmd)
-
-    def _obey_now(self, cmd: Command) -> None:
-        from schemas import ActionType
-
-        if cmd.type is ActionType.HALT:
-            if cmd.scope_kind == WORKLOAD:  # pause processing, explicitly
-                self._dispatcher.halt()
-            else:  # lagpilot stops acting: undo its spreads, keep processing
-                self.actions_halts.add(cmd.scope or ACTIONS)
-                self._restore_all()
-            self._report(cmd, HALTED)
-        elif cmd.type is ActionType.RESUME:
-            if cmd.scope_kind == WORKLOAD:
-                self._dispatcher.resume()
-            elif cmd.scope == ACTIONS:  # lifting the global halt lifts every actions halt
-                self.actions_halts.clear()
-            else:
-                self.actions_halts.discard(cmd.scope or ACTIONS)
-            self._report(cmd, RESUMED)
-        elif cmd.type is ActionType.SPREAD_PARTITION and self.actions_halts:
-            self._count("refused_spread_halted")
-            log.info("%s refused %s: halted (%s)", self.kind, cmd, sorted(self.actions_halts))
-            return
-        else:
-            self._apply(cmd)
-        self._count(f"obeyed_{cmd.type.value}")
-
-    def _restore_all(self) -> None:
-        """An actions halt: every spread partition back to the default lanes (subclasses also
-        return hand-offs)."""
-        for tp in list(self._assigned):
-            if self._dispatcher.lanes(tp) != self._default_lanes:
-                self._dispatcher.set_lanes(tp, self._default_lanes)
-                self._count("restored_on_halt")
-
     def _shutdown(self) -> None:
         try:
             if self._consumer is not None:
@@ -348,31 +296,6 @@ class Engine(abc.ABC):
                 self._reporter.close()
             if self._owns_store:
                 self.dedupe.close()
-
-    @property
-    def instance(self) -> str:
-        """Who this worker is in its outcome reports: its static membership id, else host:pid."""
-        return getattr(self, "instance_id", "") or f"{self._host}:{os.getpid()}"
-
-    def _report(self, cmd: Command, did: str, tp: TopicPart | None = None, **detail: Any) -> None:
-        """Say on the outcomes topic what this instance did with ``cmd`` (docs/events.md)."""
-        if self._reporter is None:
-            return
-        self._reporter.report(
-            worker_outcome(
-                action_id=cmd.action_id,
-                action_type=cmd.type.value,
-                did=did,
-                group=self.group,
-                instance=self.instance,
-                host=self._host,
-                now_ms=_now_ms(),
-                topic=tp[0] if tp else None,
-                partition=tp[1] if tp else None,
-                **detail,
-            )
-        )
-        self._count(f"reported_{did}")
 
     # -- subclass hooks -----------------------------------------------------------------------
 
@@ -400,80 +323,6 @@ class Engine(abc.ABC):
 
     def _before_close(self) -> None:
         return None
-
-    # -- flow control and commits (poll thread) --------------------------------------------------
-
-    def _flow(self) -> None:
-        """Pause partitions whose lanes are full (or held, or halted); resume when drained."""
-        assert self._consumer is not None
-        buffered = self._dispatcher.buffered()
-        halted = self._dispatcher.halted
-        pause, resume = [], []
-        for tp in self._assigned:
-            n = buffered.get(tp, 0)
-            hold = halted or self._held(tp)
-            high = self._buffered or max(64, BUFFERED_PER_LANE * self._dispatcher.lanes(tp))
-            if tp in self._paused:
-                if not hold and n <= high // 2:
-                    resume.append(tp)
-            elif hold or n >= high:
-                pause.append(tp)
-        if pause:
-            self._consumer.pause([TopicPartition(t, p) for t, p in pause])
-            self._paused.update(pause)
-            self._count("paused", len(pause))
-        if resume:
-            self._consumer.resume([TopicPartition(t, p) for t, p in resume])
-            self._paused.difference_update(resume)
-
-    def _commit(
-        self, positions: dict[TopicPart, int], *, asynchronous: bool, metadata: str | None = None
-    ) -> bool:
-        offsets = [
-            TopicPartition(t, p, off, metadata if metadata is not None else self._metadata((t, p)))
-            for (t, p), off in positions.items()
-            if off is not None and off >= 0
-        ]
-        if not offsets or self._consumer is None:
-            return True
-        try:
-            result = self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
-        except KafkaException as exc:
-            self._count("commit_failed")
-            log.warning("commit of %s failed: %s", offsets, exc)
-            return False
-        self._count("commits")
-        if not asynchronous:
-            for tp in result or []:
-                if tp.error is None and tp.offset >= 0:
-                    self._acked[(tp.topic, tp.partition)] = tp.offset
-        return True
-
-    def _close_partitions(self, tps: Iterable[TopicPart], timeout_s: float) -> None:
-        """Revoke/shutdown: finish running messages, commit the processed prefix, forget."""
-        tps = [tp for tp in tps if not self._held(tp)]
-        positions = self._dispatcher.close(tps, timeout_s)
-        self._commit({tp: p for tp, p in positions.items() if p is not None}, asynchronous=False)
-
-    def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
-        """Runs inside consume() on the poll thread (librdkafka serves callbacks there)."""
-        if err is not None:
-            self._count("commit_failed")
-            log.info("async commit failed, retried at the next interval: %s", err)
-            return
-        for tp in partitions:
-            if tp.error is None and tp.offset >= 0:
-                self._acked[(tp.topic, tp.partition)] = tp.offset
-
-    def _current_position(self, tp: TopicPart) -> int | None:
-        """Where this consumer stands on ``tp`` when nothing was delivered to the lanes."""
-        assert self._consumer is not None
-        part = TopicPartition(*tp)
-        for pos in (self._consumer.position([part]), self._consumer.committed([part], timeout=5)):
-            if pos[0].offset >= 0:
-                return int(pos[0].offset)
-        low, _high = self._consumer.get_watermark_offsets(part, timeout=5)
-        return int(low)
 
     # -- introspection -------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ import actuators.workers as workers
 
 def test_all_names_are_exported_and_documented() -> None:
     exported = {name for name in dir(workers) if not name.startswith("_")}
-    modules = {
+    modules = {  # the SDK's submodules (imported by the package, not its API)
         "worker",
+        "committing",
         "control",
         "dedupe",
         "dedupe_pg",
@@ -19,6 +20,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "handoff",
         "lanes",
         "metrics",
+        "obeying",
         "pool",
         "producer",
         "outcomes",
