@@ -12,6 +12,7 @@ from pipeline.decide.policy_config import config_from_mapping
 from pipeline.decide.policy_op import PolicyOperator
 from pipeline.decide.requests import build_request, evaluate
 from schemas import sign, validate, verify
+from tests.support.state import MemoryState
 
 KEY = b"r" * 32
 T0 = 1_800_000_000_000
@@ -205,7 +206,7 @@ def test_recommend_publishes_a_recommendation() -> None:
 
 def test_the_operator_verifies_signs_and_answers() -> None:
     op = PolicyOperator(config("act"), KEY)
-    store: Any = _Store()
+    store: Any = MemoryState()
     store.set("state", incident().to_dict())
     forged = {
         **request("spread_partition", "group:workers/topic:docs/3", SPREAD),
@@ -219,17 +220,6 @@ def test_the_operator_verifies_signs_and_answers() -> None:
     verify(action, KEY)
     assert v["action"] == action and v["result"] == "issued"
     assert store.get("state")["budget_ms"] == [T0]  # saved: a restart keeps what it spent
-
-
-class _Store:
-    def __init__(self) -> None:
-        self.d: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.d.get(key, default)
-
-    def set(self, key: str, value: Any) -> None:
-        self.d[key] = value
 
 
 def test_in_observe_mode_the_operator_only_answers_requests() -> None:
