@@ -75,9 +75,7 @@ class PartitionAdmin:
                     **self._security,
                 )
             except kafka_errors.KafkaError as exc:
-                raise ActuatorError(
-                    f"connect admin client: {exc}", retriable=bool(exc.retriable)
-                ) from None
+                raise from_kafka("connect admin client", exc) from None
         return self._kp_admin
 
     def partition_meta(self, topic: str) -> dict[int, tuple[int, list[int]]]:
