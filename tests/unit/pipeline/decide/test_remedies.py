@@ -1,170 +1,15 @@
-"""Diagnose, act by the ladder, verify: scenarios through ``decide`` (pure, time passed in)."""
+"""Act by the ladder and verify: scenarios through ``decide`` (pure, time passed in), with
+``Loop`` playing the actuator. The diagnosis alone is test_diagnosis.py, the ladders'
+configuration test_ladder.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
-import pytest
-
 from pipeline.decide import inputs
-from pipeline.decide.diagnosis import DiagnosisConfig, culprits_of, diagnose
-from pipeline.decide.ladder import DEFAULT_LADDER, Step, parse_step
-from pipeline.decide.policy import PolicyState, decide, hot_partitions
-from pipeline.decide.policy_config import PolicyConfig, Thresholds, config_from_mapping
-from schemas import ConfigError, GroupLag, LagStatus, WorstPartition, sign, validate
-
-T0 = 1_800_000_000_000
-TICK = 250
-KEY = b"r" * 32
-EXIT_S = 5.0
-
-
-def cfg(**sections: Any) -> PolicyConfig:
-    base: dict[str, Any] = {
-        "mode": "act",
-        "thresholds": {"default": {"time_lag_s": 10, "offset_lag": 10**9, "accel_per_s2": 10**9,
-                                   "exit_ratio": 0.5, "enter_windows": 3, "exit_windows": 4}},
-        "cooldowns": {"default_s": 5, "transfer_leadership": 5, "add_partitions": 5},
-        "budget": {"actions_per_minute": 100},
-        "throttle": {"start_bytes_per_s": 800_000, "floor_bytes_per_s": 1000, "lease_s": 20},
-        "allow": {"throttle_client_ids": ["ingest-*", "crawler"], "partition_topics": ["docs"]},
-        "producers": {"ingest-*": ["docs"]},
-        "hotspot": {"ratio": 4.0, "lanes": 4, "pool": "dedicated"},
-        "scale": {"lag_per_replica": 100},
-        "ladders": {"default": {"hotspot": ["spread_partition:5", "handoff_partition:5"],
-                                "inflow_burst": ["throttle_producer:5"],
-                                "slow_group": ["scale_consumers:5", "add_partitions:5:recommend"],
-                                "rebalance_storm": ["handoff_member:5"],
-                                "broker_skew": ["transfer_leadership:5"]}},
-    }  # fmt: skip
-    for name, value in sections.items():
-        base[name] = {**base.get(name, {}), **value} if isinstance(value, dict) else value
-    return config_from_mapping(base)
-
-
-def wp(p: int, lag_s: float, *, produce: float = 100.0, consume: float = 100.0,
-       leader: int = -1) -> WorstPartition:  # fmt: skip
-    return WorstPartition(p, int(lag_s * 100), lag_s, 0.0, 0.0, produce, consume,
-                          LagStatus.WARN, leader)  # fmt: skip
-
-
-def gl(worst: Iterable[WorstPartition], *, parts: int = 8, rate: float = 0.0,
-       group: str = "workers", topic: str = "docs") -> GroupLag:  # fmt: skip
-    w = tuple(worst)
-    top = max((x.time_lag_s for x in w), default=0.0)
-    return GroupLag(group, topic, 0, LagStatus.WARN, sum(x.lag_offsets for x in w), top, rate,
-                    parts, parts, w)  # fmt: skip
-
-
-HOT = [wp(3, 40.0, consume=0.0), wp(1, 2.0), wp(2, 1.0), wp(0, 0.5)]
-CALM = [wp(3, 0.5), wp(1, 0.4), wp(2, 0.3), wp(0, 0.2)]
-
-
-class Loop:
-    """Feeds summaries one tick apart and plays the actuator: outcomes for what it chose."""
-
-    def __init__(self, config: PolicyConfig) -> None:
-        self.config, self.state, self.now = config, PolicyState(), T0
-        self.actions: list[dict[str, Any]] = []
-        self.verdicts: list[dict[str, Any]] = []
-
-    def feed(self, summary: GroupLag, n: int = 1, *, apply: bool = True) -> list[dict[str, Any]]:
-        new: list[dict[str, Any]] = []
-        for _ in range(n):
-            self.now += TICK
-            out, self.state = decide(replace(summary, observed_at_ms=self.now), self.state,
-                                     self.config, self.now)  # fmt: skip
-            for e in out:
-                validate(sign(e, KEY) if e["event"] == "action" else e)
-                if e["event"] == "verification":
-                    self.verdicts.append(e)
-                    continue
-                self.actions.append(e)
-                new.append(e)
-                if apply:
-                    self.outcome(e, "applied")
-        return new
-
-    def outcome(self, action: dict[str, Any], result: str) -> None:
-        o = {"event": "outcome", "v": 1, "action_id": action["id"], "result": result,
-             "actuator": "test", "at": self.now}  # fmt: skip
-        validate(o)
-        self.state = inputs.fold_outcome(self.state, o)
-
-    def rates(self, **by_client: float) -> None:
-        for cid, rate in by_client.items():
-            e = {"event": "producer_rates", "v": 1, "client_id": cid, "topic": "docs",
-                 "records_per_s": rate / 100, "bytes_per_s": rate, "window_s": 1.0,
-                 "at_ms": self.now}  # fmt: skip
-            validate(e)
-            self.state = inputs.fold_producer_rate(self.state, e, self.config.burst_ratio)
-
-
-def kinds(actions: list[dict[str, Any]]) -> list[str]:
-    return [a["type"] for a in actions]
-
-
-# -- diagnosis ------------------------------------------------------------------------------
-
-D = DiagnosisConfig()
-T = Thresholds(time_lag_s=10, exit_ratio=0.5)
-
-
-def cause_of(s: GroupLag, **kw: Any) -> tuple[str, dict[str, Any]]:
-    d = diagnose(s, EXIT_S, hot_partitions(s, T, 4.0), D, **kw)
-    return d.cause, d.evidence
-
-
-def test_each_cause_with_its_evidence() -> None:
-    cause, ev = cause_of(gl(HOT))
-    assert cause == "hotspot" and ev["partitions"] == [3] and ev["next_worst_time_lag_s"] == 2.0
-    slow = [wp(p, 20.0, produce=100.0, consume=60.0) for p in range(5)]
-    cause, ev = cause_of(gl(slow))
-    assert cause == "slow_group" and ev["consume_rate_per_s"] < ev["produce_rate_per_s"]
-    burst = [wp(p, 20.0, produce=300.0, consume=95.0) for p in range(5)]
-    cause, ev = cause_of(gl(burst), baseline=[100.0, 100.0, 100])
-    assert cause == "inflow_burst" and ev["ratio"] == 3.0 and ev["source"] == "partition_rates"
-    stuck = [wp(p, 20.0, consume=0.0) for p in range(5)]
-    assert cause_of(gl(stuck))[0] == "stalled"
-    empty = {"status": "EMPTY", "members": []}
-    assert cause_of(gl(stuck), health=empty) == (
-        "stalled", {"members": 0, "health": "EMPTY", "lagging_partitions": 5,
-                    "consume_rate_per_s": 0.0})  # fmt: skip
-    assert cause_of(gl(HOT), health=empty)[0] == "hotspot"  # committed by assign(): consumed
-    skew = [
-        wp(0, 20.0, leader=1),
-        wp(1, 18.0, leader=1),
-        wp(2, 0.5, leader=2),
-        wp(3, 0.2, leader=3),
-    ]
-    cause, ev = cause_of(gl(skew))
-    assert cause == "broker_skew" and ev["broker"] == 1 and ev["lagging_partitions_led"] == 2
-    storm = {"status": "STORM", "members": [{}], "rebalances_per_min": 6.0,
-             "commits_stalled": True,
-             "storm": {"identity": "w-1@host-a", "member_id": "m-9", "client_id": "w-1",
-                       "client_host": "host-a", "leaves": 4,
-                       "partitions": [{"topic": "docs", "partitions": [3, 5]},
-                                      {"topic": "other", "partitions": [0]}]}}  # fmt: skip
-    cause, ev = cause_of(gl(HOT), health=storm)
-    assert cause == "rebalance_storm" and ev["partitions"] == [3, 5] and ev["client_id"] == "w-1"
-
-
-def test_a_burst_needs_the_consumers_at_their_usual_rate_and_a_real_rise() -> None:
-    slower = [wp(p, 20.0, produce=300.0, consume=40.0) for p in range(5)]  # consumers fell
-    assert cause_of(gl(slower), baseline=[100.0, 100.0, 100])[0] != "inflow_burst"
-    same = [wp(p, 20.0, produce=150.0, consume=95.0) for p in range(5)]  # 1.5x < 2x
-    assert cause_of(gl(same), baseline=[100.0, 100.0, 100])[0] != "inflow_burst"
-
-
-def test_culprits_are_the_clients_whose_rate_rose() -> None:
-    rates = {"flood": [900.0, 100.0], "steady": [105.0, 100.0], "idle": [0.0, 50.0]}
-    assert culprits_of(rates) == ["flood"]
-    two = {"a": [500.0, 100.0], "b": [480.0, 100.0], "c": [100.0, 100.0]}
-    assert culprits_of(two) == ["a", "b"]
-    assert culprits_of({"x": [10.0, 100.0]}) == []
-
+from pipeline.decide.diagnosis import DiagnosisConfig, diagnose
+from pipeline.decide.policy_config import config_from_mapping
+from tests.support.decide import CALM, EXIT_S, HOT, T0, Loop, cfg, gl, kinds, wp
 
 # -- the ladders ----------------------------------------------------------------------------
 
@@ -461,60 +306,6 @@ def test_recommend_mode_recommends_the_first_step_and_verifies_nothing() -> None
     assert kinds(loop.actions) == ["spread_partition"] and loop.verdicts == []
 
 
-# -- configuration --------------------------------------------------------------------------
-
-
-def test_ladders_are_configurable_per_group() -> None:
-    config = cfg(ladders={"etl-*": {"hotspot": ["handoff_partition:10"]}})
-    assert config.ladders.for_group("etl-1", "hotspot") == (Step("handoff_partition", 10.0),)
-    assert config.ladders.for_group("workers", "hotspot")[0].action == "spread_partition"
-    assert config_from_mapping({}).ladders.for_group("x", "hotspot") == DEFAULT_LADDER["hotspot"]
-    assert parse_step("add_partitions:300:recommend") == Step("add_partitions", 300.0, True)
-
-
-@pytest.mark.parametrize(
-    ("ladders", "names"),
-    [
-        ({"default": {"hotspot": ["spread:30"]}}, "ladders.default.hotspot: unknown step"),
-        ({"default": {"hot": ["spread_partition:30"]}}, "ladders.default.hot: unknown cause"),
-        ({"default": {"hotspot": ["spread_partition:x"]}}, "is not a number of seconds"),
-        ({"default": {"hotspot": "spread_partition:30"}}, "must be a list of steps"),
-    ],
-)
-def test_bad_ladders_name_the_key_and_the_fix(ladders: dict[str, Any], names: str) -> None:
-    with pytest.raises(ConfigError, match=names):
-        cfg(ladders=ladders)
-
-
-@pytest.mark.parametrize(
-    ("section", "names"),
-    [
-        ({"diagnosis": {"enabled": "yes"}}, r"policy\.diagnosis\.enabled: must be true or false"),
-        ({"diagnosis": {"burst_ratio": 1.0}}, r"policy\.diagnosis\.burst_ratio: must be > 1"),
-        (
-            {"verify": {"improve_ratio": 1.5}},
-            r"policy\.verify\.improve_ratio: must be > 0 and <= 1",
-        ),
-        ({"verify": {"improve": 0.5}}, r"policy\.verify\.improve"),
-    ],
-)
-def test_bad_diagnosis_and_verify_keys_are_named(section: dict[str, Any], names: str) -> None:
-    with pytest.raises(ConfigError, match=names):
-        config_from_mapping(section)
-
-
-def test_the_example_policy_spells_the_built_in_ladders() -> None:
-    from pathlib import Path
-
-    from pipeline.decide.policy_config import load_policy_config
-
-    example = Path(__file__).parents[4] / "deploy" / "policy.example.toml"
-    config = load_policy_config(example, env={})
-    assert config.diagnose
-    for cause, steps in DEFAULT_LADDER.items():
-        assert config.ladders.for_group("any-group", cause) == steps
-
-
 def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() -> None:
     loop = Loop(cfg())
     calm = [wp(p, 0.5, produce=100.0, consume=100.0) for p in range(4)]
@@ -523,7 +314,7 @@ def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() 
     loop.feed(gl(slow, parts=4, rate=5.0), 3)
     assert [lad["cause"] for lad in loop.state.ladders.values()] == ["slow_group"]
     rising = [wp(p, 30.0, produce=400.0, consume=100.0) for p in range(4)]
-    d = diagnose(gl(rising, parts=4, rate=5.0), EXIT_S, [], D,
+    d = diagnose(gl(rising, parts=4, rate=5.0), EXIT_S, [], DiagnosisConfig(),
                  baseline=next(iter(loop.state.baselines.values())))  # fmt: skip
     assert d.cause == "inflow_burst" and d.evidence["source"] == "partition_rates"
     loop.feed(gl(rising, parts=4, rate=5.0), 3)  # 4x the usual inflow, no producer named
