@@ -27,12 +27,12 @@ import numpy as np
 import orjson
 from confluent_kafka import Consumer, Producer
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.support import actuator_harness as T
+from bench.support import broker
+from bench.support.machine import load_avg_1m
+from schemas import encode
 
-from bench.support import actuator_harness as T  # noqa: E402
-from bench.support import broker  # noqa: E402
-from bench.support.machine import load_avg_1m  # noqa: E402
-from schemas import encode  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = b"bench-signing-key-0123456789abcdef"
 
@@ -73,7 +73,6 @@ def run(bootstrap: str, n: int, warmup: int) -> dict[str, Any]:
             "LAGPILOT_CONTROL_TOPIC": control,
             "LAGPILOT_OUTCOMES_TOPIC": outcomes,
             "LAGPILOT_ACTUATOR_GROUP": f"{name}-actuator",
-            "PYTHONPATH": str(ROOT),
         }
         cmd = [sys.executable, "-m", "actuators", "--backend", "kafka", "--policy",
                str(policy), "--actuator-id", name, "--metrics-port", str(port),

@@ -35,15 +35,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
-
-from bench.support import broker  # noqa: E402
-from bench.support.harness import (  # noqa: E402  (shared scripted parts)
+from bench.support import broker
+from bench.support.harness import (
     LagReader,
     PipelineProcess,
     ScriptedLoad,
     create_topic,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGET_P99_MS = 500  # with worker progress, whatever the commit interval
 ERROR_LEVEL = ("ERR", "STOP", "STALL")

@@ -28,7 +28,6 @@ import argparse
 import os
 import platform
 import re
-import struct
 import subprocess
 import sys
 import tempfile
@@ -43,25 +42,13 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.support import broker
+from bench.support.machine import load_avg_1m
+from bench.support.scale_load import commit_key, commit_value
+
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench.support import broker  # noqa: E402
-from bench.support.machine import load_avg_1m  # noqa: E402
-
 TARGET_RPS = 25_000
-
-
-def _s(x: str) -> bytes:
-    b = x.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def commit_record(
-    group: str, topic: str, partition: int, offset: int, ts_ms: int
-) -> tuple[bytes, bytes]:
-    key = struct.pack(">h", 1) + _s(group) + _s(topic) + struct.pack(">i", partition)
-    value = struct.pack(">hqi", 3, offset, -1) + _s("") + struct.pack(">q", ts_ms)
-    return key, value
 
 
 def prefill(bootstrap: str, topic: str, n: int, groups: int, topics: int, partitions: int) -> None:
@@ -80,7 +67,8 @@ def prefill(bootstrap: str, topic: str, n: int, groups: int, topics: int, partit
         g, t, part = i % groups, (i // groups) % topics, (i // (groups * topics)) % partitions
         k = (g, t, part)
         offsets[k] = offsets.get(k, 0) + 10
-        key, value = commit_record(f"bench-g{g}", f"bench-t{t}", part, offsets[k], ts + i // 100)
+        key = commit_key(f"bench-g{g}", f"bench-t{t}", part)
+        value = commit_value(offsets[k], ts + i // 100)
         # like Kafka: a group's records live in one partition of the offsets topic
         p.produce(topic, value, key, partition=g % 16)
         if i % 10000 == 0:

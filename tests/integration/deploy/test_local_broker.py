@@ -9,15 +9,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def _offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    """OffsetCommitKey v1 as Kafka writes it: int16 type, then group, topic, partition."""
-
-    def s(x: str) -> bytes:
-        b = x.encode()
-        return struct.pack(">h", len(b)) + b
-
-    return struct.pack(">h", 1) + s(group) + s(topic) + struct.pack(">i", partition)
+from bench.support.scale_load import commit_key
 
 
 def test_produce_consume_commit_lands_in_consumer_offsets(
@@ -59,7 +51,7 @@ def test_produce_consume_commit_lands_in_consumer_offsets(
 
     # Read __consumer_offsets raw, as lagpilot's pipeline will: our group's commit
     # records must be there, keyed by (type, group, topic, partition).
-    wanted = {_offset_commit_key(group, topic, p) for p in range(3)}
+    wanted = {commit_key(group, topic, p) for p in range(3)}
     reader = Consumer(
         {
             "bootstrap.servers": kafka_bootstrap,
