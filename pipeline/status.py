@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import sys
 import time
-import uuid
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
 
-from schemas import EventError, decode, topics
+from pipeline.topic_reader import NOT_RUNNING, partitions_at_end, positions_since, reader, until_end
+from schemas import topics
 from schemas.cli import (
-    EX_NOINPUT,
-    CommandError,
     Parser,
     add_connection,
-    client_config,
     connect,
     run,
 )
@@ -39,43 +35,16 @@ def read_latest(
 ) -> tuple[Latest, Latest, Latest]:
     """Latest ``group_lag`` per group|topic, ``partition_lag`` per group|topic|partition and
     ``group_health`` per group."""
-    consumer = Consumer(
-        {
-            **client_config(bootstrap, kafka or {}),
-            "group.id": f"lagpilot-status-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+    consumer = reader(bootstrap, kafka or {}, "status", eof=True)
     try:
-        md = consumer.list_topics(topics.LAG, timeout=timeout_s)
-        meta = md.topics.get(topics.LAG)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise CommandError(
-                f"topic {topics.LAG} not found at {bootstrap}: is the pipeline running? "
-                "(lagpilot run creates it)",
-                EX_NOINPUT,
-            )
-        start_ms = int((time.time() - since_s) * 1000)
-        wanted = [TopicPartition(topics.LAG, p, start_ms) for p in meta.partitions]
-        assigned = consumer.offsets_for_times(wanted, timeout=timeout_s)
-        consumer.assign(assigned)
+        lag = partitions_at_end(
+            consumer, [topics.LAG], bootstrap=bootstrap, timeout_s=timeout_s, missing=NOT_RUNNING
+        )
         summaries: dict[str, dict[str, Any]] = {}
         partitions: dict[str, dict[str, Any]] = {}
         health: dict[str, dict[str, Any]] = {}
-        done: set[int] = {tp.partition for tp in assigned if tp.offset < 0}
-        deadline = time.monotonic() + timeout_s
-        while len(done) < len(assigned) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                done.add(msg.partition())
-                continue
-            try:
-                ev = decode(msg.value() or b"")
-            except EventError:
-                continue
+        for msg, ev in until_end(consumer, positions_since(consumer, lag, since_s, timeout_s),
+                                 timeout_s, poll_s=0.5):  # fmt: skip
             if group and ev.get("group") != group:
                 continue
             key = (msg.key() or b"").decode()

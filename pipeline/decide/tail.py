@@ -10,15 +10,15 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from pipeline.topic_reader import partitions_at_end, positions_since, reader
 from schemas import ConfigError, EventError, Verifier, decode, load_verifier, verify
-from schemas.cli import EX_NOINPUT, CommandError, client_config, connect
+from schemas.cli import connect
 
 log = logging.getLogger("lagpilot.control")
 #: tail's columns and their widths (the last one, detail, takes the rest of the line)
@@ -139,23 +139,14 @@ class TailFilter:
 def _start_positions(consumer: Any, args: argparse.Namespace, names: Sequence[str]) -> list[Any]:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-    md = consumer.list_topics(timeout=args.connect_timeout_s)
-    wanted: list[Any] = []
-    for name in names:
-        meta = md.topics.get(name)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise CommandError(
-                f"topic {name} not found at {args.bootstrap}; the pipeline creates it "
-                "(lagpilot run), or pass the right --topic / --outcomes-topic",
-                EX_NOINPUT,
-            )
-        wanted += [TopicPartition(name, p, OFFSET_END) for p in sorted(meta.partitions)]
+    wanted = partitions_at_end(consumer, names, bootstrap=args.bootstrap,
+                               timeout_s=args.connect_timeout_s,
+                               missing="the pipeline creates it (lagpilot run), or pass the "
+                               "right --topic / --outcomes-topic")  # fmt: skip
     if args.from_beginning:
         return [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in wanted]
     if args.since is not None:
-        start_ms = int((time.time() - parse_since(args.since)) * 1000)
-        by_time = [TopicPartition(tp.topic, tp.partition, start_ms) for tp in wanted]
-        found = consumer.offsets_for_times(by_time, timeout=args.connect_timeout_s)
+        found = positions_since(consumer, wanted, parse_since(args.since), args.connect_timeout_s)
         # no message after the time: the end (offset -1 means "none", not "from the start")
         return [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_END)
                 for tp in found]  # fmt: skip
@@ -164,7 +155,7 @@ def _start_positions(consumer: Any, args: argparse.Namespace, names: Sequence[st
 
 def tail(args: argparse.Namespace) -> int:
     """Print the events of the control and outcomes topics until --max or --idle-exit."""
-    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import KafkaError
 
     if args.since is not None:
         parse_since(args.since)  # a usage error before any I/O
@@ -174,13 +165,7 @@ def tail(args: argparse.Namespace) -> int:
         key = None  # the table still shows events; the sig column says "?"
     for name in (args.topic, args.outcomes_topic):
         connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=name)
-    consumer = Consumer(
-        {
-            **client_config(args.bootstrap, args.kafka),
-            "group.id": f"lagpilot-control-tail-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = reader(args.bootstrap, args.kafka, "control-tail")
     keep = TailFilter(args.group or (), args.type or ())
     tally = InstanceTally()
     try:

@@ -9,15 +9,15 @@ topic *before* the request is sent, so the answer cannot be missed however fast 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.decide.control import PublishError, publish_actions
 from pipeline.decide.requests import build_request
-from schemas import EventError, decode, sign, validate
-from schemas.cli import EX_NOINPUT, CommandError, client_config
+from pipeline.topic_reader import event_of, partitions_at_end, reader
+from schemas import sign, validate
+from schemas.cli import CommandError, client_config
 
 #: what the actuator's outcome makes of an issued request ("recorded": a hint for
 #: autoscalers, or the actuator's own policy copy is not in act mode)
@@ -65,7 +65,7 @@ class Requester:
         it later). Raises ``EventError`` for a request that fails its schema (nothing is
         sent) and ``CommandError`` when a topic is missing or the broker refuses it.
         """
-        from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+        from confluent_kafka import Producer
 
         now = int(time.time() * 1000) if now_ms is None else now_ms
         req = sign(
@@ -75,25 +75,13 @@ class Requester:
             self.key,
         )
         validate(req)
-        consumer = Consumer(
-            {
-                **client_config(self.bootstrap, self.kafka),
-                "group.id": f"lagpilot-mcp-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = reader(self.bootstrap, self.kafka, "mcp")
         try:
-            md = consumer.list_topics(timeout=10)
-            for name in (self.topics.requests, self.topics.outcomes):
-                meta = md.topics.get(name)
-                if meta is None or meta.error is not None or not meta.partitions:
-                    raise CommandError(
-                        f"topic {name} not found at {self.bootstrap}: the pipeline creates it "
-                        "when it runs its policy (lagpilot run, with LAGPILOT_SIGNING_KEY set)",
-                        EX_NOINPUT,
-                    )
-            parts = md.topics[self.topics.outcomes].partitions
-            consumer.assign([TopicPartition(self.topics.outcomes, p, OFFSET_END) for p in parts])
+            names = (self.topics.requests, self.topics.outcomes)
+            ends = partitions_at_end(consumer, names, bootstrap=self.bootstrap, timeout_s=10,
+                                     missing="the pipeline creates it when it runs its policy "
+                                     "(lagpilot run, with LAGPILOT_SIGNING_KEY set)")  # fmt: skip
+            consumer.assign([tp for tp in ends if tp.topic == self.topics.outcomes])
             for tp in consumer.assignment():  # resolve the end now, before the request leaves
                 consumer.get_watermark_offsets(tp, timeout=10)
             consumer.poll(0)
@@ -122,9 +110,8 @@ class Requester:
             msg = consumer.poll(0.1)
             if msg is None or msg.error():
                 continue
-            try:
-                ev = decode(msg.value() or b"")
-            except EventError:
+            ev = event_of(msg)
+            if ev is None:
                 continue
             if ev.get("event") == "request_verdict" and ev.get("request_id") == req["id"]:
                 answer.update(
