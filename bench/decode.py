@@ -38,13 +38,13 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.support import kafka_schemas
+from bench.support.layout_codec import encode
+from bench.support.machine import load_avg_1m
+from pipeline.read import offsets
+from schemas import OffsetCommit
 
-from bench.support import kafka_schemas  # noqa: E402  (the baseline: Kafka's own schemas)
-from bench.support.layout_codec import encode  # noqa: E402  (the stated layouts)
-from bench.support.machine import load_avg_1m  # noqa: E402
-from pipeline.read import offsets  # noqa: E402
-from schemas import OffsetCommit  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 Record = tuple[bytes, bytes]
 TARGET_RPS = 500_000

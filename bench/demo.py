@@ -29,12 +29,12 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.support import broker
+from bench.support.swarm import SwarmConfig
+from bench.war_story import one_run
+from pipeline.decide.tail import InstanceTally
 
-from bench.support import broker  # noqa: E402
-from bench.support.swarm import SwarmConfig  # noqa: E402
-from bench.war_story import one_run  # noqa: E402
-from pipeline.decide.tail import InstanceTally  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Tail:

@@ -33,8 +33,9 @@ from actuators.workers import RateProducer, Worker
 from bench.support.control_loop import ControlLoop, both_arms, read_topic
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
+from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import verdicts_by_target, verified_of
+from bench.support.verdicts import timeline, verdicts_by_target, verified_of
 
 
 @dataclass(frozen=True)
@@ -254,9 +255,7 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
         "producer_rates": agents.rates(),
         "reported_rates_events": len(reported),
         "flooder": agents.client_ids[0],
-        "timeline": [
-            [e["observed_at_ms"] - start, e["partition"], e["time_lag_s"]] for e in events
-        ],
+        "timeline": timeline(events, start),
         "rates_timeline": agents.per_second,
         "client_ids": agents.client_ids,
         "warmup_s": shape.warmup_s,
@@ -313,24 +312,13 @@ def flood(
 
 
 def plot_flood(runs: dict[str, dict[str, Any]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(13, 7), sharex="col")
     for col, name in enumerate(("off", "on")):
         res = runs[name]
         ax = axes[0][col]
-        by_part: dict[int, list[tuple[float, float]]] = {}
-        for t_ms, part, tl in res["timeline"]:
-            by_part.setdefault(part, []).append((t_ms / 1000, tl))
-        for part, pts in sorted(by_part.items()):
-            pts.sort()
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, lw=1.0, label=f"p{part}")
-        for a in res["actions"]:
-            ax.axvline(a["at_ms"] / 1000, color="tab:green", lw=0.6, ls="--")
+        time_lag_lines(ax, res["timeline"])
+        action_lines(ax, res["actions"], lw=0.6)
         ax.set_title(f"lagpilot {name}: worst time lag {res['max_time_lag_s']:.1f} s")
         ax.set_ylabel("time lag (s)")
         ax.grid(alpha=0.3)

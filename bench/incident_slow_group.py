@@ -36,8 +36,15 @@ from actuators.workers import Worker
 from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
+from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import action_row, remedy_of, verdict_row
+from bench.support.verdicts import (
+    action_row,
+    outcome_rows,
+    remedy_of,
+    timeline,
+    verdict_rows,
+)
 from bench.support.verdicts import verified_of as suite_verified_of
 
 
@@ -226,17 +233,9 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         "workers_at_ms": [[t - start_ms, k] for t, k in workers_at],
         "hints_at_ms": [[t - start_ms, r] for t, r in scaler.hints] if scaler else [],
         "actions": [action_row(a, start_ms) for a in actions],
-        "outcomes": [
-            {"result": o["result"], "type": o.get("action_type"), "action_id": o.get("action_id")}
-            for o in reported
-            if o.get("event") == "outcome"
-        ],
-        "verdicts": [
-            verdict_row(v, start_ms) for v in reported if v.get("event") == "verification"
-        ],
-        "timeline": [
-            [e["observed_at_ms"] - start_ms, e["partition"], e["time_lag_s"]] for e in events
-        ],
+        "outcomes": outcome_rows(reported),
+        "verdicts": verdict_rows(reported, start_ms),
+        "timeline": timeline(events, start_ms),
     }
 
 
@@ -299,25 +298,17 @@ def slow_group(
     return summary, {"off": off, "on": on}
 
 
+def _action_color(action: dict[str, Any]) -> str:
+    return "tab:green" if action["type"] == "scale_consumers" else "tab:red"
+
+
 def plot_slow_group(runs: dict[str, dict[str, Any]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
     for ax, name in zip(axes, ("off", "on"), strict=True):
         res = runs[name]
-        by_part: dict[int, list[tuple[float, float]]] = {}
-        for t_ms, part, tl in res["timeline"]:
-            by_part.setdefault(part, []).append((t_ms / 1000, tl))
-        for part, pts in sorted(by_part.items()):
-            pts.sort()
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, lw=1.2, label=f"p{part}")
-        for a in res["actions"]:
-            color = "tab:green" if a["type"] == "scale_consumers" else "tab:red"
-            ax.axvline(a["at_ms"] / 1000, color=color, lw=0.8, ls="--")
+        time_lag_lines(ax, res["timeline"], lw=1.2)
+        action_lines(ax, res["actions"], color=_action_color)
         for t_ms, k in res["workers_at_ms"]:
             if k > 1:
                 ax.axvline(t_ms / 1000, color="tab:blue", lw=0.8, ls=":")

@@ -44,8 +44,15 @@ from bench.storm_member import record
 from bench.support.control_loop import ControlLoop, both_arms
 from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
+from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import action_row, remedy_of, verdict_row
+from bench.support.verdicts import (
+    action_row,
+    outcome_rows,
+    remedy_of,
+    timeline,
+    verdict_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "highmem"
@@ -298,11 +305,7 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
         "handoff_started_ms": [o["at"] - start_ms for o in handed if isinstance(o.get("at"), int)],
         "max_time_lag_s": max((e["time_lag_s"] for e in events), default=0.0),
         "actions": [action_row(a, start_ms) for a in actions],
-        "outcomes": [
-            {"result": o["result"], "type": o.get("action_type"), "action_id": o.get("action_id")}
-            for o in reported
-            if o.get("event") == "outcome"
-        ],
+        "outcomes": outcome_rows(reported),
         "worker_outcomes": [
             {
                 "did": o["did"],
@@ -313,15 +316,11 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
             for o in reported
             if o.get("event") == "worker_outcome"
         ],
-        "verdicts": [
-            verdict_row(v, start_ms) for v in reported if v.get("event") == "verification"
-        ],
+        "verdicts": verdict_rows(reported, start_ms),
         "generations": [
             [e["observed_at_ms"] - start_ms, e["generation"], e["status"]] for e in health
         ],
-        "timeline": [
-            [e["observed_at_ms"] - start_ms, e["partition"], e["time_lag_s"]] for e in events
-        ],
+        "timeline": timeline(events, start_ms),
     }
 
 
@@ -377,24 +376,13 @@ def storm(
 
 
 def plot_storm(runs: dict[str, dict[str, Any]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(13, 7), sharex=True)
     for col, name in enumerate(("off", "on")):
         res = runs[name]
         ax = axes[0][col]
-        by_part: dict[int, list[tuple[float, float]]] = {}
-        for t_ms, part, tl in res["timeline"]:
-            by_part.setdefault(part, []).append((t_ms / 1000, tl))
-        for part, pts in sorted(by_part.items()):
-            pts.sort()
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, lw=1.0, label=f"p{part}")
-        for a in res["actions"]:
-            ax.axvline(a["at_ms"] / 1000, color="tab:green", lw=0.8, ls="--")
+        time_lag_lines(ax, res["timeline"])
+        action_lines(ax, res["actions"])
         ax.set_title(f"lagpilot {name}: {res['rebalances_per_min']:.1f} rebalances/min, "
                      f"{res['deaths']} deaths")  # fmt: skip
         ax.set_ylabel("time lag (s)")

@@ -39,18 +39,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
-from bench.support import broker  # noqa: E402
-from bench.support.swarm import SwarmConfig  # noqa: E402
-from bench.support.verdicts import (  # noqa: E402
+from bench.support import broker
+from bench.support.plots import action_lines, pyplot, time_lag_lines
+from bench.support.swarm import SwarmConfig
+from bench.support.verdicts import (
     git_commit,
     merge_results,
     remedy_of,
     verdicts_by_target,
     verified_of,
 )
-from bench.war_story import one_run  # noqa: E402
+from bench.war_story import one_run
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SCENARIOS = ("avalanche", "flood", "storm", "slow_group")
 
@@ -121,24 +122,11 @@ def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str
 
 
 def plot_avalanche(runs: dict[str, dict[str, Any]], hot: tuple[int, ...], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(runs), figsize=(16, 4.5), sharey=True)
     for ax, (name, res) in zip(axes, runs.items(), strict=True):
-        by_part: dict[int, list[tuple[float, float]]] = {}
-        for t_ms, part, tl in res["timeline"]:
-            by_part.setdefault(part, []).append((t_ms / 1000, tl))
-        for part, pts in sorted(by_part.items()):
-            pts.sort()
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, lw=2.0 if part in hot else 0.8,
-                    label=f"p{part}" if part in hot else None,
-                    color=None if part in hot else "0.7")  # fmt: skip
-        for a in res["actions"]:
-            ax.axvline(a["at_ms"] / 1000, color="tab:green", lw=0.8, ls="--")
+        time_lag_lines(ax, res["timeline"], hot=hot)
+        action_lines(ax, res["actions"])
         p99 = res["p99_ms"] / 1000 if res["p99_ms"] else float("nan")
         ax.set_title(f"{name}: p99 {p99:.2f} s, rebalances {res['rebalances']}")
         ax.set_xlabel("seconds since the avalanche began")

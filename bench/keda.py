@@ -30,22 +30,22 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
-
-from bench.support import broker  # noqa: E402
-from bench.support.harness import (  # noqa: E402  (shared scripted parts)
+from bench.support import broker
+from bench.support.harness import (
     LagReader,
     PipelineProcess,
     ScriptedLoad,
     create_topic,
 )
-from bench.support.machine import load_avg_1m  # noqa: E402
-from bench.support.scaler_harness import (  # noqa: E402
+from bench.support.machine import load_avg_1m
+from bench.support.scaler_harness import (
     Client,
     PushWatcher,
     ScalerProcess,
     ref,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGET_P99_MS = 1000
 POLL_INTERVAL_MS = 30_000

@@ -49,12 +49,12 @@ import orjson
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.support.machine import load_avg_1m
+from pipeline.model.config import LagConfig
+from pipeline.model.history import SOURCE_NAMES, HistoryBound
+from pipeline.model.lag import TopicModel
 
-from bench.support.machine import load_avg_1m  # noqa: E402
-from pipeline.model.config import LagConfig  # noqa: E402
-from pipeline.model.history import SOURCE_NAMES, HistoryBound  # noqa: E402
-from pipeline.model.lag import TopicModel  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLE_MS = 250
 BOUND = HistoryBound()  # the stated bound: max(1 s, 1% of the lag)

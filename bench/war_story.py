@@ -30,13 +30,14 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.support import broker
+from bench.support.control_loop import ControlLoop
+from bench.support.harness import LagReader
+from bench.support.plots import action_lines, pyplot, time_lag_lines
+from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
+from bench.support.verdicts import p99_tail, timeline
 
-from bench.support import broker  # noqa: E402
-from bench.support.control_loop import ControlLoop  # noqa: E402
-from bench.support.harness import LagReader  # noqa: E402
-from bench.support.swarm import Swarm, SwarmConfig, ensure_topic  # noqa: E402
-from bench.support.verdicts import p99_tail  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
 
@@ -89,9 +90,7 @@ def one_run(
                 and e["observed_at_ms"] >= start]  # fmt: skip
     res["detection_ms"] = (min(e["_received_ms"] for e in detected) - start) if detected else None
     res["max_time_lag_s"] = max((e["time_lag_s"] for e in events), default=0.0)
-    res["timeline"] = [
-        [e["observed_at_ms"] - start, e["partition"], e["time_lag_s"]] for e in events
-    ]
+    res["timeline"] = timeline(events, start)
     actions = loop.actions()
     res["actions"] = [
         {"at_ms": a["issued_at"] - start, "type": a["type"], "target": a["target"],
@@ -139,24 +138,11 @@ def _throttled(view: Any, reader: LagReader, swarm: Swarm, cfg: SwarmConfig) -> 
 
 
 def plot(off: dict[str, Any], on: dict[str, Any], hot: tuple[int, ...], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
     for ax, (name, res) in zip(axes, (("balancer off", off), ("balancer on", on)), strict=True):
-        by_part: dict[int, list[tuple[float, float]]] = {}
-        for t_ms, part, tl in res["timeline"]:
-            by_part.setdefault(part, []).append((t_ms / 1000, tl))
-        for part, pts in sorted(by_part.items()):
-            pts.sort()
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, lw=2.0 if part in hot else 0.8,
-                    label=f"p{part}" if part in hot else None,
-                    color=None if part in hot else "0.7")  # fmt: skip
-        for a in res["actions"]:
-            ax.axvline(a["at_ms"] / 1000, color="tab:green", lw=0.8, ls="--")
+        time_lag_lines(ax, res["timeline"], hot=hot)
+        action_lines(ax, res["actions"])
         ax.set_title(f"{name}: p99 {res['p99_ms'] / 1000:.2f} s")
         ax.set_xlabel("seconds since the avalanche began")
         ax.grid(alpha=0.3)

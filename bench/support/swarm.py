@@ -35,11 +35,11 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-ROOT = Path(__file__).resolve().parents[2]
+from actuators.workers import IDEMPOTENCY_HEADER, Worker
+from bench.support import broker
+from bench.support.naive import NaiveGroup
 
-from actuators.workers import IDEMPOTENCY_HEADER, Worker  # noqa: E402
-from bench.support import broker  # noqa: E402
-from bench.support.naive import NaiveGroup  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 FLUSH_S = 120.0  # how long the producers wait for their last messages' acknowledgements
 

@@ -150,3 +150,23 @@ def verdict_row(v: dict[str, Any], start_ms: int) -> dict[str, Any]:
             "cause": v["cause"], "step": v["step"], "why": v["why"],
             "time_lag_at_apply_s": v["time_lag_at_apply_s"],
             "time_lag_now_s": v["time_lag_now_s"]}  # fmt: skip
+
+
+def outcome_rows(reported: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The actuator's ``outcome`` events of a run as a scenario reports them."""
+    return [
+        {"result": o["result"], "type": o.get("action_type"), "action_id": o.get("action_id")}
+        for o in reported
+        if o.get("event") == "outcome"
+    ]
+
+
+def verdict_rows(reported: list[dict[str, Any]], start_ms: int) -> list[dict[str, Any]]:
+    """The policy's ``verification`` events of a run (see ``verdict_row``)."""
+    return [verdict_row(v, start_ms) for v in reported if v.get("event") == "verification"]
+
+
+def timeline(events: list[dict[str, Any]], start_ms: int) -> list[list[Any]]:
+    """``partition_lag`` events as ``[ms since the start, partition, time lag s]`` (what the
+    plots draw, bench.support.plots.time_lag_lines)."""
+    return [[e["observed_at_ms"] - start_ms, e["partition"], e["time_lag_s"]] for e in events]
