@@ -193,15 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "detection_ms": on["detection_ms"],
         "off": {k: v for k, v in off.items() if k != "timeline"},
         "on": {k: v for k, v in on.items() if k != "timeline"},
-        "shape": {
-            "partitions": cfg.partitions,
-            "hot": list(cfg.hot_partitions),
-            "producers": cfg.producers,
-            "rate_per_s": cfg.rate_per_s,
-            "heavy_rate_per_s": cfg.heavy_rate_per_s,
-            "heavy_work_ms": cfg.heavy_work_ms,
-            "avalanche_s": cfg.avalanche_s,
-        },
+        "shape": cfg.shape(),
         "targets": {"ratio": 10, "lost": 0, "duplicates": 0, "detection_ms": 1000},
     }
     out = Path(args.out)

@@ -73,6 +73,18 @@ class SwarmConfig:
     naive_batch: int = 500
     seed: int = 7
 
+    def shape(self) -> dict[str, Any]:
+        """The avalanche's shape as the results files record it."""
+        return {
+            "partitions": self.partitions,
+            "hot": list(self.hot_partitions),
+            "producers": self.producers,
+            "rate_per_s": self.rate_per_s,
+            "heavy_rate_per_s": self.heavy_rate_per_s,
+            "heavy_work_ms": self.heavy_work_ms,
+            "avalanche_s": self.avalanche_s,
+        }
+
     @property
     def avalanche_at_s(self) -> float:
         return self.warmup_s
