@@ -26,6 +26,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pipeline.read.wire import Malformed, Reader
 from schemas.runtime.env import FALSE
 from schemas.runtime.errors import LagpilotError
 
@@ -85,51 +86,19 @@ def _uvarint(n: int) -> bytes:
             return bytes(out)
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, n: int, what: str) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise DecodeError(f"{what}: truncated at byte {self.pos} of {len(self.data)}")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int16(self, what: str) -> int:
-        return int(struct.unpack(">h", self.take(2, what))[0])
-
-    def int32(self, what: str) -> int:
-        return int(struct.unpack(">i", self.take(4, what))[0])
-
-    def uvarint(self, what: str) -> int:
-        n = shift = 0
-        while True:
-            byte = self.take(1, what)[0]
-            n |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return n
-            shift += 7
-            if shift > 28:
-                raise DecodeError(f"{what}: varint longer than 5 bytes")
-
-    def compact_string(self, what: str) -> str:
-        n = self.uvarint(what) - 1
-        if n < 0:
-            raise DecodeError(f"{what}: null string")
-        return self.take(n, what).decode("utf-8", "replace")
-
-    def skip_tags(self, what: str) -> None:
-        for _ in range(self.uvarint(f"{what} tag count")):
-            self.uvarint(f"{what} tag")
-            self.take(self.uvarint(f"{what} tag size"), f"{what} tag data")
-
-
 def decode_response(body: bytes, version: int = REQUEST_VERSION) -> ApiVersions:
     """The response body after the 4-byte correlation id (ApiVersions' response header is
     always v0). A broker that does not speak ``version`` answers UNSUPPORTED_VERSION in the
-    v0 layout: decode that with ``version=0``."""
-    r = _Reader(body)
+    v0 layout: decode that with ``version=0``. Read with the decoder's own wire reader
+    (``pipeline.read.wire``); what it cannot read is a ``DecodeError`` naming the field."""
+    try:
+        return _decode(body, version)
+    except Malformed as exc:
+        raise DecodeError(f"{exc}: the answer is truncated or not ApiVersions") from None
+
+
+def _decode(body: bytes, version: int) -> ApiVersions:
+    r = Reader(body)
     error = r.int16("error_code")
     keys: dict[int, tuple[int, int]] = {}
     count = r.uvarint("api_keys length") - 1 if version >= 3 else r.int32("api_keys length")
@@ -137,7 +106,7 @@ def decode_response(body: bytes, version: int = REQUEST_VERSION) -> ApiVersions:
         key = r.int16("api_key")
         keys[key] = (r.int16("min_version"), r.int16("max_version"))
         if version >= 3:
-            r.skip_tags("api_key")
+            r.skip_tagged_fields("api_key")
     if version < 3:
         return ApiVersions(error, keys)
     r.int32("throttle_time_ms")
@@ -145,19 +114,19 @@ def decode_response(body: bytes, version: int = REQUEST_VERSION) -> ApiVersions:
     finalized: dict[str, tuple[int, int]] = {}
     for _ in range(r.uvarint("tag count")):
         tag = r.uvarint("tag")
-        data = _Reader(r.take(r.uvarint("tag size"), f"tag {tag}"))
+        data = Reader(r.take(r.uvarint("tag size"), f"tag {tag}"))
         if tag == 0:  # SupportedFeatures: name, min, max
             for _ in range(data.uvarint("supported_features length") - 1):
-                name = data.compact_string("supported feature name")
+                name = data.string("supported feature name", compact=True)
                 low, high = data.int16("min_version"), data.int16("max_version")
                 supported[name] = (low, high)
-                data.skip_tags("supported feature")
+                data.skip_tagged_fields("supported feature")
         elif tag == 2:  # FinalizedFeatures: name, max level, min level
             for _ in range(data.uvarint("finalized_features length") - 1):
-                name = data.compact_string("finalized feature name")
+                name = data.string("finalized feature name", compact=True)
                 high, low = data.int16("max_version_level"), data.int16("min_version_level")
                 finalized[name] = (low, high)
-                data.skip_tags("finalized feature")
+                data.skip_tagged_fields("finalized feature")
     return ApiVersions(error, keys, supported, finalized)
 
 

@@ -46,6 +46,10 @@ class Reader:
         self.pos = end
         return out
 
+    def take(self, n: int, field: str) -> bytes:
+        """The next ``n`` raw bytes (a tagged field's data, a nested structure)."""
+        return self._take(n, field)
+
     @property
     def remaining(self) -> int:
         return len(self.buf) - self.pos
