@@ -13,11 +13,12 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from schemas import WORKER_ACTIONS
+from schemas.runtime.http import HealthServer
 
 if TYPE_CHECKING:
     from actuators.workers.engine import Engine
@@ -114,8 +115,10 @@ def _snapshot(read: Any) -> set[tuple[str, int]]:
 
 
 def serve_metrics(worker: Engine, port: int, host: str = "0.0.0.0") -> tuple[Any, threading.Thread]:
-    """Serve ``worker``'s metrics on ``http://host:port/metrics`` (a daemon thread);
-    returns prometheus_client's (server, thread): ``server.shutdown()`` stops it.
+    """Serve ``worker``'s metrics on ``http://host:port/metrics`` (a daemon thread; with
+    /healthz, and /readyz true while its poll loop runs), on the server every lagpilot
+    process uses (``schemas.runtime.http``); returns (server, thread):
+    ``server.shutdown()`` stops it.
 
     >>> from actuators.workers import MemoryDedupeStore, Worker, serve_metrics
     >>> worker = Worker(bootstrap="localhost:9092", group="parsers", topics=["docs"],
@@ -128,5 +131,12 @@ def serve_metrics(worker: Engine, port: int, host: str = "0.0.0.0") -> tuple[Any
     """
     registry = CollectorRegistry()
     registry.register(WorkerMetrics(worker))
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    return server, thread
+
+    def ready() -> tuple[bool, str]:
+        if worker.error is not None:
+            return False, f"the poll loop stopped: {worker.error!r}"
+        return (True, "polling") if worker.running else (False, "not started")
+
+    served = HealthServer(port, registry, ready, host=host, name="lagpilot-worker-metrics")
+    served.start()
+    return served.server, served.thread

@@ -90,3 +90,30 @@ def test_samples_carry_the_group_and_kind() -> None:
 
 def test_serve_metrics_example_runs() -> None:
     assert doctest.testmod(metrics_module).failed == 0
+
+
+def test_serve_metrics_is_the_house_server_with_health_and_readiness() -> None:
+    import urllib.error
+    import urllib.request
+
+    from actuators.workers import MemoryDedupeStore, Worker, serve_metrics
+
+    worker = Worker(bootstrap="127.0.0.1:1", group="parsers", topics=["docs"],
+                    handler=lambda msg, ctx: None, dedupe=MemoryDedupeStore(),
+                    signing_key=b"k" * 32)  # fmt: skip
+    server, thread = serve_metrics(worker, port=0, host="127.0.0.1")
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with urllib.request.urlopen(base + "/metrics", timeout=3) as r:
+            assert b'lagpilot_worker_messages_total{group="parsers"' in r.read()
+        with urllib.request.urlopen(base + "/healthz", timeout=3) as r:
+            assert r.status == 200
+        try:
+            urllib.request.urlopen(base + "/readyz", timeout=3)
+            raise AssertionError("ready before the poll loop runs")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503 and b"not started" in exc.read()
+    finally:
+        server.shutdown()
+        thread.join(3)
+    assert not thread.is_alive()
