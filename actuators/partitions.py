@@ -139,7 +139,10 @@ class PartitionAdmin:
         return f"{topic}/{partition}: leader {leader} -> {target} (replicas {order})"
 
     def _elect(self, admin: Any, topic: str, partition: int) -> None:
-        """Preferred election; retried briefly while the reordered assignment propagates."""
+        """Preferred election, asked again while the reordered assignment propagates (the
+        broker answers PREFERRED_LEADER_NOT_AVAILABLE until the new first replica is in
+        sync), up to ``timeout_s``. Any other error ends the call: a retriable one goes to
+        the runner, whose retry budget is the action's only one (actuators/dispatch.py)."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             response = admin.elect_leaders(
@@ -152,11 +155,11 @@ class PartitionAdmin:
             if not bad:
                 return
             err = kafka_errors.for_code(bad[0])
-            if not err.retriable and err is not kafka_errors.PreferredLeaderNotAvailableError:
+            if err is not kafka_errors.PreferredLeaderNotAvailableError:
                 raise ActuatorError(
                     f"ElectLeaders {topic}/{partition}: {err.__name__}",
                     code=bad[0],
-                    retriable=False,
+                    retriable=bool(err.retriable),
                 )
             if time.monotonic() > deadline:
                 raise ActuatorError(

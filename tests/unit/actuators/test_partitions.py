@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from kafka.errors import (
     ClusterAuthorizationFailedError,
     ElectionNotNeededError,
+    NotControllerError,
     PreferredLeaderNotAvailableError,
 )
 
@@ -174,6 +175,16 @@ def test_an_election_waits_for_the_new_order_but_not_past_its_deadline() -> None
     with pytest.raises(ActuatorError, match="after 0 s; the target may be out of sync") as e:
         stuck.transfer_leadership("t", 0, 2)
     assert e.value.retriable is True  # the runner's retry budget decides what comes next
+
+
+def test_another_retriable_election_error_goes_to_the_runner_at_once() -> None:
+    """Not a second retry loop under the runner's: only the propagation wait repeats."""
+    kp = FakeKpAdmin(elections=[NotControllerError.errno, 0])
+    admin = _admin({"t": _Topic({0: (1, [1, 2])})}, kp=kp)
+    with pytest.raises(ActuatorError) as caught:
+        admin.transfer_leadership("t", 0, 2)
+    assert (caught.value.code, caught.value.retriable) == (NotControllerError.errno, True)
+    assert kp.elected == 1
 
 
 def test_a_refused_election_or_reassignment_is_final_with_its_code() -> None:
