@@ -6,35 +6,13 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from actuators.workers import lane_for
 from actuators.workers.lanes import LaneExecutor
-
-
-@dataclass
-class Msg:
-    """The four confluent_kafka.Message accessors the dispatcher reads."""
-
-    _offset: int
-    _key: bytes | None
-    _topic: str = "t"
-    _partition: int = 0
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
+from tests.support.workers import Msg
 
 
 class Recorder:
@@ -95,7 +73,7 @@ def test_per_key_order_with_parallel_keys() -> None:
     d = LaneExecutor(rec, max_workers=8, default_lanes=4)
     keys = [f"k{i}".encode() for i in range(6)]
     for o in range(300):
-        d.submit(Msg(o, keys[o % 6]))
+        d.submit(Msg(o, _key=keys[o % 6]))
     wait_for(lambda: sum(len(v) for v in rec.order.values()) == 300)
     assert rec.overlaps == 0
     for key in keys:
@@ -113,8 +91,8 @@ def test_distinct_keys_never_wait_behind_each_other_while_a_lane_is_free() -> No
     rec = Recorder(gate=gate)
     d = LaneExecutor(rec, max_workers=8, default_lanes=4)
     for o, key in enumerate(keys):
-        d.submit(Msg(o, key))
-    d.submit(Msg(4, keys[0]))  # the first document's next page: after it, on its lane
+        d.submit(Msg(o, _key=key))
+    d.submit(Msg(4, _key=keys[0]))  # the first document's next page: after it, on its lane
     wait_for(lambda: rec.max_parallel == 4)
     gate.set()
     wait_for(lambda: sum(len(v) for v in rec.order.values()) == 5)
@@ -129,7 +107,7 @@ def test_key_order_holds_whatever_lane_each_key_takes(key_ids: list[int], lanes:
     rec = Recorder()
     d = LaneExecutor(rec, max_workers=4, default_lanes=lanes)
     for o, k in enumerate(key_ids):
-        d.submit(Msg(o, f"k{k}".encode()))
+        d.submit(Msg(o, _key=f"k{k}".encode()))
     wait_for(lambda: sum(len(v) for v in rec.order.values()) == len(key_ids))
     assert rec.overlaps == 0
     assert all(v == sorted(v) for v in rec.order.values())
@@ -138,10 +116,10 @@ def test_key_order_holds_whatever_lane_each_key_takes(key_ids: list[int], lanes:
 
 def test_a_slow_message_holds_the_commit_position() -> None:
     gate = threading.Event()
-    slow = Msg(0, b"slow")
+    slow = Msg(0, _key=b"slow")
     d = LaneExecutor(lambda m: gate.wait(5) if m is slow else None, max_workers=4, default_lanes=4)
     d.submit(slow)
-    others = [Msg(o, f"x{o}".encode()) for o in range(1, 40)]
+    others = [Msg(o, _key=f"x{o}".encode()) for o in range(1, 40)]
     for m in others:
         d.submit(m)
     time.sleep(0.2)
@@ -156,7 +134,7 @@ def test_lane_change_waits_for_running_work_and_keeps_key_order() -> None:
     d = LaneExecutor(rec, max_workers=8, default_lanes=1)
     keys = [f"k{i}".encode() for i in range(10)]
     for o in range(200):
-        d.submit(Msg(o, keys[o % 10]))
+        d.submit(Msg(o, _key=keys[o % 10]))
         if o == 50:
             d.set_lanes(("t", 0), 6)
         if o == 150:
@@ -173,7 +151,7 @@ def test_halt_starts_nothing_until_resume() -> None:
     d = LaneExecutor(rec, max_workers=2, default_lanes=2)
     d.halt()
     for o in range(10):
-        d.submit(Msg(o, b"a"))
+        d.submit(Msg(o, _key=b"a"))
     time.sleep(0.1)
     assert not rec.order
     assert d.buffered() == {("t", 0): 10}
@@ -187,10 +165,10 @@ def test_close_abandons_queued_work_below_which_it_commits() -> None:
     rec = Recorder(gate=gate)
     d = LaneExecutor(rec, max_workers=4, default_lanes=1)
     for o in range(5):
-        d.submit(Msg(o, b"a"))  # one lane: 0 runs, 1..4 queue
+        d.submit(Msg(o, _key=b"a"))  # one lane: 0 runs, 1..4 queue
     wait_for(lambda: b"a" in rec.running_keys)
     d.begin_close(("t", 0))
-    assert not d.submit(Msg(5, b"a"))  # a closing partition accepts nothing
+    assert not d.submit(Msg(5, _key=b"a"))  # a closing partition accepts nothing
     gate.set()
     wait_for(lambda: d.running(("t", 0)) == 0)
     assert d.finish_close(("t", 0)) == 1  # 0 done; 1..4 will be redelivered
@@ -201,7 +179,7 @@ def test_close_abandons_queued_work_below_which_it_commits() -> None:
 def test_close_with_timeout_abandons_running_work() -> None:
     gate = threading.Event()
     d = LaneExecutor(lambda m: gate.wait(5), max_workers=2, default_lanes=2)
-    d.submit(Msg(7, b"a"))
+    d.submit(Msg(7, _key=b"a"))
     positions = d.close([("t", 0)], timeout_s=0.05)
     assert positions == {("t", 0): 7}  # still running: stays above the committed position
     gate.set()
@@ -214,7 +192,7 @@ def test_a_raising_process_does_not_wedge_the_partition() -> None:
 
     d = LaneExecutor(boom, max_workers=1, default_lanes=1)
     for o in range(3):
-        d.submit(Msg(o, b"a"))
+        d.submit(Msg(o, _key=b"a"))
     wait_for(lambda: d.position(("t", 0)) == 3)
     d.shutdown()
 
@@ -222,8 +200,8 @@ def test_a_raising_process_does_not_wedge_the_partition() -> None:
 def test_a_repeated_offset_is_not_run_twice() -> None:
     rec = Recorder(gate=threading.Event())
     d = LaneExecutor(rec, max_workers=1, default_lanes=1)
-    assert d.submit(Msg(3, b"a"))
-    assert not d.submit(Msg(3, b"a"))
+    assert d.submit(Msg(3, _key=b"a"))
+    assert not d.submit(Msg(3, _key=b"a"))
     assert d.buffered() == {("t", 0): 1}
     assert rec.gate is not None
     rec.gate.set()
@@ -235,13 +213,13 @@ def test_a_batch_is_queued_in_order_and_counts_what_it_drops() -> None:
     and counted; the rest run in key order and every partition's position reaches its end."""
     rec = Recorder()
     d = LaneExecutor(rec, max_workers=8, default_lanes=4)
-    d.submit(Msg(0, b"x", _partition=1))
+    d.submit(Msg(0, _key=b"x", _partition=1))
     d.begin_close(("t", 1))
-    batch = [Msg(o, bytes([97 + o % 3])) for o in range(30)]
-    batch += [Msg(29, b"a"), Msg(5, b"z", _partition=1)]  # a repeat; a closing partition
+    batch = [Msg(o, _key=bytes([97 + o % 3])) for o in range(30)]
+    batch += [Msg(29, _key=b"a"), Msg(5, _key=b"z", _partition=1)]  # a repeat; a closing partition
     assert d.submit_many(batch) == 2
     wait_for(lambda: d.position(("t", 0)) == 30)
     assert rec.overlaps == 0
     assert rec.order[b"a"] == list(range(0, 30, 3))
-    assert d.submit_many([Msg(3, b"a")]) == 1  # below the done position: an old fetch
+    assert d.submit_many([Msg(3, _key=b"a")]) == 1  # below the done position: an old fetch
     d.shutdown()
