@@ -55,16 +55,6 @@ _CONFIG = {"_INVALID_ARG", "_SSL", "_UNKNOWN_PROTOCOL", "_NOT_IMPLEMENTED"}
 _TLS_WORDS = ("SSL", "TLS", "certificate")
 
 
-def _kafka_error(e: Any) -> Any:
-    """The ``KafkaError`` of a ``KafkaException`` (schemas.runtime.kafka), or ``e`` itself."""
-    from confluent_kafka import KafkaError
-
-    from schemas.runtime.kafka import kafka_error
-
-    err = kafka_error(e) if isinstance(e, BaseException | KafkaError) else None
-    return e if err is None else err
-
-
 def explain_kafka(
     exc: Any, *, bootstrap: str, topic: str | None = None, seen: Sequence[Any] = ()
 ) -> CommandError:
@@ -73,11 +63,16 @@ def explain_kafka(
     ``seen`` are the errors the client reported through ``error_cb`` meanwhile: the most
     specific of them (authentication, TLS) names the cause better than the call's own error.
     """
-    from schemas.runtime.kafka import AUTH_FAILED, DENIED
+    from confluent_kafka import KafkaError
 
-    errs = [_kafka_error(exc), *(_kafka_error(e) for e in seen)]
-    names = [e.name() if hasattr(e, "name") else "" for e in errs]
-    texts = [e.str() if hasattr(e, "str") else str(e) for e in errs]
+    from schemas.runtime.kafka import AUTH_FAILED, DENIED, Fault, fault
+
+    faults = [
+        fault(e) if isinstance(e, BaseException | KafkaError) else Fault(str(e), None, True)
+        for e in (exc, *seen)
+    ]
+    names = [f.code if isinstance(f.code, str) else "" for f in faults]  # librdkafka's names
+    texts = [f.message for f in faults]
     where = f"topic {topic} at {bootstrap}" if topic else bootstrap
     for name, text in zip(names, texts, strict=True):
         if name in AUTH_FAILED:
