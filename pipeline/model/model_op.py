@@ -205,7 +205,18 @@ class LagOperator:
         model = self._model(topic, state)
         if event == "commits":  # a coalesced batch from CommitsSource
             rejected = model.rejected_commits
-            touched = model.commit_many(value["commits"])
+            if "commits" in value:  # v1 rows (a source of an earlier release, replayed)
+                touched = model.commit_many(value["commits"])
+                n_commits = len(value["commits"])
+            else:  # v2: columns
+                touched = model.commit_columns(
+                    value["groups"],
+                    value["group"],
+                    value["partition"],
+                    value["offset"],
+                    value["commit_ts_ms"],
+                )
+                n_commits = len(value["partition"])
             if self.on_input is not None and model.rejected_commits > rejected:
                 for _ in range(model.rejected_commits - rejected):  # partitions it cannot have
                     self.on_input("commit_rejected")
@@ -215,7 +226,7 @@ class LagOperator:
             # SDK workers' progress reports: kept in memory only (replaced every tick)
             reported = model.progress.report_many(value.get("progress") or [])
             if self.on_commits is not None:
-                self.on_commits(len(value["commits"]))
+                self.on_commits(n_commits)
             if touched:
                 self._save_positions(topic, model, state, touched)
             events = self._report_events(model, reported)

@@ -33,8 +33,22 @@ def sample(t: int, hw: list[int]) -> dict[str, Any]:
     return {"event": "watermarks", "sampled_at_ms": t, "high_watermarks": hw}
 
 
-def commits(rows: list[tuple[str, int, int, int]]) -> dict[str, Any]:
-    return {"event": "commits", "commits": [list(r) for r in rows]}
+def commits(rows: list[tuple[str, int, int, int]], v: int = 2) -> dict[str, Any]:
+    """A ``commits`` event: v2 (columns), as the commits source writes it; v1 (rows), as
+    a source of an earlier release did."""
+    if v == 1:
+        return {"event": "commits", "v": 1, "commits": [list(r) for r in rows]}
+    groups = list(dict.fromkeys(r[0] for r in rows))
+    return {
+        "event": "commits",
+        "v": 2,
+        "groups": groups,
+        "group": [groups.index(r[0]) for r in rows],
+        "partition": [r[1] for r in rows],
+        "offset": [r[2] for r in rows],
+        "commit_ts_ms": [r[3] for r in rows],
+        "deleted": [],
+    }
 
 
 def run(op: LagOperator, state: State, ticks: range, groups: int, partitions: int,
@@ -116,6 +130,24 @@ def test_a_restarted_operator_publishes_what_the_running_one_would():
     announced = [e for e in restored if e["event"] == "group_lag" and e["group"] == "g1"]
     assert len(announced) == 1
     assert [e for e in restored if e not in announced] == running
+
+
+def test_commits_as_rows_v1_and_as_columns_v2_model_the_same() -> None:
+    """A source of an earlier release wrote rows (v1); replayed after an upgrade, they
+    are modelled as the columns (v2) the source writes now, and counted the same."""
+    counted: list[list[int]] = [[], []]
+    outs = []
+    for v in (1, 2):
+        op = LagOperator(LagConfig(), on_commits=counted[v - 1].append)
+        state = State()
+        events = []
+        for i in range(1, 40):
+            t = T0 + i * TICK_MS
+            rows = [("a", p, i * 10, t - 5) for p in range(3)] + [("b", 1, i * 7, t - 9)]
+            events += op(commits(rows, v=v), "t", t, None, state)
+            events += op(sample(t, [i * 10 + 3] * 3), "t", t, None, state)
+        outs.append((events, state.data["c:a"], state.data["c:b"]))
+    assert outs[0] == outs[1] and counted[0] == counted[1] == [4] * 39
 
 
 def test_topics_another_deployment_samples_are_not_modelled() -> None:
