@@ -211,6 +211,7 @@ def build_app(
         alert_interval_ms=settings.partition_alert_interval_ms,
         ok_summary_interval_ms=settings.ok_summary_interval_ms,
         persist_interval_ms=settings.persist_interval_ms,
+        window_persist_interval_ms=settings.window_persist_interval_ms,
         on_observations=on_observations,
         on_topic_deleted=metrics.lag.forget_topic,
         on_input=lambda event: metrics.model_inputs.labels(event).inc(),

@@ -11,10 +11,11 @@ restarted or rebalanced replica resumes the model:
 - ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
   crash, because a group that commits once and goes idle would otherwise look lagging
   forever;
-- ``hw`` (the HWM history since its last full write) and ``win`` (every group's rate
-  window) at most every ``persist_interval_ms``, ``hwold`` (the whole HWM history) at most
-  every 30 s: a lost row only thins the fit, and the samples since are replayed
-  (at-least-once) anyway;
+- ``hw`` (the HWM history since its last full write) at most every
+  ``persist_interval_ms``, ``win`` (every group's rate window) at most every
+  ``window_persist_interval_ms``, ``hwold`` (the whole HWM history) at most every 30 s:
+  a lost row only thins the fit, and the samples since are replayed (at-least-once)
+  anyway;
 - ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
   the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
   model is reloaded from the store.
@@ -66,6 +67,7 @@ class LagOperator:
         alert_interval_ms: int = 1000,
         ok_summary_interval_ms: int = 1000,
         persist_interval_ms: int = 1000,
+        window_persist_interval_ms: int = 5000,
         on_observations: Callable[[TopicObservation], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
         on_input: Callable[[str], None] | None = None,
@@ -81,6 +83,8 @@ class LagOperator:
         self.ok_summary_interval_ms = ok_summary_interval_ms
         self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
         self.persist_interval_ms = persist_interval_ms
+        self.window_persist_interval_ms = window_persist_interval_ms
+        self._window_saved_ms: dict[str, int] = {}  # topic -> when its window was written
         self.on_observations = on_observations
         self.on_topic_deleted = on_topic_deleted
         self.on_input = on_input
@@ -163,7 +167,9 @@ class LagOperator:
     def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
         for key, value in model.history_state(now_ms).items():
             state.set(key, value)
-        state.set("win", model.window_state())
+        if now_ms - self._window_saved_ms.get(topic, 0) >= self.window_persist_interval_ms:
+            self._window_saved_ms[topic] = now_ms
+            state.set("win", model.window_state())
         self._bump(topic, model, state, saved_ms=now_ms)
 
     def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
@@ -173,6 +179,7 @@ class LagOperator:
             state.delete(k)
         self._models.pop(topic, None)
         self._touched.pop(topic, None)
+        self._window_saved_ms.pop(topic, None)
         for key in [k for k in self._summary_ms if k[1] == topic]:
             del self._summary_ms[key]
         state.set("gen", state.get("gen", 0) + 1)

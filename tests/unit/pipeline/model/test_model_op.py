@@ -113,12 +113,16 @@ def test_a_stalled_group_is_published_at_once_then_each_alert_interval():
 
 def test_a_restarted_operator_publishes_what_the_running_one_would():
     state = State()
-    first = LagOperator(LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0)
+    first = LagOperator(
+        LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0, window_persist_interval_ms=0
+    )
     run(first, state, range(1, 61), groups=2, partitions=3, stalled=frozenset({"g0"}))
     assert {"hw", "win", "groups", "c:g0", "c:g1", "gen"} <= set(state.data)
     copy = State()
     copy.data = dict(state.data)
-    again = LagOperator(LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0)
+    again = LagOperator(
+        LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0, window_persist_interval_ms=0
+    )
     t = T0 + 61 * TICK_MS
     hw = [610 + p for p in range(3)]
     restored = again(sample(t, hw), "t", t, None, copy)
@@ -217,3 +221,28 @@ def test_a_stalled_workers_report_is_published_as_it_lands_and_not_repeated() ->
     # samples agree and publish nothing more (the alert interval is a minute here)
     assert [(h, e["status"]) for h, e in rest] == [("report", "STALL")]
     assert rest[0][1]["observed_at_ms"] - stall_ms <= 520 + 125
+
+
+def test_the_rate_window_is_written_at_its_own_slower_interval() -> None:
+    """The HWM history goes to the store every persist interval, the (large) rate window
+    every window persist interval."""
+
+    class Counting(State):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: dict[str, list[int]] = {}
+            self.now = 0
+
+        def set(self, key: str, value: Any) -> None:
+            self.writes.setdefault(key, []).append(self.now)
+            super().set(key, value)
+
+    op = LagOperator(LagConfig(), persist_interval_ms=1_000, window_persist_interval_ms=5_000)
+    state = Counting()
+    for i in range(1, 50):  # 12 s of ticks
+        state.now = t = T0 + i * TICK_MS
+        op(commits([("g", 0, i * 10, t - 5)]), "t", t, None, state)
+        op(sample(t, [i * 10 + 1]), "t", t, None, state)
+    hw, win = state.writes["hw"], state.writes["win"]
+    assert len(hw) >= 11 and all(b - a >= 1_000 for a, b in zip(hw, hw[1:], strict=False))
+    assert len(win) == 3 and all(b - a >= 5_000 for a, b in zip(win, win[1:], strict=False))
