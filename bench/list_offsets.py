@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
             return hwms_by_topic(watched, {(tp.topic, tp.partition): o for tp, o in ends.items()})
 
         fast = BrokerListOffsets({"bootstrap_servers": bootstrap}, 10_000, wait_ms=10_000)
-        fast.connect()
+        deadline = time.monotonic() + 30
+        while not fast.connect() and time.monotonic() < deadline:
+            pass
         fast.set_partitions(watched)
 
         def per_broker() -> Answers:

@@ -211,11 +211,17 @@ def build_request(topics: Mapping[str, Sequence[int]]) -> ListOffsetsOnce:
     )
 
 
+#: how long a tick waits for kafka-python's bootstrap to go on (the AdminClient's way
+#: samples that tick if it is not done)
+BOOTSTRAP_STEP_MS = 50
+
+
 class BrokerListOffsets:
     """``latest()``: every watched partition's high watermark, one request per leader.
 
-    Plain data until ``connect()``, which bootstraps kafka-python's client (``setup()``
-    must do no I/O). Used from one thread, the sampler's run loop.
+    Plain data until ``connect()``, which bootstraps kafka-python's client a step at a time
+    (``setup()`` must do no I/O, and a tick must not wait a request timeout for it). Used
+    from one thread, the sampler's run loop.
     """
 
     def __init__(self, config: Mapping[str, Any], request_timeout_ms: int, wait_ms: int) -> None:
@@ -223,6 +229,8 @@ class BrokerListOffsets:
         self.request_timeout_ms = request_timeout_ms
         self.wait_ms = min(wait_ms, request_timeout_ms)
         self._client: Any = None
+        self._manager: Any = None
+        self._bootstrap: Future | None = None
         self._ready = False
         self._shape: dict[str, int] = {}  # topic -> partitions
         self._leaderless = 0
@@ -239,18 +247,33 @@ class BrokerListOffsets:
         }
         self._shape = {topic: len(leaders) for topic, leaders in watched.items()}
 
-    def connect(self) -> None:
-        """Bootstrap kafka-python's client, once; raises what kafka-python raised (the
-        sampler asks per partition then)."""
+    def connect(self) -> bool:
+        """Starts or goes on with kafka-python's bootstrap for at most ``BOOTSTRAP_STEP_MS``;
+        True once it is done. Raises what it failed with (the next call starts it again).
+
+        kafka-python retries a refused login until its bootstrap times out: the failure
+        says ``timed_out``, the cause is in its log lines (``lagpilot.kafka``, DEBUG)."""
         if self._ready:
-            return
+            return True
         if self._client is None:
-            from kafka.net import KafkaNetClient
+            from kafka.net import KafkaConnectionManager, KafkaNetClient, NetworkSelector
 
             route_kafka_python_logs()
-            self._client = KafkaNetClient(**self._client_config())
-        self._client.check_version(timeout_ms=self.request_timeout_ms)
+            config = self._client_config()
+            net = NetworkSelector(**config)
+            self._manager = KafkaConnectionManager(net, **config)
+            self._client = KafkaNetClient(net=net, manager=self._manager)
+        if self._bootstrap is None:
+            self._bootstrap = self._manager.bootstrap_async(timeout_ms=self.request_timeout_ms)
+        self._client.poll(timeout_ms=BOOTSTRAP_STEP_MS, future=self._bootstrap)
+        bootstrap = self._bootstrap
+        if not bootstrap.is_done:
+            return False
+        self._bootstrap = None
+        if bootstrap.exception is not None:
+            raise bootstrap.exception
         self._ready = True
+        return True
 
     def _client_config(self) -> dict[str, Any]:
         config = dict(self.config)
@@ -310,5 +333,5 @@ class BrokerListOffsets:
 
     def close(self) -> None:
         if self._client is not None:
-            client, self._client, self._ready = self._client, None, False
+            client, self._client, self._ready, self._bootstrap = self._client, None, False, None
             client.close()

@@ -58,7 +58,7 @@ from schemas.runtime.kafka import kafka_python_unsupported
 logger = logging.getLogger(__name__)
 
 #: Ticks the sampler asks per partition (AdminClient) after kafka-python could not connect,
-#: doubled after each failure in a row up to the cap (a bootstrap can wait a request timeout).
+#: doubled after each failure in a row up to the cap.
 BY_BROKER_PAUSE_TICKS = 20
 BY_BROKER_PAUSE_MAX_TICKS = 2400
 #: The shortest time between two metadata refreshes that partitions' errors ask for: a
@@ -375,7 +375,8 @@ class HighWatermarkSource(Source):
         if fast is None or self._stats.ticks < self._by_broker_resume_tick:
             return None
         try:
-            fast.connect()
+            if not fast.connect():  # the bootstrap goes on at the next tick
+                return None
         except Exception as exc:  # kafka-python raises several kinds: all mean "not here"
             self._stats.count_error("list_offsets_by_broker", error_kind(exc))
             if not is_retriable(exc):

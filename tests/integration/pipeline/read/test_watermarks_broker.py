@@ -350,7 +350,7 @@ def test_per_broker_a_partition_with_an_error_is_minus_one_alone(
     leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
     fast = BrokerListOffsets({"bootstrap_servers": kafka_bootstrap}, 5000, wait_ms=250)
     try:
-        fast.connect()
+        _wait_for(fast.connect, 10, "kafka-python bootstrapped")
         fast.set_partitions({topic: (leader,) * 3})
         answer = fast.latest()
         assert answer.hwms == {topic: [2, 0, 5]} and not answer.failed
