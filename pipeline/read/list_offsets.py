@@ -294,10 +294,12 @@ class BrokerListOffsets:
         answer.count(LEADERLESS, self._leaderless)
         client.poll(timeout_ms=0)  # answers that came after the last tick's wait: stale
         sent: dict[int, tuple[Future, int]] = {}
+        unanswered: dict[int, Future] = {}
         for leader, (request, n) in self._requests.items():
             out = self._unanswered.get(leader)
             if out is not None and not out.is_done:
-                answer.count(TIMED_OUT, n)  # still waiting for the last tick's answer
+                answer.count(TIMED_OUT, n)  # still waiting for an earlier tick's answer
+                unanswered[leader] = out
                 continue
             try:
                 sent[leader] = (client.send(leader, request), n)
@@ -306,8 +308,9 @@ class BrokerListOffsets:
                 if isinstance(exc, kafka_errors.UnknownBrokerIdError):
                     client.cluster.request_update()
         self._wait(sent)
-        late = settle(answer, sent)
-        self._unanswered = {leader: sent[leader][0] for leader in late}
+        for leader in settle(answer, sent):
+            unanswered[leader] = sent[leader][0]
+        self._unanswered = unanswered
         return answer
 
     def _wait(self, sent: Mapping[int, tuple[Future, int]]) -> None:
