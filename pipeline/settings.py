@@ -44,10 +44,11 @@ class Settings:
     commit_flush_ms: int = 50  # commits are coalesced per topic for at most this long
     sample_interval_ms: int = 250
     metadata_refresh_ms: int = 5000
-    # one ListOffsets per leader broker a tick (kafka-python), not the AdminClient's per-
-    # partition futures: a quarter of the sampler's CPU, but a deleted topic is sampled
-    # until the next metadata refresh (pipeline/read/list_offsets.py)
-    list_offsets_per_broker: bool = False
+    # one ListOffsets per leader broker a tick (kafka-python's protocol classes, answered
+    # per partition), not the AdminClient's future per partition (several times the CPU);
+    # false, or TLS/SASL settings kafka-python lacks, keep the AdminClient's way
+    # (pipeline/read/list_offsets.py)
+    list_offsets_per_broker: bool = True
     include: str = ".*"
     exclude: str = ""
     window_s: float = 10.0

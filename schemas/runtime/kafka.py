@@ -28,7 +28,7 @@ def is_denied(err: KafkaError) -> bool:
     return "authoriz" in name or "authentic" in name
 
 
-def waiting_may_fix(exc: BaseException) -> bool:
+def waiting_may_fix(exc: BaseException | KafkaError) -> bool:
     """Whether retrying later may succeed: everything but fatal, authorization and
     authentication errors (those need a person); a non-Kafka error is assumed transient."""
     err = kafka_error(exc)
