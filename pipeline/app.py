@@ -210,6 +210,8 @@ def build_app(
         snapshot_interval_ms=settings.partition_snapshot_interval_ms,
         alert_interval_ms=settings.partition_alert_interval_ms,
         ok_summary_interval_ms=settings.ok_summary_interval_ms,
+        max_ok_summaries_per_s=settings.max_ok_summaries_per_s,
+        max_snapshots_per_s=settings.max_snapshots_per_s,
         persist_interval_ms=settings.persist_interval_ms,
         window_persist_interval_ms=settings.window_persist_interval_ms,
         on_observations=on_observations,

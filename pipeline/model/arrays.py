@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-
 _DTYPE_NAMES: dict[np.dtype[Any], str] = {}  # str(dtype) is Python code in numpy: slow
 
 

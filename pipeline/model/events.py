@@ -19,12 +19,12 @@ from pipeline.model.status import STATUS_BY_CODE
 from schemas.lag import LagStatus
 
 
-
 def round3(a: np.ndarray) -> list[float]:
     """Floats to 3 decimals as events carry them, rounded as one array (numpy's
     half-to-even of the scaled value; Python's ``round`` per value cost most of a tick's
     event building at 100 groups)."""
     return np.round(np.asarray(a, np.float64), 3).tolist()
+
 
 @dataclass
 class Observation:

@@ -68,6 +68,8 @@ class LagOperator:
         ok_summary_interval_ms: int = 1000,
         persist_interval_ms: int = 1000,
         window_persist_interval_ms: int = 5000,
+        max_ok_summaries_per_s: float = 1000.0,
+        max_snapshots_per_s: float = 2000.0,
         on_observations: Callable[[TopicObservation], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
         on_input: Callable[[str], None] | None = None,
@@ -83,6 +85,13 @@ class LagOperator:
         self.ok_summary_interval_ms = ok_summary_interval_ms
         self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
         self.persist_interval_ms = persist_interval_ms
+        # the periodic events of healthy groups, bounded however large the estate: past
+        # these rates the intervals stretch (status changes and alerts never wait)
+        self.max_ok_summaries_per_s = max_ok_summaries_per_s
+        self.max_snapshots_per_s = max_snapshots_per_s
+        self._sizes: dict[str, tuple[int, int]] = {}  # topic -> (active groups, cells)
+        self._group_topics = 0
+        self._cells = 0
         self.window_persist_interval_ms = window_persist_interval_ms
         self._window_saved_ms: dict[str, int] = {}  # topic -> when its window was written
         self.on_observations = on_observations
@@ -122,6 +131,7 @@ class LagOperator:
         for topic in [t for t, at in self._touched.items() if now - at > self.evict_after_s]:
             self._models.pop(topic, None)
             del self._touched[topic]
+            self._forget_size(topic)
 
     def _model(self, topic: str, state: Any) -> TopicModel:
         self._sweep()
@@ -180,6 +190,7 @@ class LagOperator:
         self._models.pop(topic, None)
         self._touched.pop(topic, None)
         self._window_saved_ms.pop(topic, None)
+        self._forget_size(topic)
         for key in [k for k in self._summary_ms if k[1] == topic]:
             del self._summary_ms[key]
         state.set("gen", state.get("gen", 0) + 1)
@@ -264,6 +275,25 @@ class LagOperator:
             self.on_events(events)
         return events
 
+    def _forget_size(self, topic: str) -> None:
+        groups, cells = self._sizes.pop(topic, (0, 0))
+        self._group_topics -= groups
+        self._cells -= cells
+
+    def _periodic_intervals(self, topic: str, groups: int, cells: int) -> tuple[int, int]:
+        """The OK summary and snapshot intervals now, stretched for the whole of what this
+        replica models (``stretched_ms``)."""
+        old_groups, old_cells = self._sizes.get(topic, (0, 0))
+        self._sizes[topic] = (groups, cells)
+        self._group_topics += groups - old_groups
+        self._cells += cells - old_cells
+        return (
+            stretched_ms(
+                self.ok_summary_interval_ms, self._group_topics, self.max_ok_summaries_per_s
+            ),
+            stretched_ms(self.snapshot_interval_ms, self._cells, self.max_snapshots_per_s),
+        )
+
     def _report_events(
         self, model: TopicModel, reported: list[tuple[str, int]]
     ) -> list[dict[str, Any]]:
@@ -302,12 +332,16 @@ class LagOperator:
         self, model: TopicModel, obs: TopicObservation, now_ms: int
     ) -> list[dict[str, Any]]:
         worst = obs.group_status().tolist()
+        active = obs.active.tolist()
+        ok_every_ms, snapshot_every_ms = self._periodic_intervals(
+            obs.topic, len(active), int(obs.mask.sum())
+        )
         summaries: list[int] = []
-        for g in obs.active.tolist():
+        for g in active:
             key = (obs.groups[g], obs.topic)
             status = worst[g]
             sent_ms, sent_status = self._summary_ms.get(key, (0, -1))
-            if status or sent_status != status or now_ms - sent_ms >= self.ok_summary_interval_ms:
+            if status or sent_status != status or now_ms - sent_ms >= ok_every_ms:
                 summaries.append(g)
                 self._summary_ms[key] = (now_ms, status)
         out = obs.group_events(summaries, self.cfg.worst_n)
@@ -315,7 +349,7 @@ class LagOperator:
         # OK every alert interval, at the group's own phase of it (so 50 groups do not all
         # publish on the same tick), and at once a partition whose status changed
         phase = np.array([zlib.crc32(n.encode()) for n in obs.groups], np.int64)
-        due = _due(model.last_snapshot_ms, now_ms, self.snapshot_interval_ms, phase)
+        due = _due(model.last_snapshot_ms, now_ms, snapshot_every_ms, phase)
         alert = _due(model.last_alert_ms, now_ms, self.alert_interval_ms, phase)
         model.last_snapshot_ms = np.where(
             due | (model.last_snapshot_ms == 0), now_ms, model.last_snapshot_ms
@@ -332,6 +366,14 @@ class LagOperator:
         self._annotate(model, obs.topic, partitions, now_ms)
         out.extend(partitions)
         return out
+
+
+def stretched_ms(interval_ms: int, items: int, max_per_s: float) -> int:
+    """``interval_ms``, or longer: so that ``items`` sent once an interval make at most
+    ``max_per_s`` a second (0: no bound)."""
+    if max_per_s <= 0 or interval_ms <= 0:
+        return interval_ms
+    return max(interval_ms, int(items * 1000 / max_per_s))
 
 
 def _due(last_ms: np.ndarray, now_ms: int, interval_ms: int, phase: np.ndarray) -> np.ndarray:

@@ -52,7 +52,9 @@ class LagEvents(BaseSink):
     ) -> None:
         super().__init__()
         self.broker_config = dict(broker_config)
-        self.producer_config = dict(producer_config or {"linger.ms": 2})
+        # 10 ms of linger: at 13,000 events/s, hundreds of produce requests a second fewer
+        # for the broker; an event waits at most that long
+        self.producer_config = dict(producer_config or {"linger.ms": 10})
         self.topic = topic
         self.key = key
         self._producer: Any = None

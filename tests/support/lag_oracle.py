@@ -18,10 +18,10 @@ from pipeline.model.status import STATUS_BY_CODE
 from schemas.lag import GroupLag, LagStatus, PartitionLag, WorstPartition
 
 
-
 def _r(x: float) -> float:
     """One value rounded as the events round their arrays (``round3``)."""
     return round3(np.array([float(x)]))[0]
+
 
 def partition_lag(view: Observation, i: int) -> PartitionLag:
     eta = float(view.eta_drain_s[i])

@@ -32,7 +32,11 @@ def test_each_event_is_one_message_keyed_like_the_lag_topic(
     sink.flush()
     assert sink.produced == 3
     c = Consumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": unique_name, "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": unique_name,
+            "auto.offset.reset": "earliest",
+        }
     )
     c.subscribe([topic])
     got: dict[str, tuple[dict, int]] = {}

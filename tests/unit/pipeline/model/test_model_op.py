@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -244,5 +245,41 @@ def test_the_rate_window_is_written_at_its_own_slower_interval() -> None:
         op(commits([("g", 0, i * 10, t - 5)]), "t", t, None, state)
         op(sample(t, [i * 10 + 1]), "t", t, None, state)
     hw, win = state.writes["hw"], state.writes["win"]
-    assert len(hw) >= 11 and all(b - a >= 1_000 for a, b in zip(hw, hw[1:], strict=False))
-    assert len(win) == 3 and all(b - a >= 5_000 for a, b in zip(win, win[1:], strict=False))
+    assert len(hw) >= 11 and all(b - a >= 1_000 for a, b in itertools.pairwise(hw))
+    assert len(win) == 3 and all(b - a >= 5_000 for a, b in itertools.pairwise(win))
+
+
+def test_periodic_events_of_healthy_groups_are_bounded_however_large_the_estate() -> None:
+    """Past ``max_ok_summaries_per_s`` and ``max_snapshots_per_s`` the OK summaries and the
+    snapshots come less often (the interval stretches with what the replica models); a
+    group that turns bad is published at once all the same."""
+    from pipeline.model.model_op import stretched_ms
+
+    assert stretched_ms(1_000, 500, 1_000) == 1_000  # under the bound: as configured
+    assert stretched_ms(1_000, 5_000, 1_000) == 5_000
+    assert stretched_ms(30_000, 250_000, 2_000) == 125_000
+    assert stretched_ms(1_000, 5_000, 0) == 1_000  # 0: no bound
+
+    def events_per_s(op: LagOperator, stalled: frozenset[str] = frozenset()) -> Counter:
+        out = run(op, State(), range(1, 81), groups=8, partitions=4, stalled=stalled)
+        seen = Counter((e["event"], e["status"]) for tick in out[60:] for e in tick)
+        return Counter({k: v / 5 for k, v in seen.items()})  # ticks 60..80: 5 s
+
+    free = events_per_s(LagOperator(LagConfig(), snapshot_interval_ms=2_000))
+    bounded = LagOperator(
+        LagConfig(), snapshot_interval_ms=2_000, max_ok_summaries_per_s=2, max_snapshots_per_s=8
+    )
+    capped = events_per_s(bounded)
+    assert free[("group_lag", "OK")] == 8 and capped[("group_lag", "OK")] <= 2
+    assert free[("partition_lag", "OK")] >= 14 and capped[("partition_lag", "OK")] <= 8  # 16/s
+    # g0 stops committing at tick 40: its summaries and alerts are not held
+    stalled = events_per_s(
+        LagOperator(
+            LagConfig(), snapshot_interval_ms=2_000, max_ok_summaries_per_s=2, max_snapshots_per_s=8
+        ),
+        stalled=frozenset({"g0"}),
+    )
+    bad = sum(
+        v for (event, status), v in stalled.items() if event == "group_lag" and status != "OK"
+    )
+    assert bad == 4  # every sample (4 a second) while not OK

@@ -232,9 +232,7 @@ def test_the_fast_path_drains_exactly_what_the_careful_decoder_gives(rows: list)
     assert own <= own_careful and taken <= len(rows)
 
     def canon(events: list) -> list:
-        return sorted(
-            (e["topic"], sorted(commit_rows(e)), e["deleted"]) for e in events
-        )
+        return sorted((e["topic"], sorted(commit_rows(e)), e["deleted"]) for e in events)
 
     assert canon(fast.drain()) == canon(careful.drain())
     assert fast.known == careful.known
