@@ -157,22 +157,33 @@ class TopicModel:
 
     def _group(self, name: str) -> int:
         g = self._index.get(name)
-        if g is not None:
-            return g
-        g = self._index[name] = len(self.groups)
-        self.groups.append(name)
+        return g if g is not None else self.add_groups([name])[0]
+
+    def add_groups(self, names: list[str]) -> list[int]:
+        """Rows for groups not seen before, all at once (one copy of every array for the
+        lot: a model restarted on a busy topic meets its 100 groups in a few batches)."""
+        rows = []
+        for name in names:
+            g = self._index.get(name)
+            if g is None:
+                g = self._index[name] = len(self.groups)
+                self.groups.append(name)
+            rows.append(g)
+        new = len(self.groups) - len(self.last_snapshot_ms)
+        if new <= 0:
+            return rows
         self.history.forget_written()
 
-        def row(a: np.ndarray, fill: float | int) -> np.ndarray:
-            return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
+        def grown(a: np.ndarray, fill: float | int) -> np.ndarray:
+            return np.concatenate([a, np.full((new, *a.shape[1:]), fill, a.dtype)])
 
         for key, fill in _POSITION.items():
-            setattr(self, key, row(getattr(self, key), fill))
-        self._win.add_group()
-        self.last_status = row(self.last_status, 0)
-        self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
-        self.last_alert_ms = np.append(self.last_alert_ms, 0)
-        return g
+            setattr(self, key, grown(getattr(self, key), fill))
+        self._win.add_groups(new)
+        self.last_status = grown(self.last_status, 0)
+        self.last_snapshot_ms = grown(self.last_snapshot_ms, 0)
+        self.last_alert_ms = grown(self.last_alert_ms, 0)
+        return rows
 
     def _drop_group(self, g: int) -> None:
         for key in (*_POSITION, "last_status", "last_snapshot_ms", "last_alert_ms"):
@@ -256,8 +267,7 @@ class TopicModel:
         used = gi[np.sort(first)].tolist()  # new groups take rows in the order commits name them
         touched = {groups[i] for i in used}
         rows = np.zeros(len(groups), np.int64)
-        for i in used:
-            rows[i] = self._group(groups[i])
+        rows[used] = self.add_groups([groups[i] for i in used])
         g = rows[gi]
         self._widen(int(p.max()) + 1)
         if len(np.unique(g * self._width + p)) < len(p):

@@ -144,6 +144,7 @@ class LagOperator:
         hw = state.get("hw")
         if hw:
             model.load_hw_state(hw, state.get("hwold"))
+        model.add_groups(list(state.get("groups", [])))  # their rows at once
         for name in state.get("groups", []):
             position = state.get(f"c:{name}")
             if position:
