@@ -10,7 +10,7 @@ PYTEST_ARGS ?= --durations=25
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
+        bench-decode bench-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
 
 install: $(VENV)/.installed prometheus-tools postgres-tools
 
@@ -104,6 +104,11 @@ bench-ingest: install
 
 bench-model: install
 	$(PY) -m bench.model
+
+# A full /metrics scrape at 250,000 group-partitions, before and after issue 16's work
+# (no broker): bench/results/metrics_render.json, docs/benchmarks.md.
+bench-metrics: install
+	$(PY) -m bench.metrics_render
 
 bench-scale: install
 	$(PY) -m bench.scale

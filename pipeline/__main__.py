@@ -156,7 +156,7 @@ def _run(args: Any) -> int:
             settings.metrics_port,
             metrics.registry,
             BrokerProbe({**settings.broker_config(), "logger": CLIENT_LOG}),
-            extra=metrics.lag.render,
+            extra=metrics.lag.stream,  # the lag families in chunks, as they are written
         ).start()
         log.info("metrics on :%d/metrics, health on /healthz and /readyz", server.port)
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)

@@ -28,6 +28,7 @@ from quixstreams.models import TopicConfig
 from pipeline.metrics import PipelineMetrics
 from pipeline.model.events import TopicObservation
 from pipeline.model.model_op import LagOperator, lag_key
+from pipeline.model.publish import LagEvents
 from pipeline.model.truth import ReadLimits, RecordTimeReader
 from pipeline.read.commits import RUN_KEY, STATS_HEADER, CommitsSource
 from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
@@ -209,7 +210,10 @@ def build_app(
         snapshot_interval_ms=settings.partition_snapshot_interval_ms,
         alert_interval_ms=settings.partition_alert_interval_ms,
         ok_summary_interval_ms=settings.ok_summary_interval_ms,
+        max_ok_summaries_per_s=settings.max_ok_summaries_per_s,
+        max_snapshots_per_s=settings.max_snapshots_per_s,
         persist_interval_ms=settings.persist_interval_ms,
+        window_persist_interval_ms=settings.window_persist_interval_ms,
         on_observations=on_observations,
         on_topic_deleted=metrics.lag.forget_topic,
         on_input=lambda event: metrics.model_inputs.labels(event).inc(),
@@ -231,8 +235,9 @@ def build_app(
     )
     model = app.dataframe(topic=wm_topic)
     model = model.update(SourceStats(metrics), metadata=True)
-    lag_events = model.apply(operator, stateful=True, metadata=True, expand=True)
-    lag_events.to_topic(lag_topic, key=lag_key)
+    # a message's events as one list, produced by the sink (not one dataframe row each)
+    lag_events = model.apply(operator, stateful=True, metadata=True)
+    lag_events.sink(LagEvents(settings.broker_config(), lag_topic.name, lag_key))
 
     # 4. the policy: every summary and every halt/resume under one key
     if settings.run_policy and policy is not None:
@@ -265,7 +270,10 @@ def build_app(
         # in observe mode the operator only answers requests: no summary, outcome or rate
         # takes the extra hop through the policy topic
         if getattr(policy, "decides", True):
-            summaries = lag_events.filter(lambda v: v["event"] in ("group_lag", "group_health"))
+            summaries = lag_events.apply(
+                lambda events: [e for e in events if e["event"] in ("group_lag", "group_health")],
+                expand=True,
+            )
             summaries.to_topic(policy_topic, key=lambda _: "policy")
             # outcomes start the verification of a step; only those of actions (not our own
             # verification events, nor duplicates) are forwarded; ``delegated``: the actuator

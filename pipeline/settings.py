@@ -41,13 +41,16 @@ class Settings:
     # start and re-sends what it knows periodically, so no group's position is missed
     auto_offset_reset: str = "latest"
     commit_interval_s: float = 1.0
-    commit_flush_ms: int = 50  # commits are coalesced per topic for at most this long
+    # commits are coalesced per topic for at most this long, and flushed before each sample
+    # they precede (a replica that does not sample their topic sends them at this pace)
+    commit_flush_ms: int = 250
     sample_interval_ms: int = 250
     metadata_refresh_ms: int = 5000
-    # one ListOffsets per leader broker a tick (kafka-python), not the AdminClient's per-
-    # partition futures: a quarter of the sampler's CPU, but a deleted topic is sampled
-    # until the next metadata refresh (pipeline/read/list_offsets.py)
-    list_offsets_per_broker: bool = False
+    # one ListOffsets per leader broker a tick (kafka-python's protocol classes, answered
+    # per partition), not the AdminClient's future per partition (several times the CPU);
+    # false, or TLS/SASL settings kafka-python lacks, keep the AdminClient's way
+    # (pipeline/read/list_offsets.py)
+    list_offsets_per_broker: bool = True
     include: str = ".*"
     exclude: str = ""
     window_s: float = 10.0
@@ -60,7 +63,16 @@ class Settings:
     partition_snapshot_interval_ms: int = 30_000
     partition_alert_interval_ms: int = 1000
     ok_summary_interval_ms: int = 1000
-    persist_interval_ms: int = 1000  # HWM history and rate windows to the state store
+    # ...stretched past these rates per replica (a large estate: 5,000 group-topics get
+    # their OK summaries every 5 s; 250,000 group-partitions their snapshots every 125 s);
+    # 0: never stretched. Non-OK summaries, alerts and status changes are never held.
+    max_ok_summaries_per_s: float = 1000.0
+    max_snapshots_per_s: float = 2000.0
+    persist_interval_ms: int = 1000  # HWM history to the state store
+    # every group-partition's rate window to the state store: a crash loses at most this
+    # much of the window (thinner fits for one window after a restart); large at scale
+    # (2 MB a topic of 100 groups x 50 partitions, 2 ms to encode)
+    window_persist_interval_ms: int = 5000
     # where the HWM history cannot answer (time lag extrapolated), the timestamp of the
     # record at the committed offset is read from the broker: at most this many reads a
     # second (0: never), each group-partition at most every record_read_interval_s
@@ -159,7 +171,10 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "partition_snapshot_interval_ms": (0, 3_600_000),
     "partition_alert_interval_ms": (0, 3_600_000),
     "ok_summary_interval_ms": (0, 60_000),
+    "max_ok_summaries_per_s": (0, 1_000_000),
+    "max_snapshots_per_s": (0, 1_000_000),
     "persist_interval_ms": (50, 600_000),
+    "window_persist_interval_ms": (50, 600_000),
     "record_reads_per_s": (0, 10_000),
     "record_read_interval_s": (1, 86_400),
     "worst_n": (1, 100),

@@ -111,6 +111,29 @@ def watch_client_logs(bootstrap: str | None = None) -> None:
             quix.addFilter(_WATCH)
 
 
+class _KafkaPythonLines(logging.Handler):
+    """kafka-python's records, re-told on ``lagpilot.kafka`` at DEBUG (see below)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        CLIENT_LOG.logger.debug("kafka-python %s: %s", record.name, record.getMessage())
+
+
+_KAFKA_PYTHON = _KafkaPythonLines()
+
+
+def route_kafka_python_logs() -> None:
+    """kafka-python's lines (the sampler's per-broker ListOffsets client) are detail too: a
+    refused connection or a request that timed out is WARNING/ERROR on its ``kafka.*``
+    loggers, but lagpilot counts and says such failures itself. They go to
+    ``lagpilot.kafka`` at DEBUG, and only from INFO up: kafka-python's own DEBUG lines
+    print every request whole (2,500 partitions a tick), too dear to format (idempotent)."""
+    kafka_log = logging.getLogger("kafka")
+    if _KAFKA_PYTHON not in kafka_log.handlers:
+        kafka_log.addHandler(_KAFKA_PYTHON)
+    kafka_log.setLevel(logging.INFO)
+    kafka_log.propagate = False
+
+
 class ClientErrors:
     """An ``error_cb`` that keeps what librdkafka reported: the exception a call raises says
     only "transport failure", the callback says it was SASL or TLS."""

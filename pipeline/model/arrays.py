@@ -8,6 +8,15 @@ from typing import Any
 
 import numpy as np
 
+_DTYPE_NAMES: dict[np.dtype[Any], str] = {}  # str(dtype) is Python code in numpy: slow
+
+
+def _name(dtype: np.dtype[Any]) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
 
 def encode(a: np.ndarray) -> dict[str, Any]:
     """An array as JSON-able text. Integer tables (offsets, times) are stored as their
@@ -17,12 +26,12 @@ def encode(a: np.ndarray) -> dict[str, Any]:
         body = np.diff(a, axis=-2, prepend=np.zeros_like(a[..., :1, :]))
         raw = zlib.compress(np.ascontiguousarray(body).tobytes(), 1)
         return {
-            "d": str(a.dtype),
+            "d": _name(a.dtype),
             "s": list(a.shape),
             "z": "diff",
             "b": base64.b64encode(raw).decode(),
         }
-    return {"d": str(a.dtype), "s": list(a.shape), "b": base64.b64encode(a.tobytes()).decode()}
+    return {"d": _name(a.dtype), "s": list(a.shape), "b": base64.b64encode(a.tobytes()).decode()}
 
 
 def decode(d: dict[str, Any]) -> np.ndarray:

@@ -137,16 +137,21 @@ class GroupHealth:
         return g
 
     def _commit(self, c: OffsetCommit, ts_ms: int) -> None:
-        g = self.groups.get(c.group)
+        self.commit(c.group, c.topic, c.partition, c.offset, c.commit_ts_ms or ts_ms)
+
+    def commit(self, group: str, topic: str, partition: int, offset: int, at: int) -> None:
+        """An offset commit of ``group`` at ``at`` (its commit time, ms), as the commits
+        source's fast path reads it (no record object): only groups with membership
+        records are tracked."""
+        g = self.groups.get(group)
         if g is None:  # a group that only commits (no membership records): not tracked
             return
-        key = (c.topic, c.partition)
+        key = (topic, partition)
         prev = g.positions.get(key)
-        g.positions[key] = c.offset
-        at = c.commit_ts_ms or ts_ms
+        g.positions[key] = offset
         if prev is None:
             g.progress_ms.setdefault(key, at)  # first seen: stuck is counted from here
-        elif c.offset > prev:
+        elif offset > prev:
             g.last_progress_ms = max(g.last_progress_ms, at)
             g.progress_ms[key] = max(g.progress_ms.get(key, 0), at)
 

@@ -157,22 +157,33 @@ class TopicModel:
 
     def _group(self, name: str) -> int:
         g = self._index.get(name)
-        if g is not None:
-            return g
-        g = self._index[name] = len(self.groups)
-        self.groups.append(name)
+        return g if g is not None else self.add_groups([name])[0]
+
+    def add_groups(self, names: list[str]) -> list[int]:
+        """Rows for groups not seen before, all at once (one copy of every array for the
+        lot: a model restarted on a busy topic meets its 100 groups in a few batches)."""
+        rows = []
+        for name in names:
+            g = self._index.get(name)
+            if g is None:
+                g = self._index[name] = len(self.groups)
+                self.groups.append(name)
+            rows.append(g)
+        new = len(self.groups) - len(self.last_snapshot_ms)
+        if new <= 0:
+            return rows
         self.history.forget_written()
 
-        def row(a: np.ndarray, fill: float | int) -> np.ndarray:
-            return np.concatenate([a, np.full((1, *a.shape[1:]), fill, a.dtype)])
+        def grown(a: np.ndarray, fill: float | int) -> np.ndarray:
+            return np.concatenate([a, np.full((new, *a.shape[1:]), fill, a.dtype)])
 
         for key, fill in _POSITION.items():
-            setattr(self, key, row(getattr(self, key), fill))
-        self._win.add_group()
-        self.last_status = row(self.last_status, 0)
-        self.last_snapshot_ms = np.append(self.last_snapshot_ms, 0)
-        self.last_alert_ms = np.append(self.last_alert_ms, 0)
-        return g
+            setattr(self, key, grown(getattr(self, key), fill))
+        self._win.add_groups(new)
+        self.last_status = grown(self.last_status, 0)
+        self.last_snapshot_ms = grown(self.last_snapshot_ms, 0)
+        self.last_alert_ms = grown(self.last_alert_ms, 0)
+        return rows
 
     def _drop_group(self, g: int) -> None:
         for key in (*_POSITION, "last_status", "last_snapshot_ms", "last_alert_ms"):
@@ -219,28 +230,55 @@ class TopicModel:
         self.committed[g, p] = offset
 
     def commit_many(self, rows: list[Any]) -> set[str]:
-        """Apply a batch of ``[group, partition, offset, ts_ms]`` rows as arrays: exactly
-        what ``commit`` does one at a time, for a batch with one row per group-partition
-        (the commits source coalesces to that); other batches go one at a time. Returns
-        the groups touched."""
-        limit = self.partition_limit()
-        if any(not 0 <= r[1] < limit for r in rows):
-            kept = [r for r in rows if 0 <= r[1] < limit]
-            self.rejected_commits += len(rows) - len(kept)
-            rows = kept
+        """Apply a batch of ``[group, partition, offset, ts_ms]`` rows: see
+        ``commit_columns``. Returns the groups touched."""
         if not rows:
             return set()
         names, parts, offsets, times = zip(*rows, strict=True)  # columns
-        g = np.fromiter((self._group(n) for n in names), np.int64, len(rows))
-        p = np.array(parts, np.int64)
+        groups = list(dict.fromkeys(names))
+        index = {n: i for i, n in enumerate(groups)}
+        return self.commit_columns(groups, [index[n] for n in names], parts, offsets, times)
+
+    def commit_columns(
+        self,
+        groups: list[str],
+        group: Any,
+        partition: Any,
+        offset: Any,
+        commit_ts_ms: Any,
+    ) -> set[str]:
+        """Apply a batch of commits given as columns (``group`` indexes ``groups``) as
+        array work: exactly what ``commit`` does one at a time, for a batch with one commit
+        per group-partition (the commits source coalesces to that); other batches go one
+        at a time. Returns the groups touched."""
+        gi = np.asarray(group, np.int64)
+        p = np.asarray(partition, np.int64)
+        if not len(p):
+            return set()
+        limit = self.partition_limit()
+        ok = (p >= 0) & (p < limit)
+        off, ts = np.asarray(offset, np.int64), np.asarray(commit_ts_ms, np.int64)
+        if not ok.all():
+            self.rejected_commits += int(len(p) - ok.sum())
+            gi, p, off, ts = gi[ok], p[ok], off[ok], ts[ok]
+            if not len(p):
+                return set()
+        _, first = np.unique(gi, return_index=True)
+        used = gi[np.sort(first)].tolist()  # new groups take rows in the order commits name them
+        touched = {groups[i] for i in used}
+        rows = np.zeros(len(groups), np.int64)
+        rows[used] = self.add_groups([groups[i] for i in used])
+        g = rows[gi]
         self._widen(int(p.max()) + 1)
-        if len(np.unique(g * self._width + p)) < len(rows):
-            for name, partition, offset, ts_ms in rows:
-                self.commit(name, partition, offset, ts_ms)
-            return set(names)
-        off, ts = np.array(offsets, np.int64), np.array(times, np.int64)
+        if len(np.unique(g * self._width + p)) < len(p):
+            for i, partition_, offset_, ts_ in zip(
+                gi.tolist(), p.tolist(), off.tolist(), ts.tolist(), strict=True
+            ):
+                self.commit(groups[i], partition_, offset_, ts_)
+            return touched
         fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
-        g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
+        if not fresh.all():
+            g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
         prev = self.committed[g, p]
         rewind = (prev >= 0) & (off < prev)
         advance = off > prev
@@ -252,7 +290,8 @@ class TopicModel:
             old = self.interval_s[gl, pl]
             a = self.cfg.interval_alpha
             self.interval_s[gl, pl] = np.where(np.isnan(old), dt_s, (1 - a) * old + a * dt_s)
-        self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
+        if rewind.any():
+            self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
         moved = rewind | advance
         self.progress_ms[g[moved], p[moved]] = ts[moved]
         if self._win.rows:
@@ -261,7 +300,7 @@ class TopicModel:
                 self._win.correct(int(g[i]), int(p[i]), int(off[i]), int(ts[i]))
         self.commit_ms[g, p] = ts
         self.committed[g, p] = off
-        return set(names)
+        return touched
 
     def forget(self, group: str, partition: int) -> None:
         """The offset was deleted (tombstone): stop modelling this partition, and the group

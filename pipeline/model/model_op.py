@@ -11,10 +11,11 @@ restarted or rebalanced replica resumes the model:
 - ``c:<group>`` (positions) on every commit batch: a commit must never be lost across a
   crash, because a group that commits once and goes idle would otherwise look lagging
   forever;
-- ``hw`` (the HWM history since its last full write) and ``win`` (every group's rate
-  window) at most every ``persist_interval_ms``, ``hwold`` (the whole HWM history) at most
-  every 30 s: a lost row only thins the fit, and the samples since are replayed
-  (at-least-once) anyway;
+- ``hw`` (the HWM history since its last full write) at most every
+  ``persist_interval_ms``, ``win`` (every group's rate window) at most every
+  ``window_persist_interval_ms``, ``hwold`` (the whole HWM history) at most every 30 s:
+  a lost row only thins the fit, and the samples since are replayed (at-least-once)
+  anyway;
 - ``gen`` on every write. The in-memory model is used only while ``gen`` in the store is
   the one this process last wrote; otherwise (the partition was elsewhere meanwhile) the
   model is reloaded from the store.
@@ -66,6 +67,9 @@ class LagOperator:
         alert_interval_ms: int = 1000,
         ok_summary_interval_ms: int = 1000,
         persist_interval_ms: int = 1000,
+        window_persist_interval_ms: int = 5000,
+        max_ok_summaries_per_s: float = 1000.0,
+        max_snapshots_per_s: float = 2000.0,
         on_observations: Callable[[TopicObservation], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
         on_input: Callable[[str], None] | None = None,
@@ -81,6 +85,15 @@ class LagOperator:
         self.ok_summary_interval_ms = ok_summary_interval_ms
         self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
         self.persist_interval_ms = persist_interval_ms
+        # the periodic events of healthy groups, bounded however large the estate: past
+        # these rates the intervals stretch (status changes and alerts never wait)
+        self.max_ok_summaries_per_s = max_ok_summaries_per_s
+        self.max_snapshots_per_s = max_snapshots_per_s
+        self._sizes: dict[str, tuple[int, int]] = {}  # topic -> (active groups, cells)
+        self._group_topics = 0
+        self._cells = 0
+        self.window_persist_interval_ms = window_persist_interval_ms
+        self._window_saved_ms: dict[str, int] = {}  # topic -> when its window was written
         self.on_observations = on_observations
         self.on_topic_deleted = on_topic_deleted
         self.on_input = on_input
@@ -118,6 +131,7 @@ class LagOperator:
         for topic in [t for t, at in self._touched.items() if now - at > self.evict_after_s]:
             self._models.pop(topic, None)
             del self._touched[topic]
+            self._forget_size(topic)
 
     def _model(self, topic: str, state: Any) -> TopicModel:
         self._sweep()
@@ -130,6 +144,7 @@ class LagOperator:
         hw = state.get("hw")
         if hw:
             model.load_hw_state(hw, state.get("hwold"))
+        model.add_groups(list(state.get("groups", [])))  # their rows at once
         for name in state.get("groups", []):
             position = state.get(f"c:{name}")
             if position:
@@ -163,7 +178,9 @@ class LagOperator:
     def _persist(self, topic: str, model: TopicModel, state: Any, now_ms: int) -> None:
         for key, value in model.history_state(now_ms).items():
             state.set(key, value)
-        state.set("win", model.window_state())
+        if now_ms - self._window_saved_ms.get(topic, 0) >= self.window_persist_interval_ms:
+            self._window_saved_ms[topic] = now_ms
+            state.set("win", model.window_state())
         self._bump(topic, model, state, saved_ms=now_ms)
 
     def _drop(self, topic: str, model: TopicModel, state: Any) -> None:
@@ -173,6 +190,8 @@ class LagOperator:
             state.delete(k)
         self._models.pop(topic, None)
         self._touched.pop(topic, None)
+        self._window_saved_ms.pop(topic, None)
+        self._forget_size(topic)
         for key in [k for k in self._summary_ms if k[1] == topic]:
             del self._summary_ms[key]
         state.set("gen", state.get("gen", 0) + 1)
@@ -205,7 +224,18 @@ class LagOperator:
         model = self._model(topic, state)
         if event == "commits":  # a coalesced batch from CommitsSource
             rejected = model.rejected_commits
-            touched = model.commit_many(value["commits"])
+            if "commits" in value:  # v1 rows (a source of an earlier release, replayed)
+                touched = model.commit_many(value["commits"])
+                n_commits = len(value["commits"])
+            else:  # v2: columns
+                touched = model.commit_columns(
+                    value["groups"],
+                    value["group"],
+                    value["partition"],
+                    value["offset"],
+                    value["commit_ts_ms"],
+                )
+                n_commits = len(value["partition"])
             if self.on_input is not None and model.rejected_commits > rejected:
                 for _ in range(model.rejected_commits - rejected):  # partitions it cannot have
                     self.on_input("commit_rejected")
@@ -215,7 +245,7 @@ class LagOperator:
             # SDK workers' progress reports: kept in memory only (replaced every tick)
             reported = model.progress.report_many(value.get("progress") or [])
             if self.on_commits is not None:
-                self.on_commits(len(value["commits"]))
+                self.on_commits(n_commits)
             if touched:
                 self._save_positions(topic, model, state, touched)
             events = self._report_events(model, reported)
@@ -245,6 +275,25 @@ class LagOperator:
         if self.on_events is not None and events:
             self.on_events(events)
         return events
+
+    def _forget_size(self, topic: str) -> None:
+        groups, cells = self._sizes.pop(topic, (0, 0))
+        self._group_topics -= groups
+        self._cells -= cells
+
+    def _periodic_intervals(self, topic: str, groups: int, cells: int) -> tuple[int, int]:
+        """The OK summary and snapshot intervals now, stretched for the whole of what this
+        replica models (``stretched_ms``)."""
+        old_groups, old_cells = self._sizes.get(topic, (0, 0))
+        self._sizes[topic] = (groups, cells)
+        self._group_topics += groups - old_groups
+        self._cells += cells - old_cells
+        return (
+            stretched_ms(
+                self.ok_summary_interval_ms, self._group_topics, self.max_ok_summaries_per_s
+            ),
+            stretched_ms(self.snapshot_interval_ms, self._cells, self.max_snapshots_per_s),
+        )
 
     def _report_events(
         self, model: TopicModel, reported: list[tuple[str, int]]
@@ -284,12 +333,16 @@ class LagOperator:
         self, model: TopicModel, obs: TopicObservation, now_ms: int
     ) -> list[dict[str, Any]]:
         worst = obs.group_status().tolist()
+        active = obs.active.tolist()
+        ok_every_ms, snapshot_every_ms = self._periodic_intervals(
+            obs.topic, len(active), int(obs.mask.sum())
+        )
         summaries: list[int] = []
-        for g in obs.active.tolist():
+        for g in active:
             key = (obs.groups[g], obs.topic)
             status = worst[g]
             sent_ms, sent_status = self._summary_ms.get(key, (0, -1))
-            if status or sent_status != status or now_ms - sent_ms >= self.ok_summary_interval_ms:
+            if status or sent_status != status or now_ms - sent_ms >= ok_every_ms:
                 summaries.append(g)
                 self._summary_ms[key] = (now_ms, status)
         out = obs.group_events(summaries, self.cfg.worst_n)
@@ -297,7 +350,7 @@ class LagOperator:
         # OK every alert interval, at the group's own phase of it (so 50 groups do not all
         # publish on the same tick), and at once a partition whose status changed
         phase = np.array([zlib.crc32(n.encode()) for n in obs.groups], np.int64)
-        due = _due(model.last_snapshot_ms, now_ms, self.snapshot_interval_ms, phase)
+        due = _due(model.last_snapshot_ms, now_ms, snapshot_every_ms, phase)
         alert = _due(model.last_alert_ms, now_ms, self.alert_interval_ms, phase)
         model.last_snapshot_ms = np.where(
             due | (model.last_snapshot_ms == 0), now_ms, model.last_snapshot_ms
@@ -314,6 +367,14 @@ class LagOperator:
         self._annotate(model, obs.topic, partitions, now_ms)
         out.extend(partitions)
         return out
+
+
+def stretched_ms(interval_ms: int, items: int, max_per_s: float) -> int:
+    """``interval_ms``, or longer: so that ``items`` sent once an interval make at most
+    ``max_per_s`` a second (0: no bound)."""
+    if max_per_s <= 0 or interval_ms <= 0:
+        return interval_ms
+    return max(interval_ms, int(items * 1000 / max_per_s))
 
 
 def _due(last_ms: np.ndarray, now_ms: int, interval_ms: int, phase: np.ndarray) -> np.ndarray:

@@ -76,12 +76,12 @@ class RateWindow:
         self.valid = np.pad(self.valid, ((0, 0), (0, extra)))
         self.ahead = np.pad(self.ahead, ((0, 0), (0, extra)))
 
-    def add_group(self) -> None:
+    def add_groups(self, n: int = 1) -> None:
         slots, _, width = self.c.shape
-        self.c = np.concatenate([self.c, np.full((slots, 1, width), -1, np.int64)], axis=1)
-        self.lag = np.concatenate([self.lag, np.zeros((slots, 1, width))], axis=1)
-        self.valid = np.concatenate([self.valid, np.zeros((1, width), np.int64)])
-        self.ahead = np.concatenate([self.ahead, np.zeros((1, width), np.int64)])
+        self.c = np.concatenate([self.c, np.full((slots, n, width), -1, np.int64)], axis=1)
+        self.lag = np.concatenate([self.lag, np.zeros((slots, n, width))], axis=1)
+        self.valid = np.concatenate([self.valid, np.zeros((n, width), np.int64)])
+        self.ahead = np.concatenate([self.ahead, np.zeros((n, width), np.int64)])
 
     def drop_group(self, g: int) -> None:
         self.c, self.lag = np.delete(self.c, g, axis=1), np.delete(self.lag, g, axis=1)

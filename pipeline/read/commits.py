@@ -34,6 +34,7 @@ import queue
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -57,6 +58,7 @@ STATS_HEADER = "lagpilot-offsets"
 RUN_KEY = "_run"  # in the stats header: which run of the source its counters belong to
 HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
 FETCH_WAIT_MS = 10
+FETCH_MIN_BYTES = 64 * 1024
 #: samples dropped because the commits were not read through their time within the timeout
 ALIGN_DROPS = "sampler|align:commits_behind"
 
@@ -138,15 +140,21 @@ class CommitsSource(Source):
             return None
         return SampledTicks(self.sampler, self._offsets_partitions).start()
 
-    def _produce_samples(self, pending: PendingSamples, now_s: float) -> None:
-        """Takes the sampler's new ticks and produces those the commits are read through
-        (after the commits they follow: one producer keeps them in order)."""
+    def _produce_samples(
+        self, pending: PendingSamples, now_s: float, flush: Callable[[], None]
+    ) -> None:
+        """Takes the sampler's new ticks and produces those the commits are read through,
+        after the commits they follow (``flush`` first: one producer keeps them in order,
+        so the model applies every commit read before the sample that follows it)."""
         if self._ticks is None:
             return
         for tick in self._ticks.take():
             pending.add(tick, now_s)
         dropped = pending.dropped
-        for sampled_at_ms, messages, fields in pending.due(self._read_through_ms, now_s):
+        due = pending.due(self._read_through_ms, now_s)
+        if due:
+            flush()
+        for sampled_at_ms, messages, fields in due:
             header = [(SAMPLER_HEADER, orjson.dumps(fields))]
             for topic, value in messages:
                 self.produce(key=topic, value=value, headers=header, timestamp=sampled_at_ms)
@@ -203,6 +211,69 @@ class CommitsSource(Source):
     def _read_through(self, ms: int) -> None:
         self._read_through_ms = max(self._read_through_ms, ms)
 
+    def _read(
+        self,
+        msgs: list[Any],
+        buffer: Coalescer,
+        health: GroupHealth | None,
+        scans: list[MembershipScan],
+        now_ms: int,
+    ) -> bool:
+        """One poll's records into the buffer (and group health); True when it read
+        progress reports (forwarded at once). Plain commits take the fast path
+        (``Coalescer.take_many``); everything else is decoded the careful way, in order: the
+        fast commits of tracked groups reach group health before the next record that does.
+        While a start-up membership scan runs, every record goes the careful way (group
+        health orders them against the scan by offset)."""
+        stats = self.stats
+        offsets_topic = self.offsets_topic
+        reports = False
+        i, n = 0, len(msgs)
+        while i < n:
+            if not scans:
+                i = buffer.take_many(msgs, i, now_ms)
+                if i == n:
+                    break
+            msg = msgs[i]
+            i += 1
+            if msg.error():
+                stats["read_errors"] += 1
+                continue
+            if msg.topic() != offsets_topic:
+                try:
+                    rows = buffer.add_progress(orjson.loads(msg.value() or b""), now_ms)
+                    stats["progress"] += rows
+                    reports = reports or rows > 0
+                except (AttributeError, KeyError, TypeError, ValueError):  # JSON too
+                    stats["progress_malformed"] += 1
+                continue
+            record = decode_record(msg.key(), msg.value())
+            if isinstance(record, Skipped):
+                kind = f"{record.reason}|{record.record_type}|{record.version}"
+                stats[f"skipped|{kind}"] += 1
+                continue
+            commit = isinstance(record, OffsetCommit | OffsetDeleted)
+            if is_own_group(record.group, self.own_prefix):
+                stats["own_group"] += commit
+                continue
+            if health is not None:  # offsets order it against a start-up scan
+                _apply_tracked(health, buffer)
+                offset = msg.offset() if scans else -1
+                health.apply(record, msg.timestamp()[1], offset, msg.partition())
+            if isinstance(record, OffsetCommit | OffsetDeleted):
+                stats[record.event] += 1
+                buffer.add(record, now_ms)
+            else:  # membership: read by group health only
+                stats[getattr(record, "event", "consumer_group")] += 1
+        taken, own = buffer.take_counts()
+        if taken:
+            stats["commit"] += taken
+        if own:
+            stats["own_group"] += own
+        if health is not None:
+            _apply_tracked(health, buffer)
+        return reports
+
     def _consumer(self) -> Any:
         from confluent_kafka import Consumer
 
@@ -213,6 +284,10 @@ class CommitsSource(Source):
             "auto.offset.reset": self.auto_offset_reset,
             "session.timeout.ms": 10_000,
             "fetch.wait.max.ms": FETCH_WAIT_MS,
+            # a busy __consumer_offsets (50,000 commits/s) is fetched in responses of
+            # FETCH_MIN_BYTES, not one fetch per few records: the broker's CPU goes down
+            # by a lot, and a record waits at most FETCH_WAIT_MS more
+            "fetch.min.bytes": FETCH_MIN_BYTES,
         }
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
@@ -282,7 +357,7 @@ class CommitsSource(Source):
         self._offsets_partitions = len(md.partitions) if md is not None and md.partitions else 1
         self._ticks = ticks = self._start_sampler()
         pending = PendingSamples(self.align_timeout_s)
-        buffer = Coalescer()
+        buffer = Coalescer(self.own_prefix)
         health = GroupHealth(self.health_cfg) if self.health_cfg is not None else None
         resolver = TopicIdResolver(self.broker_config)
         scans: list[MembershipScan] = []
@@ -349,6 +424,8 @@ class CommitsSource(Source):
 
         subscribed = [self.offsets_topic, *([self.progress_topic] if self.progress_topic else [])]
         consumer.subscribe(subscribed, on_assign=on_assign, on_revoke=on_revoke)
+        if health is not None:
+            buffer.tracked = health.groups  # their commits, taken fast, reach group health too
         next_resend = time.monotonic() + self.resend_first_s
         try:
             while self.running:
@@ -359,42 +436,13 @@ class CommitsSource(Source):
                 started_ms = int(time.time() * 1000)
                 msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
                 now_ms = int(time.time() * 1000)
-                reports = False  # progress reports read by this poll: forwarded at once
-                for msg in msgs:
-                    if msg.error():
-                        self.stats["read_errors"] += 1
-                        continue
-                    if msg.topic() == self.progress_topic:
-                        try:
-                            n = buffer.add_progress(orjson.loads(msg.value() or b""), now_ms)
-                            self.stats["progress"] += n
-                            reports = reports or n > 0
-                        except (AttributeError, KeyError, TypeError, ValueError):  # JSON too
-                            self.stats["progress_malformed"] += 1
-                        continue
-                    record = decode_record(msg.key(), msg.value())
-                    if isinstance(record, Skipped):
-                        kind = f"{record.reason}|{record.record_type}|{record.version}"
-                        self.stats[f"skipped|{kind}"] += 1
-                        continue
-                    commit = isinstance(record, OffsetCommit | OffsetDeleted)
-                    if is_own_group(record.group, self.own_prefix):
-                        self.stats["own_group"] += commit
-                        continue
-                    if health is not None:  # offsets order it against a start-up scan
-                        offset = msg.offset() if scans else -1
-                        health.apply(record, msg.timestamp()[1], offset, msg.partition())
-                    if isinstance(record, OffsetCommit | OffsetDeleted):
-                        self.stats[record.event] += 1
-                        buffer.add(record, now_ms)
-                    else:  # membership: read by group health only
-                        self.stats[getattr(record, "event", "consumer_group")] += 1
+                reports = self._read(msgs, buffer, health, scans, now_ms)
                 if health is not None:
                     if scans:
                         _apply_scans(health, scans)
                     self._publish_health(health, resolver, now_ms, resend)
                 if ticks is not None:  # new samples: held until the commits are read through
-                    self._produce_samples(pending, time.monotonic())
+                    self._produce_samples(pending, time.monotonic(), flush)
                 # "caught up" (positions against the watermarks of every assigned
                 # partition) is asked only while a sample waits for it
                 caught_up = (
@@ -405,8 +453,7 @@ class CommitsSource(Source):
                 if (
                     buffer.pending
                     and (
-                        caught_up
-                        or reports
+                        reports
                         or now_ms - buffer.first_ms >= self.flush_ms
                         or buffer.pending >= self.max_pending
                     )
@@ -416,7 +463,7 @@ class CommitsSource(Source):
                     # what the broker had when this poll began (less its fetch wait) is read
                     # and forwarded, ahead of any sample taken before then
                     self._read_through(started_ms - FETCH_WAIT_MS)
-                    self._produce_samples(pending, time.monotonic())
+                    self._produce_samples(pending, time.monotonic(), flush)
             flush(commit=True)
         finally:
             for scan in scans:
@@ -425,6 +472,12 @@ class CommitsSource(Source):
             consumer.close()
             if ticks is not None:
                 ticks.stop()
+
+
+def _apply_tracked(health: GroupHealth, buffer: Coalescer) -> None:
+    """The fast path's commits of groups that group health tracks, in read order."""
+    for (topic, group, partition), offset, ts in buffer.take_tracked():
+        health.commit(group, topic, partition, offset, ts)
 
 
 def _apply_scans(health: GroupHealth, scans: list[MembershipScan], limit: int = 5000) -> None:

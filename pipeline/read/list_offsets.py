@@ -1,25 +1,67 @@
-"""High watermarks with one ListOffsets request per leader broker per tick.
+"""High watermarks with one ListOffsets request per leader broker per tick, answered per
+partition.
 
 confluent-kafka's ``AdminClient.list_offsets`` sends one request per broker too, but its
-Python side builds a future (with a lock and a condition) per partition, validates every
-partition in Python and hands back one result object each: 88.5 ms of CPU a tick at 2,500
-partitions, 0.35 core at 250 ms sampling (``make bench-list-offsets``,
-``bench/results/list_offsets.json``). kafka-python's public ``KafkaConsumer.end_offsets``
-groups the partitions by leader, sends one ``ListOffsets`` per broker and returns a plain
-dict: 20.6 ms, 4.3x less. A consumer with no group, that never subscribes or fetches: it only
-asks for offsets.
+Python side builds a future (with a lock and a condition) per partition: 88.5 ms of CPU a
+tick at 2,500 partitions, 0.35 core at 250 ms sampling (``make bench-list-offsets``).
+kafka-python's ``KafkaConsumer.end_offsets`` costs a quarter of that, but answers all or
+nothing and retries a failing partition inside the call (a deleted topic kept being
+sampled). Here the same protocol is spoken with kafka-python's public parts, the network
+client its consumer and admin client run on (``kafka.net.KafkaNetClient``) and its
+``ListOffsetsRequest``, and nothing is retried inside a tick:
 
-It answers all or nothing (a partition whose leader is gone makes the call fail after its
-retries); the sampler then takes the AdminClient's way for a while, which reports such a
-partition alone (-1 in its topic's message).
+- one request per leader broker, built when the watch set or a leader changes
+  (``set_partitions``); its bytes are encoded once per API version
+  (``ListOffsetsOnce``): each tick sends the same bytes under a new correlation id;
+- every leader is asked at once; the tick waits ``wait_ms`` (a sample interval) for them
+  all, and when none has answered by then, up to the request timeout: a loaded host makes
+  the tick late, not empty;
+- each partition is answered alone: its own error code makes it -1 this tick, counted
+  under librdkafka's name for the code, as the AdminClient's way counts it; a broker that
+  did not answer in time, or whose request failed, makes its partitions -1, counted by
+  kind; a partition without a leader is -1 (``leader_not_available``);
+- a request still unanswered is not sent again until it is answered or kafka-python's
+  request timeout closes its connection (a slow broker is not asked twice as often);
+- the response is read field by field into one list per topic: no object per partition
+  beyond kafka-python's decode.
+
+Pure parts (``group_by_leader``, ``read_response``, ``settle``) are unit-tested; the
+broker tests run the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import kafka.errors as kafka_errors
+from kafka.future import Future
+from kafka.protocol.consumer import ListOffsetsRequest
+
+from pipeline.read.sampling import error_code_kind, error_kind
+from schemas.client_log import route_kafka_python_logs
 from schemas.runtime.kafka import KAFKA_PYTHON_NAMES, kafka_python_unsupported
+
+#: ListOffsets' "latest" timestamp (the log end) and read_uncommitted (the high watermark,
+#: not the last stable offset), as the AdminClient's way asks
+LATEST = -1
+READ_UNCOMMITTED = 0
+#: no fencing by leader epoch: a stale epoch would turn an answer into an error
+NO_LEADER_EPOCH = -1
+
+#: the kinds of the partitions this way could not ask or did not hear from
+LEADERLESS = "leader_not_available"
+TIMED_OUT = "timed_out"
+NOT_IN_RESPONSE = "not_in_response"
+
+#: kafka-python reconnects after a failure with exponential backoff, by default up to 30 s:
+#: a broker back from a restart would be left unasked for that long (librdkafka: 10 s)
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+_Topic = ListOffsetsRequest.ListOffsetsTopic
+_Partition = _Topic.ListOffsetsPartition
 
 
 def kafka_python_config(broker_config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -36,36 +78,263 @@ def kafka_python_config(broker_config: Mapping[str, Any]) -> dict[str, Any] | No
     return out
 
 
-class BrokerListOffsets:
-    """``latest(partitions)``: the high watermark of each, one request per leader broker.
+# --------------------------------------------------------------------------- pure core
 
-    Built lazily: the consumer connects when it is made, and ``setup()`` must do no I/O.
+
+def group_by_leader(
+    watched: Mapping[str, Sequence[int]],
+) -> dict[int, dict[str, list[int]]]:
+    """leader broker id -> topic -> its partitions that broker leads, from the sampler's
+    watch set (topic -> leader of each partition); leader -1 holds the leaderless ones."""
+    by_leader: dict[int, dict[str, list[int]]] = {}
+    for topic, leaders in watched.items():
+        for partition, leader in enumerate(leaders):
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
+    return by_leader
+
+
+@dataclass(slots=True)
+class Answer:
+    """One tick's answer: each watched topic's high watermarks by partition (-1: no
+    answer), the partitions that failed by kind, and the first failure (for the log)."""
+
+    hwms: dict[str, list[int]]
+    failed: dict[str, int] = field(default_factory=dict)
+    answered: int = 0  # partitions with a high watermark
+    brokers_answered: int = 0
+    first_error: BaseException | None = None
+
+    @classmethod
+    def empty(cls, shape: Mapping[str, int]) -> Answer:
+        return cls({topic: [-1] * n for topic, n in shape.items()})
+
+    def count(self, kind: str, n: int, exc: BaseException | None = None) -> None:
+        if n > 0:
+            self.failed[kind] = self.failed.get(kind, 0) + n
+            if self.first_error is None and exc is not None:
+                self.first_error = exc
+
+
+def read_response(topics: Iterable[Any], answer: Answer) -> int:
+    """Reads one ListOffsets response's topics into ``answer``: a partition without error
+    gets its offset, one with an error stays -1 and is counted under its code's kind.
+    Returns how many partitions the response held (answered or not)."""
+    hwms, seen, answered = answer.hwms, 0, 0
+    first_code = 0
+    for topic in topics:
+        row = hwms.get(topic.name)
+        for partition in topic.partitions:
+            seen += 1
+            code = partition.error_code
+            if code:
+                kind = error_code_kind(code)
+                answer.failed[kind] = answer.failed.get(kind, 0) + 1
+                first_code = first_code or code
+            elif row is not None and 0 <= partition.partition_index < len(row):
+                row[partition.partition_index] = partition.offset
+                answered += 1
+    answer.answered += answered
+    if first_code and answer.first_error is None:
+        answer.first_error = kafka_errors.for_code(first_code)()
+    return seen
+
+
+def settle(answer: Answer, sent: Mapping[int, tuple[Future, int]]) -> list[int]:
+    """Folds each leader's request (its future, how many partitions it asked) into
+    ``answer`` after the wait; returns the leaders still unanswered (their partitions are
+    -1, ``timed_out``)."""
+    late = []
+    for leader, (future, n) in sent.items():
+        if not future.is_done:
+            late.append(leader)
+            answer.count(TIMED_OUT, n, TimeoutError(f"broker {leader} did not answer in time"))
+        elif future.exception is not None:
+            answer.count(error_kind(future.exception), n, future.exception)
+        else:
+            answer.brokers_answered += 1
+            seen = read_response(future.value.topics, answer)
+            answer.count(NOT_IN_RESPONSE, n - seen)
+    return late
+
+
+# --------------------------------------------------------------------------- the edge
+
+
+class ListOffsetsOnce(ListOffsetsRequest, init=False):  # type: ignore[call-arg]
+    """A ``ListOffsetsRequest`` whose body is encoded once per API version: the sampler
+    sends the same request every tick, only its header (the correlation id) changes, and
+    encoding 1,250 partitions costs ~2 ms each time. kafka-python's connection encodes a
+    request with ``encode(framed=True, header=True)``; a release that encoded some other
+    way would encode the same fields itself: slower, never wrong (a unit test compares
+    the bytes with the library's own)."""
+
+    __slots__ = ("_bodies",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._bodies: dict[int, bytes] = {}
+
+    def encode(self, version: int | None = None, header: bool = False, framed: bool = False) -> Any:
+        if version is not None:
+            self.API_VERSION = version  # type: ignore[misc]  # a property of the base class
+        v = self.API_VERSION
+        if v is None:  # the library says what is missing
+            return super().encode(version, header, framed)
+        body = self._bodies.get(v)
+        if body is None:
+            body = self._bodies[v] = super().encode(v)
+        if not (header or framed):
+            return body
+        data = self.encode_header(flexible=self.flexible_version_q(v)) + body if header else body
+        return struct.pack(">i", len(data)) + data if framed else data
+
+
+def build_request(topics: Mapping[str, Sequence[int]]) -> ListOffsetsOnce:
+    """One broker's request: the latest offset of each of its partitions (v1 at least: v0
+    answers with a list of offsets)."""
+    return ListOffsetsOnce(
+        replica_id=-1,
+        isolation_level=READ_UNCOMMITTED,
+        topics=[
+            _Topic(
+                name=topic,
+                partitions=[
+                    _Partition(
+                        partition_index=p, current_leader_epoch=NO_LEADER_EPOCH, timestamp=LATEST
+                    )
+                    for p in partitions
+                ],
+            )
+            for topic, partitions in topics.items()
+        ],
+        min_version=1,
+    )
+
+
+#: how long a tick waits for kafka-python's bootstrap to go on (the AdminClient's way
+#: samples that tick if it is not done)
+BOOTSTRAP_STEP_MS = 50
+
+
+class BrokerListOffsets:
+    """``latest()``: every watched partition's high watermark, one request per leader.
+
+    Plain data until ``connect()``, which bootstraps kafka-python's client a step at a time
+    (``setup()`` must do no I/O, and a tick must not wait a request timeout for it). Used
+    from one thread, the sampler's run loop.
     """
 
-    def __init__(self, config: Mapping[str, Any], request_timeout_ms: int) -> None:
+    def __init__(self, config: Mapping[str, Any], request_timeout_ms: int, wait_ms: int) -> None:
         self.config = dict(config)
         self.request_timeout_ms = request_timeout_ms
-        self._consumer: Any = None
+        self.wait_ms = min(wait_ms, request_timeout_ms)
+        self._client: Any = None
+        self._manager: Any = None
+        self._bootstrap: Future | None = None
+        self._ready = False
+        self._shape: dict[str, int] = {}  # topic -> partitions
+        self._leaderless = 0
+        self._requests: dict[int, tuple[ListOffsetsOnce, int]] = {}  # leader -> (req, n)
+        self._unanswered: dict[int, Future] = {}  # leader -> its last request, still out
 
-    def latest(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """High watermarks (read_uncommitted: not the last stable offset); raises when any
-        partition did not answer within the request timeout."""
-        from kafka import TopicPartition
+    def set_partitions(self, watched: Mapping[str, Sequence[int]]) -> None:
+        """The watch set (topic -> leader of each partition) changed: one request per leader."""
+        by_leader = group_by_leader(watched)
+        self._leaderless = sum(len(ps) for ps in by_leader.pop(-1, {}).values())
+        self._requests = {
+            leader: (build_request(topics), sum(len(ps) for ps in topics.values()))
+            for leader, topics in by_leader.items()
+        }
+        self._shape = {topic: len(leaders) for topic, leaders in watched.items()}
 
-        if self._consumer is None:
-            from kafka import KafkaConsumer
+    def connect(self) -> bool:
+        """Starts or goes on with kafka-python's bootstrap for at most ``BOOTSTRAP_STEP_MS``;
+        True once it is done. Raises what it failed with (the next call starts it again).
 
-            self._consumer = KafkaConsumer(
-                group_id=None,
-                enable_auto_commit=False,
-                request_timeout_ms=max(self.request_timeout_ms + 1000, 5000),
-                **self.config,
-            )
-        tps = [TopicPartition(t, p) for t, p in partitions]
-        ends = self._consumer.end_offsets(tps, timeout_ms=self.request_timeout_ms)
-        return {(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
+        kafka-python retries a refused login until its bootstrap times out: the failure
+        says ``timed_out``, the cause is in its log lines (``lagpilot.kafka``, DEBUG)."""
+        if self._ready:
+            return True
+        if self._client is None:
+            from kafka.net import KafkaConnectionManager, KafkaNetClient, NetworkSelector
+
+            route_kafka_python_logs()
+            config = self._client_config()
+            net = NetworkSelector(**config)
+            self._manager = KafkaConnectionManager(net, **config)
+            self._client = KafkaNetClient(net=net, manager=self._manager)
+        if self._bootstrap is None:
+            self._bootstrap = self._manager.bootstrap_async(timeout_ms=self.request_timeout_ms)
+        self._client.poll(timeout_ms=BOOTSTRAP_STEP_MS, future=self._bootstrap)
+        bootstrap = self._bootstrap
+        if not bootstrap.is_done:
+            return False
+        self._bootstrap = None
+        if bootstrap.exception is not None:
+            raise bootstrap.exception
+        self._ready = True
+        return True
+
+    def _client_config(self) -> dict[str, Any]:
+        config = dict(self.config)
+        bootstrap = str(config.pop("bootstrap_servers"))
+        return {
+            "client_id": "lagpilot-sampler",
+            "request_timeout_ms": self.request_timeout_ms,
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            **config,
+            "bootstrap_servers": [b.strip() for b in bootstrap.split(",") if b.strip()],
+        }
+
+    def latest(self) -> Answer:
+        """One tick: every leader's request sent at once, the answers read per partition."""
+        assert self._ready, "connect() first"
+        client = self._client
+        answer = Answer.empty(self._shape)
+        answer.count(LEADERLESS, self._leaderless)
+        client.poll(timeout_ms=0)  # answers that came after the last tick's wait: stale
+        sent: dict[int, tuple[Future, int]] = {}
+        unanswered: dict[int, Future] = {}
+        for leader, (request, n) in self._requests.items():
+            out = self._unanswered.get(leader)
+            if out is not None and not out.is_done:
+                answer.count(TIMED_OUT, n)  # still waiting for an earlier tick's answer
+                unanswered[leader] = out
+                continue
+            try:
+                sent[leader] = (client.send(leader, request), n)
+            except kafka_errors.KafkaError as exc:  # a broker it does not know; a login refused
+                answer.count(error_kind(exc), n, exc)
+                if isinstance(exc, kafka_errors.UnknownBrokerIdError):
+                    client.cluster.request_update()
+        self._wait(sent)
+        for leader in settle(answer, sent):
+            unanswered[leader] = sent[leader][0]
+        self._unanswered = unanswered
+        return answer
+
+    def _wait(self, sent: Mapping[int, tuple[Future, int]]) -> None:
+        """Until every request is answered or failed, at most ``wait_ms``; past that, while
+        none has answered, until the request timeout."""
+        futures = [future for future, _ in sent.values()]
+        if not futures:
+            return
+        all_done: Future = Future()
+        left = [len(futures)]
+
+        def one_done(_: object) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                all_done.success(None)
+
+        for future in futures:
+            future.add_both(one_done)
+        client = self._client
+        client.poll(timeout_ms=self.wait_ms, future=all_done)
+        if not all_done.is_done and not any(f.succeeded() for f in futures):
+            client.poll(timeout_ms=self.request_timeout_ms - self.wait_ms, future=all_done)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            consumer.close(autocommit=False)
+        if self._client is not None:
+            client, self._client, self._ready, self._bootstrap = self._client, None, False, None
+            client.close()

@@ -71,6 +71,16 @@ def build_parser() -> Parser:
         help="time between two topic listings",
     )
     p.option(
+        "--list-offsets-per-partition",
+        dest="list_offsets_per_broker",
+        env="LAGPILOT_LIST_OFFSETS_PER_BROKER",
+        default=True,
+        type=bool,
+        action="store_false",
+        help="ask with the AdminClient's future per partition, not one ListOffsets per "
+        "leader broker (the variable: false)",
+    )
+    p.option(
         "--topic",
         env="LAGPILOT_WATERMARKS_TOPIC",
         default=topics.WATERMARKS,
@@ -106,6 +116,7 @@ def _sample(args: Any) -> int:
         exclude_internal=not args.include_internal,
         sample_interval_ms=args.sample_interval_ms,
         metadata_refresh_ms=args.metadata_refresh_ms,
+        list_offsets_per_broker=args.list_offsets_per_broker,
     )
     connect(args.bootstrap, extra, args.connect_timeout_s, topic=args.topic)
     app = Application(

@@ -2,7 +2,8 @@
 
 In a thread of the commits reader's process, the sampler shares one interpreter lock with
 the decoding of every commit: at tens of thousands of commits/s it is the first to fall
-behind its 250 ms grid (each tick builds one ListOffsets future per partition in Python).
+behind its 250 ms grid (each tick built one ListOffsets future per partition in Python then;
+now it sends one request per leader broker, ``list_offsets``, and is still kept apart).
 Here it has its own process and keeps its beat; the commits reader only takes each tick's
 encoded samples (``SampledTicks.take``), holds them until every commit written before the
 sample time is forwarded (``PendingSamples``: samples stay aligned with the commits they

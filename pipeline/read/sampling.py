@@ -10,10 +10,12 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import kafka.errors as kafka_python_errors
 import orjson
+from confluent_kafka import KafkaError
 
 from schemas import ConfigError, Watermarks
 from schemas.runtime.backoff import backoff_s
@@ -28,9 +30,21 @@ INTERNAL_TOPICS = r"__.*|lagpilot\..*|repartition__.*|changelog__.*"
 #: error count and the ListOffsets round trip, so a consumer can see the sampler's health.
 STATS_HEADER = "lagpilot-sampler"
 
-#: Errors meaning the cluster's topology moved under us (a topic was deleted or shrank):
-#: the metadata is refreshed at the next tick instead of waiting for the refresh period.
-TOPOLOGY_ERRORS = frozenset({"unknown_topic_or_part", "_unknown_partition", "_unknown_topic"})
+#: Errors meaning the cluster's topology moved under us (a topic was deleted or shrank, a
+#: leader moved, a broker the metadata names is unknown): the metadata is refreshed at the
+#: next tick instead of waiting for the refresh period.
+TOPOLOGY_ERRORS = frozenset(
+    {
+        "unknown_topic_or_part",
+        "_unknown_partition",
+        "_unknown_topic",
+        "not_leader_for_partition",
+        "leader_not_available",
+        "fenced_leader_epoch",
+        "unknown_leader_epoch",
+        "_unknown_broker",
+    }
+)
 
 NS_PER_MS = 1_000_000
 
@@ -127,22 +141,37 @@ def keep_vanished(
     return out, since
 
 
+def hwms_by_topic(
+    watched: Mapping[str, tuple[int, ...]], offsets: Mapping[tuple[str, int], int]
+) -> dict[str, list[int]]:
+    """A ListOffsets result keyed by (topic, partition) as one list per watched topic,
+    indexed by partition, -1 where a partition did not answer (what the per-broker way
+    fills in directly)."""
+    return {
+        topic: [offsets.get((topic, p), -1) for p in range(len(leaders))]
+        for topic, leaders in watched.items()
+    }
+
+
 def build_watermarks(
     watched: Mapping[str, tuple[int, ...]],
-    offsets: Mapping[tuple[str, int], int],
+    hwms: Mapping[str, Sequence[int]],
     sampled_at_ms: int,
 ) -> list[Watermarks]:
     """One ``Watermarks`` per topic from one ListOffsets result.
 
-    ``offsets`` holds the partitions that answered; a partition that failed this tick is
-    -1. A topic none of whose partitions answered is left out: a message of nothing but
-    -1 tells the model nothing, and the gap in samples is the signal.
+    ``hwms`` holds each topic's high watermarks by partition; a partition that failed this
+    tick is -1 (so is one missing from a list shorter than the topic). A topic none of
+    whose partitions answered is left out: a message of nothing but -1 tells the model
+    nothing, and the gap in samples is the signal.
     """
     samples = []
     for topic, leaders in watched.items():
-        hwms = tuple(offsets.get((topic, p), -1) for p in range(len(leaders)))
-        if any(h >= 0 for h in hwms):
-            samples.append(Watermarks(topic, sampled_at_ms, hwms, leaders))
+        row = hwms.get(topic, ())
+        n = len(leaders)
+        got = tuple(row[:n]) if len(row) >= n else (*row, *([-1] * (n - len(row))))
+        if got and max(got) >= 0:
+            samples.append(Watermarks(topic, sampled_at_ms, got, leaders))
     return samples
 
 
@@ -182,11 +211,42 @@ def backoff_ms(failures: int, initial_ms: int, max_ms: int) -> int:
     return int(backoff_s(failures - 1, initial_ms, max_ms))
 
 
+def error_code_kind(code: int) -> str:
+    """The word for a broker error code: librdkafka's name for it (``unknown_topic_or_part``),
+    so both ListOffsets ways count a partition's error under the same kind."""
+    name = str(KafkaError(code).name())
+    return f"error_{code}" if name.endswith("?") else name.lower()
+
+
+#: kafka-python's errors that carry no broker code, as the words librdkafka uses for them
+_KAFKA_PYTHON_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (kafka_python_errors.KafkaTimeoutError, "timed_out"),
+    (kafka_python_errors.NodeNotReadyError, "_transport"),
+    (kafka_python_errors.KafkaConnectionError, "_transport"),
+    (kafka_python_errors.UnknownBrokerIdError, "_unknown_broker"),
+)
+
+
+def _broker_code(exc: BaseException) -> int | None:
+    """The broker error code of a kafka-python error (the per-broker ListOffsets way)."""
+    code = getattr(exc, "errno", None)
+    if isinstance(exc, kafka_python_errors.KafkaError) and isinstance(code, int):
+        return code
+    return None
+
+
 def error_kind(exc: BaseException) -> str:
-    """A short, stable word for an exception, for counters and logs (``timed_out``...)."""
+    """A short, stable word for an exception, for counters and logs (``timed_out``...):
+    librdkafka's error names, for confluent-kafka's and kafka-python's errors alike."""
     err = kafka_error(exc)
     if err is not None:
         return str(err.name()).lower()
+    code = _broker_code(exc)
+    if code is not None:
+        return error_code_kind(code)
+    for cls, kind in _KAFKA_PYTHON_KINDS:
+        if isinstance(exc, cls):
+            return kind
     if isinstance(exc, BufferError):
         return "queue_full"
     if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
@@ -196,7 +256,8 @@ def error_kind(exc: BaseException) -> str:
 
 def is_retriable(exc: BaseException) -> bool:
     """Whether waiting may fix it: authorization, authentication and fatal errors need a person."""
-    return waiting_may_fix(exc)
+    code = _broker_code(exc)
+    return waiting_may_fix(exc if code is None else KafkaError(code))
 
 
 @dataclasses.dataclass(slots=True)

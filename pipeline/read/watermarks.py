@@ -1,11 +1,13 @@
 """HighWatermarkSource: every partition's high watermark, sampled on a fixed beat.
 
 The lag model needs the log end of every watched partition every ``sample_interval_ms``
-(250 ms by default), not only when a consumer commits. One tick is ONE batched ListOffsets
-call (``AdminClient.list_offsets`` with ``OffsetSpec.latest()`` for every watched
-partition) and ONE message per topic carrying all its partitions: per-message cost
-dominates in Python, so the cost must grow with topics, not partitions (one message per
-partition would be 40,000 messages/s for 10,000 partitions at 250 ms).
+(250 ms by default), not only when a consumer commits. One tick is one ListOffsets request
+per leader broker, all sent at once and answered per partition
+(``pipeline.read.list_offsets``; ``AdminClient.list_offsets`` where kafka-python cannot
+connect, or with ``list_offsets_per_broker=False``), and ONE message per topic carrying all
+its partitions: per-message cost dominates in Python, so the cost must grow with topics,
+not partitions (one message per partition would be 40,000 messages/s for 10,000
+partitions at 250 ms).
 
 Split the house way: the pure core (topic selection, building ``Watermarks`` from a
 ListOffsets result, the tick schedule, backoff, error kinds) is ``pipeline.read.sampling``,
@@ -38,6 +40,7 @@ from pipeline.read.sampling import (
     build_watermarks,
     cluster_from_metadata,
     error_kind,
+    hwms_by_topic,
     is_retriable,
     keep_vanished,
     make_selector,
@@ -50,11 +53,17 @@ from schemas.cli import (
     CLIENT_LOG,
     watch_client_logs,
 )
+from schemas.runtime.kafka import kafka_python_unsupported
 
 logger = logging.getLogger(__name__)
 
-#: Ticks the sampler asks per partition (AdminClient) after a per-broker ListOffsets failed.
+#: Ticks the sampler asks per partition (AdminClient) after kafka-python could not connect,
+#: doubled after each failure in a row up to the cap.
 BY_BROKER_PAUSE_TICKS = 20
+BY_BROKER_PAUSE_MAX_TICKS = 2400
+#: The shortest time between two metadata refreshes that partitions' errors ask for: a
+#: deleted topic asks once, but a partition left without a leader asks every tick.
+TOPOLOGY_REFRESH_MIN_MS = 1000
 #: How long a topic missing from metadata snapshots is still sampled (at least 3 refreshes).
 VANISHED_GRACE_MS = 15_000
 
@@ -90,7 +99,7 @@ class HighWatermarkSource(Source):
         backoff_initial_ms: int = 250,
         backoff_max_ms: int = 5000,
         stats_log_interval_ms: int = 60_000,
-        list_offsets_per_broker: bool = False,
+        list_offsets_per_broker: bool = True,
         shutdown_timeout: float = 10,
     ) -> None:
         super().__init__(name=name, shutdown_timeout=shutdown_timeout)
@@ -125,12 +134,13 @@ class HighWatermarkSource(Source):
         self._selector: TopicSelector | None = None
         self._watched: dict[str, tuple[int, ...]] = {}
         self._vanished_since_ms: dict[str, int] = {}  # kept topics a snapshot left out
-        self._request: dict[TopicPartition, OffsetSpec] = {}
-        self._partitions: list[tuple[str, int]] = []  # the same, for the per-broker way
+        self._request: dict[TopicPartition, OffsetSpec] = {}  # the AdminClient's way
         self.list_offsets_per_broker = list_offsets_per_broker
         self._by_broker: BrokerListOffsets | None = None
         self._by_broker_resume_tick = 0
+        self._by_broker_pause_ticks = BY_BROKER_PAUSE_TICKS
         self._refresh_now = True
+        self._topology_moved = False  # a partition's error said so: re-read metadata soon
         # Set by the process that runs this sampler when several replicas share the work:
         # a topic is sampled only where ``owns_topic(topic)`` is true.
         self.owns_topic: Callable[[str], bool] | None = None
@@ -160,12 +170,17 @@ class HighWatermarkSource(Source):
             ) from None
         config = kafka_python_config(self.broker_config)
         if self.list_offsets_per_broker and config is not None:
-            # a tick's worth of waiting: a partition it cannot answer for (a deleted topic,
-            # a leader moving) is retried inside the call until then, and the AdminClient's
-            # way, which reports it alone, follows in the same tick (a longer wait made the
-            # ticks after a topic's deletion late in the broker tests)
-            timeout_ms = min(self.request_timeout_ms, self.sample_interval_ms)
-            self._by_broker = BrokerListOffsets(config, timeout_ms)
+            # a tick waits a sample interval for every leader (a slow one's partitions are
+            # -1); while none has answered, up to the request timeout
+            self._by_broker = BrokerListOffsets(
+                config, self.request_timeout_ms, wait_ms=self.sample_interval_ms
+            )
+        elif self.list_offsets_per_broker:
+            logger.info(
+                "sampling with the AdminClient (a future per partition): kafka-python has no "
+                "equivalent of %s in broker_config",
+                kafka_python_unsupported(self.broker_config),
+            )
 
     def stats(self) -> dict[str, Any]:
         """The counters (see ``SamplerStats``): samples, errors by kind, durations."""
@@ -182,6 +197,7 @@ class HighWatermarkSource(Source):
         interval_ns = self.sample_interval_ms * NS_PER_MS
         anchor = deadline = wall_grid_anchor_ns(time.monotonic_ns(), time.time_ns(), interval_ns)
         next_refresh = anchor
+        topology_refresh_after = anchor
         refresh_failures = 0
         next_stats_log = anchor + self.stats_log_interval_ms * NS_PER_MS
         while self.running:
@@ -190,8 +206,10 @@ class HighWatermarkSource(Source):
                 # Short naps so stop() (a signal in the child, a call in a thread) is seen.
                 time.sleep(min(deadline - now, 50 * NS_PER_MS) / 1e9)
                 continue
-            if self._refresh_now or now >= next_refresh:
-                self._refresh_now = False  # a failed refresh waits for its backoff
+            moved = self._topology_moved and now >= topology_refresh_after
+            if self._refresh_now or moved or now >= next_refresh:
+                self._refresh_now = self._topology_moved = False  # a failure: its backoff
+                topology_refresh_after = now + TOPOLOGY_REFRESH_MIN_MS * NS_PER_MS
                 if self._refresh_metadata():
                     refresh_failures = 0
                     next_refresh = now + self.metadata_refresh_ms * NS_PER_MS
@@ -263,19 +281,16 @@ class HighWatermarkSource(Source):
                 for t, leaders in watched.items()
                 for p in range(len(leaders))
             }
-            self._partitions = [(tp.topic, tp.partition) for tp in self._request]
+        if self._by_broker is not None and watched != self._watched:
+            self._by_broker.set_partitions(watched)  # a request per leader: leaders count
         self._watched = watched
         self._stats.topics = len(watched)
         self._stats.partitions = len(self._request)
 
-    def _drop_gone(self, offsets: Mapping[tuple[str, int], int]) -> None:
+    def _drop_gone(self, hwms: Mapping[str, list[int]]) -> None:
         """A topic kept though metadata left it out (``keep_vanished``) goes at once when
         none of its partitions answered: deleted, not a snapshot that lagged."""
-        gone = [
-            t
-            for t in self._vanished_since_ms
-            if not any((t, p) in offsets for p in range(len(self._watched.get(t, ()))))
-        ]
+        gone = [t for t in self._vanished_since_ms if max(hwms.get(t) or [-1]) < 0]
         if gone:
             for t in gone:
                 del self._vanished_since_ms[t]
@@ -293,25 +308,30 @@ class HighWatermarkSource(Source):
         stats.ticks += 1
         if not self._request:
             return True
+        fast = self._per_broker()
         started_wall, started = time.time_ns(), time.perf_counter_ns()
-        offsets = self._offsets_by_broker()
-        failed: dict[str, int] = {}
-        first_exc: BaseException | None = None
-        if offsets is None:
-            started_wall, started = time.time_ns(), time.perf_counter_ns()
-            answer = self._offsets_by_partition()
-            if answer is None:
+        if fast is not None:
+            answer = fast.latest()
+            hwms, failed, answered = answer.hwms, answer.failed, answer.answered
+            first_exc = answer.first_error
+        else:
+            by_partition = self._offsets_by_partition()
+            if by_partition is None:
                 return False
-            offsets, failed, first_exc = answer
+            offsets, failed, first_exc = by_partition
+            hwms, answered = hwms_by_topic(self._watched, offsets), len(offsets)
         # The sample time is the midpoint of the round trip: the broker read the offsets
         # somewhere inside it, and the midpoint halves the worst-case error.
         sampled_at_ms = (started_wall + time.time_ns()) // 2 // NS_PER_MS
         stats.last_sample_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
         if failed:
-            self._refresh_now |= not failed.keys().isdisjoint(TOPOLOGY_ERRORS)
-            if not offsets:
-                assert first_exc is not None
-                self._fail("list_offsets", first_exc, "retrying with backoff")
+            self._topology_moved |= not failed.keys().isdisjoint(TOPOLOGY_ERRORS)
+            if not answered:
+                self._fail(
+                    "list_offsets",
+                    first_exc or TimeoutError("no partition answered"),
+                    "retrying with backoff",
+                )
                 return False
             for kind, n in failed.items():
                 stats.count_error("partition", kind, n)
@@ -323,20 +343,18 @@ class HighWatermarkSource(Source):
                 failed,
             )
         if self._vanished_since_ms:
-            self._drop_gone(offsets)
+            self._drop_gone(hwms)
         if self.emit is not None:  # the commits reader aligns and produces them
             stats.samples += 1
-            tick = [
-                (wm.topic, encode(wm))
-                for wm in build_watermarks(self._watched, offsets, sampled_at_ms)
-            ]
+            built = build_watermarks(self._watched, hwms, sampled_at_ms)
+            tick = [(wm.topic, encode(wm)) for wm in built]
             stats.messages += len(tick)
             self.emit((sampled_at_ms, tick, stats.header_fields()))
             stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
             return True
         stats.samples += 1
         header = [(STATS_HEADER, stats.header())]
-        for wm in build_watermarks(self._watched, offsets, sampled_at_ms):
+        for wm in build_watermarks(self._watched, hwms, sampled_at_ms):
             try:
                 self.produce(
                     value=encode(wm), key=wm.topic, headers=header, timestamp=sampled_at_ms
@@ -349,26 +367,45 @@ class HighWatermarkSource(Source):
         stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
         return True
 
-    def _offsets_by_broker(self) -> dict[tuple[str, int], int] | None:
-        """One ListOffsets per leader broker (``pipeline.read.list_offsets``); None when it
-        is off, paused after a failure, or failed now (the AdminClient's way serves)."""
+    def _per_broker(self) -> BrokerListOffsets | None:
+        """The per-broker way (``pipeline.read.list_offsets``), connected; None when it is
+        off, or kafka-python cannot connect (the AdminClient's way serves: for a while
+        after a failure that waiting may fix, for good after one it cannot)."""
         fast = self._by_broker
         if fast is None or self._stats.ticks < self._by_broker_resume_tick:
             return None
         try:
-            return fast.latest(self._partitions)
-        except Exception as exc:  # kafka-python raises several kinds: all mean "not now"
+            if not fast.connect():  # the bootstrap goes on at the next tick
+                return None
+        except Exception as exc:  # kafka-python raises several kinds: all mean "not here"
             self._stats.count_error("list_offsets_by_broker", error_kind(exc))
-            self._by_broker_resume_tick = self._stats.ticks + BY_BROKER_PAUSE_TICKS
-            self._refresh_now = True  # most often the topology moved: re-read it
+            if not is_retriable(exc):
+                fast.close()
+                self._by_broker = None
+                logger.warning(
+                    "kafka-python cannot connect with broker_config (%s: %s): the sampler "
+                    "asks per partition (AdminClient, 4x the CPU) from now on; fix the "
+                    "security settings, or set LAGPILOT_LIST_OFFSETS_PER_BROKER=false to "
+                    "ask that way from the start",
+                    error_kind(exc),
+                    exc,
+                )
+                return None
+            pause = self._by_broker_pause_ticks
+            self._by_broker_resume_tick = self._stats.ticks + pause
+            self._by_broker_pause_ticks = min(2 * pause, BY_BROKER_PAUSE_MAX_TICKS)
             self._log_limited(
                 "list_offsets_by_broker",
                 logging.WARNING,
-                "ListOffsets per broker failed (%r); the next %d ticks ask per partition",
+                "kafka-python could not connect (%s: %s); the next %d ticks ask per "
+                "partition (AdminClient)",
+                error_kind(exc),
                 exc,
-                BY_BROKER_PAUSE_TICKS,
+                pause,
             )
             return None
+        self._by_broker_pause_ticks = BY_BROKER_PAUSE_TICKS
+        return fast
 
     def _offsets_by_partition(
         self,

@@ -55,7 +55,7 @@ def needs_a_person(err: BaseException | KafkaError) -> bool:
     return bool(found.fatal()) or _name(found) in DENIED | AUTH_FAILED
 
 
-def waiting_may_fix(exc: BaseException) -> bool:
+def waiting_may_fix(exc: BaseException | KafkaError) -> bool:
     """Whether retrying later may succeed: everything but fatal, authorization and
     authentication errors (those need a person); a non-Kafka error is assumed transient."""
     err = kafka_error(exc)

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.model.events import Observation
+from pipeline.model.events import Observation, round3
 from pipeline.model.history import SOURCE_NAMES
 from pipeline.model.status import STATUS_BY_CODE
 from schemas.lag import GroupLag, LagStatus, PartitionLag, WorstPartition
+
+
+def _r(x: float) -> float:
+    """One value rounded as the events round their arrays (``round3``)."""
+    return round3(np.array([float(x)]))[0]
 
 
 def partition_lag(view: Observation, i: int) -> PartitionLag:
@@ -28,13 +33,13 @@ def partition_lag(view: Observation, i: int) -> PartitionLag:
         committed_offset=int(view.committed[i]),
         high_watermark=int(view.high_watermark[i]),
         lag_offsets=int(view.lag[i]),
-        lag_rate_per_s=round(float(view.lag_rate_per_s[i]), 3),
-        lag_accel_per_s2=round(float(view.lag_accel_per_s2[i]), 3),
-        produce_rate_per_s=round(float(view.produce_rate_per_s[i]), 3),
-        consume_rate_per_s=round(float(view.consume_rate_per_s[i]), 3),
-        time_lag_s=round(float(view.time_lag_s[i]), 3),
+        lag_rate_per_s=_r(view.lag_rate_per_s[i]),
+        lag_accel_per_s2=_r(view.lag_accel_per_s2[i]),
+        produce_rate_per_s=_r(view.produce_rate_per_s[i]),
+        consume_rate_per_s=_r(view.consume_rate_per_s[i]),
+        time_lag_s=_r(view.time_lag_s[i]),
         time_lag_source=SOURCE_NAMES[int(view.time_lag_source[i])],
-        eta_drain_s=None if np.isnan(eta) else round(eta, 3),
+        eta_drain_s=None if np.isnan(eta) else _r(eta),
         status=STATUS_BY_CODE[int(view.status[i])],
         last_commit_ms=int(view.last_commit_ms[i]),
         leader=int(view.leaders[i]),
@@ -48,11 +53,11 @@ def summary(view: Observation, worst_n: int) -> GroupLag:
         WorstPartition(
             partition=int(view.partitions[i]),
             lag_offsets=int(view.lag[i]),
-            time_lag_s=round(float(view.time_lag_s[i]), 3),
-            lag_rate_per_s=round(float(view.lag_rate_per_s[i]), 3),
-            lag_accel_per_s2=round(float(view.lag_accel_per_s2[i]), 3),
-            produce_rate_per_s=round(float(view.produce_rate_per_s[i]), 3),
-            consume_rate_per_s=round(float(view.consume_rate_per_s[i]), 3),
+            time_lag_s=_r(view.time_lag_s[i]),
+            lag_rate_per_s=_r(view.lag_rate_per_s[i]),
+            lag_accel_per_s2=_r(view.lag_accel_per_s2[i]),
+            produce_rate_per_s=_r(view.produce_rate_per_s[i]),
+            consume_rate_per_s=_r(view.consume_rate_per_s[i]),
             status=STATUS_BY_CODE[int(view.status[i])],
             leader=int(view.leaders[i]),
         )
@@ -64,8 +69,8 @@ def summary(view: Observation, worst_n: int) -> GroupLag:
         observed_at_ms=view.now_ms,
         status=STATUS_BY_CODE[int(view.status.max())] if n else LagStatus.OK,
         total_lag_offsets=int(view.lag.sum()),
-        max_time_lag_s=round(float(view.time_lag_s.max()), 3) if n else 0.0,
-        lag_rate_per_s=round(float(view.lag_rate_per_s.sum()), 3),
+        max_time_lag_s=_r(view.time_lag_s.max()) if n else 0.0,
+        lag_rate_per_s=_r(view.lag_rate_per_s.sum()),
         partitions=n,
         topic_partitions=view.topic_partitions,
         worst=worst,

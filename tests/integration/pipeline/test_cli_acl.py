@@ -188,6 +188,66 @@ def test_doctor_names_each_missing_acl_and_its_fix(sasl_broker: Any) -> None:
     one_clean_line(r, 77, "permission denied", "AUTHORIZATION_FAILED")  # idempotent WRITE
 
 
+def _librdkafka(user: str, password: str | None = None) -> dict[str, str]:
+    env = login(user, password)
+    return {"bootstrap.servers": BOOTSTRAP} | {
+        k[len("LAGPILOT_KAFKA_"):].lower().replace("_", "."): v
+        for k, v in env.items() if k.startswith("LAGPILOT_KAFKA_")
+    }  # fmt: skip
+
+
+def test_the_sampler_asks_per_broker_with_the_same_login(sasl_broker: Any) -> None:
+    """The sampler's per-broker way (kafka-python) logs in with what ``kafka_python_config``
+    makes of the librdkafka settings; a topic the principal may not describe is -1 alone
+    and counted; a refused login is an error waiting cannot fix (the AdminClient's way then)."""
+    from confluent_kafka.admin import NewTopic
+
+    from pipeline.read.list_offsets import BrokerListOffsets, kafka_python_config
+    from pipeline.read.sampling import error_kind, is_retriable
+
+    seen, hidden = "acl-sampled-seen", "acl-sampled-hidden"
+    admin = admin_client()
+    for fut in admin.create_topics([NewTopic(t, 2, 1) for t in (seen, hidden)]).values():
+        fut.result(timeout=30)
+    grant("alice", ("TOPIC", seen, "LITERAL", "DESCRIBE"))
+    metadata = admin.list_topics(timeout=10).topics
+    watched = {t: tuple(metadata[t].partitions[p].leader for p in range(2)) for t in (seen, hidden)}
+
+    def latest(user: str) -> Any:
+        config = kafka_python_config(_librdkafka(user))
+        assert config is not None and config["security_protocol"] == "SASL_PLAINTEXT"
+        fast = BrokerListOffsets(config, 5000, wait_ms=250)
+        try:
+            deadline = time.monotonic() + 10
+            while not fast.connect():
+                assert time.monotonic() < deadline, "kafka-python did not bootstrap"
+            fast.set_partitions(watched)
+            return fast.latest()
+        finally:
+            fast.close()
+
+    as_admin = latest("admin")
+    assert as_admin.hwms == {seen: [0, 0], hidden: [0, 0]} and not as_admin.failed
+    as_alice = latest("alice")
+    assert as_alice.hwms == {seen: [0, 0], hidden: [-1, -1]}
+    assert as_alice.failed == {"topic_authorization_failed": 2}
+
+    # kafka-python's bootstrap retries a refused login until its timeout: the sampler sees
+    # a timeout, samples with the AdminClient, and tries again after a (doubling) pause
+    config = kafka_python_config(_librdkafka("alice", password="wrong"))
+    assert config is not None
+    fast = BrokerListOffsets(config, 2000, wait_ms=250)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception) as refused:
+            while not fast.connect():
+                assert time.monotonic() - started < 10, "the bootstrap did not end"
+    finally:
+        fast.close()
+    assert error_kind(refused.value) == "timed_out" and is_retriable(refused.value)
+    assert 1.5 < time.monotonic() - started < 5  # its timeout: 2 s
+
+
 def _get(url: str) -> int:
     return _fetch(url)[0]
 

@@ -1,14 +1,27 @@
 """The lag families written in a child process: the same text as in-process, a ``name[]``
-subset, and a scrape that still answers when the child dies or fails."""
+subset, a scrape that still answers when the child dies or fails before its first chunk
+and fails (rather than look whole) when the child fails after it, a stream left early
+that leaves the child ready, and one scrape at a time."""
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.request
+from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.exposition import FAMILIES, RenderError, RenderProcess, render_lag
+from bench.metrics_render import synthetic_observations
+from pipeline.exposition import (
+    FAMILIES,
+    FRAME_BYTES,
+    LagColumns,
+    RenderError,
+    RenderProcess,
+    render_lag,
+)
 from pipeline.metrics import HealthServer, LagCollector, PipelineMetrics
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
@@ -60,16 +73,18 @@ def test_a_dead_child_is_replaced_on_the_next_scrape(process):
     assert process.render(observations) == first  # a new child answered
 
 
-def test_a_failing_render_raises_and_the_collector_renders_in_process(process):
-    with pytest.raises(RenderError, match="render process"):
-        process.render(["not an observation"])  # type: ignore[list-item]
+def test_a_failing_render_raises_and_the_child_still_serves(process):
+    bad = dataclasses.replace(LagColumns.of(observation()), status=np.full((3, 4), 9, np.int8))
+    with pytest.raises(RenderError, match="render process: IndexError"):
+        process.render([bad])  # a status code no family knows
     assert process.render([observation()]) == render_lag([observation()])  # still serving
 
 
 def test_a_scrape_without_the_child_is_written_in_process():
     class Silent:
-        def render(self, *_: object) -> bytes:
+        def stream(self, *_: object) -> Iterator[bytes]:
             raise RenderError("no answer in 60s")
+            yield b""  # a generator, as RenderProcess.stream
 
     obs = observation()
     collector = LagCollector(process=Silent())  # type: ignore[arg-type]
@@ -98,3 +113,84 @@ def test_metrics_name_filter_serves_only_the_asked_families():
         assert {n for n, _ in FAMILIES} <= full and "lagpilot_watermark_samples" in full
     finally:
         server.stop()
+
+
+def test_a_large_text_comes_in_frames_and_is_the_same_bytes(process):
+    observations = synthetic_observations(topics=2, partitions=60, groups=60)
+    chunks = list(process.stream(observations))
+    text = render_lag(observations)
+    assert len(text) > 3 * FRAME_BYTES and len(chunks) >= 3  # streamed, not one message
+    assert b"".join(chunks) == text
+
+
+def test_a_stream_left_early_leaves_the_same_child_ready(process):
+    observations = synthetic_observations(topics=2, partitions=60, groups=60)
+    stream = process.stream(observations)
+    next(stream)
+    pid = process.pid
+    stream.close()  # the client went away after the first chunk
+    assert process.render(observations) == render_lag(observations)
+    assert process.pid == pid  # the rest was read, not the child replaced
+
+
+def test_a_child_killed_midway_fails_that_scrape_and_the_next_gets_a_new_one(process):
+    observations = synthetic_observations(topics=2, partitions=60, groups=60)
+    stream = process.stream(observations)
+    next(stream)
+    process._proc.kill()
+    with pytest.raises(RenderError):
+        list(stream)
+    assert process.render(observations) == render_lag(observations)
+
+
+def test_one_scrape_at_a_time_and_the_second_is_written_in_process():
+    process = RenderProcess(timeout_s=0.5)
+    observations = synthetic_observations(topics=2, partitions=60, groups=60)
+    try:
+        first = process.stream(observations)
+        next(first)  # a slow client holds the child
+        with pytest.raises(RenderError, match="busy"):
+            process.render(observations)
+        collector = LagCollector(stale_after_s=3_600, process=process)
+        for o in observations:
+            collector.update(o)
+        assert collector.render() == render_lag(observations)  # written here instead
+        first.close()
+        assert process.render(observations) == render_lag(observations)
+    finally:
+        process.close()
+
+
+class Failing:
+    """A render process that sends ``good`` chunks, then fails."""
+
+    def __init__(self, good: int) -> None:
+        self.good = good
+        self.calls = 0
+
+    def stream(self, *_: object) -> Iterator[bytes]:
+        self.calls += 1
+        for _ in range(self.good):
+            yield b"# a chunk\n"
+        raise RenderError("render process: IndexError()")
+
+
+def test_a_failure_after_the_first_chunk_fails_the_scrape():
+    collector = LagCollector(process=Failing(good=1))  # type: ignore[arg-type]
+    collector.update(observation())
+    stream = collector.stream()
+    assert next(stream) == b"# a chunk\n"
+    with pytest.raises(RenderError):
+        next(stream)  # not the in-process text after half of the child's
+
+
+def test_a_scrape_of_other_families_does_not_reach_the_child():
+    failing = Failing(good=0)
+    collector = LagCollector(process=failing)  # type: ignore[arg-type]
+    collector.update(observation())
+    assert collector.render(frozenset({"lagpilot_model_inputs_total"})) == b""
+    assert failing.calls == 0
+    assert collector.render(frozenset({"lagpilot_lag_offsets"})).startswith(
+        b"# HELP lagpilot_lag_offsets"
+    )  # the child failed first: written here
+    assert failing.calls == 1

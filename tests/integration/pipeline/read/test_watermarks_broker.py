@@ -23,7 +23,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from pipeline.read.sampling import STATS_HEADER
+from pipeline.read.list_offsets import BrokerListOffsets
+from pipeline.read.sampling import STATS_HEADER, TOPOLOGY_ERRORS
 from pipeline.read.watermarks import HighWatermarkSource
 from schemas import decode, validate
 
@@ -297,3 +298,109 @@ def test_list_offsets_per_broker_matches_the_admin_client_and_keeps_its_beat(
     # the per-broker way answered every tick (a failure would count an error and fall back)
     assert not any(k.startswith("list_offsets_by_broker") for k in source.stats()["errors"])
     assert 6 <= ticks <= 10, ticks  # 8 ticks in 2 s at 250 ms
+
+
+@pytest.mark.parametrize("per_broker", [True, False], ids=["per_broker", "admin_client"])
+def test_a_deleted_topic_goes_at_once_not_at_the_next_metadata_refresh(
+    kafka_bootstrap: str, unique_name: str, per_broker: bool
+) -> None:
+    admin = _admin(kafka_bootstrap)
+    keep, gone = f"{unique_name}-keep", f"{unique_name}-gone"
+    _create(admin, {keep: 2, gone: 3})
+    source = CapturingSource(
+        f"{unique_name}-wm",
+        {"bootstrap.servers": kafka_bootstrap},
+        include=rf"{re.escape(unique_name)}-.*",
+        sample_interval_ms=100,
+        metadata_refresh_ms=60_000,  # the refresh period cannot be what drops it
+        list_offsets_per_broker=per_broker,
+    )
+    thread = _run_in_thread(source)
+    try:
+        _wait_for(lambda: source.latest(keep) and source.latest(gone), 15, "the first samples")
+        admin.delete_topics([gone])[gone].result(10)
+        deleted_at = time.monotonic()
+        # its partitions answer "unknown topic": metadata is re-read at once, and the topic
+        # no longer in it goes at the first tick none of its partitions answers
+        took_s = _wait_for(lambda: source.stats()["topics"] == 1, 3.0, "the deleted topic dropped")
+        last_gone = max(t for t, e in source.captured if e["topic"] == gone)
+        kept = len([1 for t, e in source.captured if e["topic"] == keep and t > deleted_at])
+        time.sleep(0.5)
+        assert not [t for t, e in source.captured if e["topic"] == gone and t > last_gone]
+        assert source.latest(keep) is not None and source.stats()["partitions"] == 2
+    finally:
+        source.stop()
+        thread.join(5)
+    assert last_gone - deleted_at < took_s + 0.2
+    assert kept >= 1, "the other topic's samples went on"
+    errors = source.stats()["errors"]
+    assert errors.get("partition:unknown_topic_or_part", 0) >= 1, errors
+    assert not any(k.startswith("list_offsets") for k in errors), errors
+
+
+def test_per_broker_a_partition_with_an_error_is_minus_one_alone(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """The per-broker way on its own: a partition the broker does not have, and one whose
+    leader the client does not know, fail alone; the others answer."""
+    admin = _admin(kafka_bootstrap)
+    topic = f"{unique_name}-three"
+    _create(admin, {topic: 3})
+    _produce(kafka_bootstrap, {(topic, 0): 2, (topic, 2): 5})
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    fast = BrokerListOffsets({"bootstrap_servers": kafka_bootstrap}, 5000, wait_ms=250)
+    try:
+        _wait_for(fast.connect, 10, "kafka-python bootstrapped")
+        fast.set_partitions({topic: (leader,) * 3})
+        answer = fast.latest()
+        assert answer.hwms == {topic: [2, 0, 5]} and not answer.failed
+        assert answer.hwms[topic] == _list_offsets(admin, topic, 3)
+
+        # partition 3 does not exist (a topic re-created smaller, metadata not re-read yet);
+        # broker 99 does not exist (a broker the metadata named that has gone)
+        fast.set_partitions({topic: (leader, leader, leader, leader), f"{topic}-x": (99,)})
+        answer = fast.latest()
+        assert answer.hwms == {topic: [2, 0, 5, -1], f"{topic}-x": [-1]}
+        assert answer.failed == {"unknown_topic_or_part": 1, "_unknown_broker": 1}
+        assert answer.answered == 3 and answer.brokers_answered == 1
+        assert set(answer.failed) <= TOPOLOGY_ERRORS  # both ask for a metadata refresh
+    finally:
+        fast.close()
+
+
+def test_where_kafka_python_cannot_connect_the_admin_client_samples(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """One PLAINTEXT broker cannot refuse one client and serve the other: the per-broker
+    client is pointed at a port nothing listens on, the AdminClient at the broker."""
+    admin = _admin(kafka_bootstrap)
+    six = f"{unique_name}-six"
+    _create(admin, {six: 6})
+    _produce(kafka_bootstrap, {(six, 1): 4})
+    source = CapturingSource(
+        f"{unique_name}-wm",
+        {"bootstrap.servers": kafka_bootstrap},
+        include=re.escape(six),
+        sample_interval_ms=100,
+        request_timeout_ms=300,
+    )
+    source.setup()
+    assert source._by_broker is not None, "the per-broker way is the default"
+    source._by_broker = BrokerListOffsets({"bootstrap_servers": "127.0.0.1:1"}, 300, 100)
+    source.setup = lambda: None  # type: ignore[method-assign]  # keep the client set above
+    thread = _run_in_thread(source)
+    try:
+        _wait_for(lambda: source.hwms(six) == [0, 4, 0, 0, 0, 0], 10, "samples all the same")
+        first = len(source.captured)
+        time.sleep(1.5)
+        ticks = len(source.captured) - first
+    finally:
+        source.stop()
+        thread.join(5)
+    stats = source.stats()
+    attempts = stats["errors"].get("list_offsets_by_broker:timed_out", 0)
+    # the bootstrap is tried at the first tick, then again after 20 ticks, 40, 80...: a
+    # 300 ms wait each time, not every tick
+    tries_at = [1 + sum(20 * 2**i for i in range(k)) for k in range(10)]  # 1, 21, 61, 141...
+    assert 1 <= attempts <= sum(1 for t in tries_at if t <= stats["ticks"]), stats
+    assert ticks >= 10, ticks  # 15 at 100 ms

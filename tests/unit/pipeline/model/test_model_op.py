@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -33,8 +34,22 @@ def sample(t: int, hw: list[int]) -> dict[str, Any]:
     return {"event": "watermarks", "sampled_at_ms": t, "high_watermarks": hw}
 
 
-def commits(rows: list[tuple[str, int, int, int]]) -> dict[str, Any]:
-    return {"event": "commits", "commits": [list(r) for r in rows]}
+def commits(rows: list[tuple[str, int, int, int]], v: int = 2) -> dict[str, Any]:
+    """A ``commits`` event: v2 (columns), as the commits source writes it; v1 (rows), as
+    a source of an earlier release did."""
+    if v == 1:
+        return {"event": "commits", "v": 1, "commits": [list(r) for r in rows]}
+    groups = list(dict.fromkeys(r[0] for r in rows))
+    return {
+        "event": "commits",
+        "v": 2,
+        "groups": groups,
+        "group": [groups.index(r[0]) for r in rows],
+        "partition": [r[1] for r in rows],
+        "offset": [r[2] for r in rows],
+        "commit_ts_ms": [r[3] for r in rows],
+        "deleted": [],
+    }
 
 
 def run(op: LagOperator, state: State, ticks: range, groups: int, partitions: int,
@@ -99,12 +114,16 @@ def test_a_stalled_group_is_published_at_once_then_each_alert_interval():
 
 def test_a_restarted_operator_publishes_what_the_running_one_would():
     state = State()
-    first = LagOperator(LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0)
+    first = LagOperator(
+        LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0, window_persist_interval_ms=0
+    )
     run(first, state, range(1, 61), groups=2, partitions=3, stalled=frozenset({"g0"}))
     assert {"hw", "win", "groups", "c:g0", "c:g1", "gen"} <= set(state.data)
     copy = State()
     copy.data = dict(state.data)
-    again = LagOperator(LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0)
+    again = LagOperator(
+        LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0, window_persist_interval_ms=0
+    )
     t = T0 + 61 * TICK_MS
     hw = [610 + p for p in range(3)]
     restored = again(sample(t, hw), "t", t, None, copy)
@@ -116,6 +135,24 @@ def test_a_restarted_operator_publishes_what_the_running_one_would():
     announced = [e for e in restored if e["event"] == "group_lag" and e["group"] == "g1"]
     assert len(announced) == 1
     assert [e for e in restored if e not in announced] == running
+
+
+def test_commits_as_rows_v1_and_as_columns_v2_model_the_same() -> None:
+    """A source of an earlier release wrote rows (v1); replayed after an upgrade, they
+    are modelled as the columns (v2) the source writes now, and counted the same."""
+    counted: list[list[int]] = [[], []]
+    outs = []
+    for v in (1, 2):
+        op = LagOperator(LagConfig(), on_commits=counted[v - 1].append)
+        state = State()
+        events = []
+        for i in range(1, 40):
+            t = T0 + i * TICK_MS
+            rows = [("a", p, i * 10, t - 5) for p in range(3)] + [("b", 1, i * 7, t - 9)]
+            events += op(commits(rows, v=v), "t", t, None, state)
+            events += op(sample(t, [i * 10 + 3] * 3), "t", t, None, state)
+        outs.append((events, state.data["c:a"], state.data["c:b"]))
+    assert outs[0] == outs[1] and counted[0] == counted[1] == [4] * 39
 
 
 def test_topics_another_deployment_samples_are_not_modelled() -> None:
@@ -185,3 +222,64 @@ def test_a_stalled_workers_report_is_published_as_it_lands_and_not_repeated() ->
     # samples agree and publish nothing more (the alert interval is a minute here)
     assert [(h, e["status"]) for h, e in rest] == [("report", "STALL")]
     assert rest[0][1]["observed_at_ms"] - stall_ms <= 520 + 125
+
+
+def test_the_rate_window_is_written_at_its_own_slower_interval() -> None:
+    """The HWM history goes to the store every persist interval, the (large) rate window
+    every window persist interval."""
+
+    class Counting(State):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: dict[str, list[int]] = {}
+            self.now = 0
+
+        def set(self, key: str, value: Any) -> None:
+            self.writes.setdefault(key, []).append(self.now)
+            super().set(key, value)
+
+    op = LagOperator(LagConfig(), persist_interval_ms=1_000, window_persist_interval_ms=5_000)
+    state = Counting()
+    for i in range(1, 50):  # 12 s of ticks
+        state.now = t = T0 + i * TICK_MS
+        op(commits([("g", 0, i * 10, t - 5)]), "t", t, None, state)
+        op(sample(t, [i * 10 + 1]), "t", t, None, state)
+    hw, win = state.writes["hw"], state.writes["win"]
+    assert len(hw) >= 11 and all(b - a >= 1_000 for a, b in itertools.pairwise(hw))
+    assert len(win) == 3 and all(b - a >= 5_000 for a, b in itertools.pairwise(win))
+
+
+def test_periodic_events_of_healthy_groups_are_bounded_however_large_the_estate() -> None:
+    """Past ``max_ok_summaries_per_s`` and ``max_snapshots_per_s`` the OK summaries and the
+    snapshots come less often (the interval stretches with what the replica models); a
+    group that turns bad is published at once all the same."""
+    from pipeline.model.model_op import stretched_ms
+
+    assert stretched_ms(1_000, 500, 1_000) == 1_000  # under the bound: as configured
+    assert stretched_ms(1_000, 5_000, 1_000) == 5_000
+    assert stretched_ms(30_000, 250_000, 2_000) == 125_000
+    assert stretched_ms(1_000, 5_000, 0) == 1_000  # 0: no bound
+
+    def events_per_s(op: LagOperator, stalled: frozenset[str] = frozenset()) -> Counter:
+        out = run(op, State(), range(1, 81), groups=8, partitions=4, stalled=stalled)
+        seen = Counter((e["event"], e["status"]) for tick in out[60:] for e in tick)
+        return Counter({k: v / 5 for k, v in seen.items()})  # ticks 60..80: 5 s
+
+    free = events_per_s(LagOperator(LagConfig(), snapshot_interval_ms=2_000))
+    bounded = LagOperator(
+        LagConfig(), snapshot_interval_ms=2_000, max_ok_summaries_per_s=2, max_snapshots_per_s=8
+    )
+    capped = events_per_s(bounded)
+    assert free[("group_lag", "OK")] == 8 and capped[("group_lag", "OK")] <= 2
+    assert free[("partition_lag", "OK")] >= 14 and capped[("partition_lag", "OK")] <= 8  # 16/s
+    # g0 stops committing at tick 40: its summaries and alerts are not held
+    stalled = events_per_s(
+        LagOperator(
+            LagConfig(), snapshot_interval_ms=2_000, max_ok_summaries_per_s=2, max_snapshots_per_s=8
+        ),
+        stalled=frozenset({"g0"}),
+    )
+    bad = sum(
+        v for (event, status), v in stalled.items() if event == "group_lag" and status != "OK"
+    )
+    assert bad == 4  # every sample (4 a second) while not OK

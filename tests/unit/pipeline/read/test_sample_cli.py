@@ -20,3 +20,14 @@ def test_cli_defaults_match_the_issue() -> None:
 def test_cli_rejects_malformed_client_setting(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--bootstrap", "h:9092", "-X", "security.protocol"]) == 78  # EX_CONFIG
     assert "write client settings as key=value" in capsys.readouterr().err
+
+
+def test_list_offsets_per_broker_is_the_default_and_the_flag_or_variable_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert build_parser().parse_args([]).list_offsets_per_broker is True
+    assert (
+        build_parser().parse_args(["--list-offsets-per-partition"]).list_offsets_per_broker is False
+    )
+    monkeypatch.setenv("LAGPILOT_LIST_OFFSETS_PER_BROKER", "false")
+    assert build_parser().parse_args([]).list_offsets_per_broker is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 
+import kafka.errors as kp_errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given
@@ -14,7 +15,9 @@ from pipeline.read.sampling import (
     SamplerStats,
     backoff_ms,
     build_watermarks,
+    error_code_kind,
     error_kind,
+    hwms_by_topic,
     is_retriable,
     keep_vanished,
     make_selector,
@@ -103,7 +106,9 @@ def test_a_topic_one_snapshot_left_out_is_kept_until_its_grace_ends() -> None:
 def test_build_watermarks_one_per_topic_failed_partitions_are_minus_one() -> None:
     watched = {"a": (1, 1, 2), "b": (3,), "gone": (1, 1)}
     offsets = {("a", 0): 10, ("a", 2): 30, ("b", 0): 0}
-    got = build_watermarks(watched, offsets, sampled_at_ms=1_700_000_000_123)
+    hwms = hwms_by_topic(watched, offsets)
+    assert hwms == {"a": [10, -1, 30], "b": [0], "gone": [-1, -1]}
+    got = build_watermarks(watched, hwms, sampled_at_ms=1_700_000_000_123)
     assert got == [
         Watermarks("a", 1_700_000_000_123, (10, -1, 30), (1, 1, 2)),
         Watermarks("b", 1_700_000_000_123, (0,), (3,)),
@@ -111,8 +116,13 @@ def test_build_watermarks_one_per_topic_failed_partitions_are_minus_one() -> Non
 
 
 def test_build_watermarks_ignores_offsets_of_unwatched_partitions() -> None:
-    got = build_watermarks({"a": (1,)}, {("a", 0): 5, ("a", 1): 9, ("x", 0): 1}, 7)
-    assert got == [Watermarks("a", 7, (5,), (1,))]
+    watched = {"a": (1,)}
+    hwms = hwms_by_topic(watched, {("a", 0): 5, ("a", 1): 9, ("x", 0): 1})
+    assert build_watermarks(watched, hwms, 7) == [Watermarks("a", 7, (5,), (1,))]
+    # lists longer or shorter than the watched topic (the partitions grew meanwhile)
+    assert build_watermarks(watched, {"a": [5, 9], "x": [1]}, 7) == [Watermarks("a", 7, (5,), (1,))]
+    got = build_watermarks({"a": (1, 2, 2)}, {"a": [5]}, 7)
+    assert got == [Watermarks("a", 7, (5, -1, -1), (1, 2, 2))]
 
 
 @given(
@@ -132,7 +142,7 @@ def test_every_built_sample_validates_and_round_trips(watched_lists, sampled_at_
         for p in range(len(leaders))
         if data.draw(st.booleans())
     }
-    for wm in build_watermarks(watched, offsets, sampled_at_ms):
+    for wm in build_watermarks(watched, hwms_by_topic(watched, offsets), sampled_at_ms):
         event = decode(encode(wm))
         validate(event)
         assert event == to_dict(wm)
@@ -229,6 +239,26 @@ def test_retriable_tells_transient_from_needs_a_person() -> None:
     assert is_retriable(KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE)))
     assert not is_retriable(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
     assert not is_retriable(KafkaException(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED)))
+
+
+def test_kafka_python_errors_get_the_words_librdkafka_uses() -> None:
+    # the per-broker way (kafka-python) and the AdminClient's way count under one kind
+    assert error_kind(kp_errors.UnknownTopicOrPartitionError()) == "unknown_topic_or_part"
+    assert error_kind(kp_errors.NotLeaderForPartitionError()) == "not_leader_for_partition"
+    assert error_kind(kp_errors.RequestTimedOutError()) == "request_timed_out"
+    assert error_kind(kp_errors.KafkaTimeoutError()) == "timed_out"
+    assert error_kind(kp_errors.KafkaConnectionError("refused")) == "_transport"
+    assert error_kind(kp_errors.NodeNotReadyError(1)) == "_transport"
+    assert error_kind(kp_errors.UnknownBrokerIdError(7)) == "_unknown_broker"
+    assert error_code_kind(3) == "unknown_topic_or_part"
+    assert error_code_kind(99_999) == "error_99999"  # a code newer than librdkafka
+
+
+def test_kafka_python_errors_are_retriable_as_librdkafka_says() -> None:
+    assert is_retriable(kp_errors.KafkaConnectionError("refused"))
+    assert is_retriable(kp_errors.NotLeaderForPartitionError())
+    assert not is_retriable(kp_errors.SaslAuthenticationFailedError())
+    assert not is_retriable(kp_errors.TopicAuthorizationFailedError())
 
 
 def test_stats_count_errors_by_kind_and_fit_a_header() -> None:
