@@ -13,7 +13,8 @@ from actuators.workers import PartitionProgress, ProgressReporter, progress_even
 from actuators.workers.lanes import LaneExecutor
 from actuators.workers.progress import next_report_s
 from schemas import ConfigError, topics, validate
-from tests.unit.actuators.workers.test_workers_lanes import Msg, wait_for
+from tests.support.workers import Msg
+from tests.unit.actuators.workers.test_workers_lanes import wait_for
 
 
 class FakeProducer:
@@ -120,12 +121,12 @@ def test_the_thread_reports_on_the_grid_until_stopped() -> None:
 
 def test_the_dispatcher_stamps_when_the_processed_prefix_advances() -> None:
     gate = threading.Event()
-    slow = Msg(0, b"slow")
+    slow = Msg(0)
     d = LaneExecutor(lambda m: gate.wait(5) if m is slow else None, max_workers=1, default_lanes=1)
     before = int(time.time() * 1000)
     d.submit(slow)
     for o in range(1, 10):
-        d.submit(Msg(o, f"x{o}".encode()))
+        d.submit(Msg(o))
     wait_for(lambda: d.progress()[("t", 0)][3] == 1)
     pos, at_ms, in_flight, running = d.progress()[("t", 0)]
     assert (pos, in_flight, running) == (0, 10, 1)  # 0 runs, 1..9 queued behind it
@@ -145,12 +146,12 @@ def test_work_after_idleness_restarts_the_no_progress_clock() -> None:
     d = LaneExecutor(
         lambda m: gate.wait(5) if m.offset() == 1 else None, max_workers=1, default_lanes=1
     )
-    d.submit(Msg(0, b"a"))
+    d.submit(Msg(0))
     wait_for(lambda: d.progress()[("t", 0)][0] == 1)
     idle_since = d.progress()[("t", 0)][1]
     time.sleep(0.1)  # idle: nothing held
     arrived = int(time.time() * 1000)
-    d.submit(Msg(1, b"b"))  # held by the handler
+    d.submit(Msg(1))  # held by the handler
     wait_for(lambda: d.progress()[("t", 0)][3] == 1)
     pos, at_ms, in_flight, _ = d.progress()[("t", 0)]
     assert (pos, in_flight) == (1, 1)
