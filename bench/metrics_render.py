@@ -53,9 +53,10 @@ from bench.support.exposition_before import (
 )
 from bench.support.machine import load_avg_1m
 from bench.support.scale_probes import cpu_ticks
-from pipeline.exposition import LabelCache, RenderProcess, render_chunks, render_lag
+from pipeline.exposition import LabelCache, render_chunks, render_lag
 from pipeline.metrics import LagCollector, PipelineMetrics
 from pipeline.model.events import TopicObservation
+from pipeline.render_process import RenderProcess
 from schemas.runtime.http import HealthServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -143,8 +143,8 @@ def _run(args: Any) -> int:
         )
     tracing.setup("lagpilot-pipeline")
     from pipeline.app import build_app
-    from pipeline.exposition import RenderProcess
     from pipeline.metrics import BrokerProbe, HealthServer, PipelineMetrics
+    from pipeline.render_process import RenderProcess
 
     metrics = PipelineMetrics()
     if policy is not None:

@@ -18,16 +18,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from pipeline.exposition import (
-    FAMILIES,
-    Chunk,
-    LabelCache,
-    LagColumns,
-    RenderError,
-    RenderProcess,
-    render_chunks,
-)
+from pipeline.exposition import FAMILIES, Chunk, LabelCache, LagColumns, render_chunks
 from pipeline.model.events import TopicObservation
+from pipeline.render_process import RenderError, RenderProcess
 from schemas import ActionType, Mode
 from schemas.runtime.http import HealthServer
 
@@ -76,7 +69,7 @@ class LagCollector:
 
     def stream(self, names: frozenset[str] | None = None) -> Iterator[Chunk]:
         """The lag families in Prometheus' text format (only ``names``, if given), in
-        chunks: from the render process if there is one (see ``pipeline.exposition``), else
+        chunks: from the render process if there is one (see ``pipeline.render_process``), else
         written here, as also when the process fails before its first chunk. A failure
         after it raises: the scrape fails rather than look whole with series missing."""
         if names is not None and not any(name in names for name, _ in FAMILIES):

@@ -14,18 +14,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.metrics_render import synthetic_observations
-from pipeline.exposition import (
-    FAMILIES,
-    FRAME_BYTES,
-    LagColumns,
-    RenderError,
-    RenderProcess,
-    render_lag,
-)
+from pipeline.exposition import FAMILIES, LagColumns, render_lag
 from pipeline.metrics import HealthServer, LagCollector, PipelineMetrics
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
 from pipeline.model.lag import TopicModel
+from pipeline.render_process import FRAME_BYTES, RenderError, RenderProcess
 
 
 def observation(topic: str = "orders", groups: int = 3, partitions: int = 4) -> TopicObservation:
