@@ -1,0 +1,204 @@
+"""What commits change, per (group, partition) of a topic: the first half of the lag model
+(``pipeline.model.lag.TopicModel`` subclasses it with the samples, the window and the tick).
+
+Pure (numpy). A batch of commits applies as array work (``commit_columns``), exactly what
+``commit`` does one at a time; the rows of the groups a commit batch touches are what the
+operator writes to the state store after it (``position_state``).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from pipeline.model.arrays import decode as _dec
+from pipeline.model.arrays import encode as _enc
+from pipeline.model.config import LagConfig
+from pipeline.model.progress import WorkerProgress
+from pipeline.model.window import RateWindow
+
+POSITION = {  # per group x partition, what commits change; fill for a new row/column
+    "committed": -1,  # -1: no commit seen on this partition
+    "commit_ms": 0,
+    "progress_ms": 0,  # when the committed offset last advanced
+    "interval_s": np.nan,  # EWMA of the time between advances (nan: unknown)
+    "rewind_ms": 0,
+    # the timestamp of the record at offset read_offset, read from the broker by an edge
+    # (``record_read``): an exact time lag while the group stays at that offset
+    "read_offset": -1,
+    "read_ms": 0,
+}
+POSITION_DTYPES = {"interval_s": np.float64}
+
+
+class CommitState(abc.ABC):
+    """The (groups x partitions) arrays commits change, and the commits that change them.
+
+    ``TopicModel`` provides the rest: the rows of groups (``add_groups``), the width
+    (``_widen``), the bound on partitions (``partition_limit``) and the rate window."""
+
+    cfg: LagConfig
+    groups: list[str]
+    _index: dict[str, int]
+    _width: int
+    _win: RateWindow
+    rejected_commits: int
+    progress: WorkerProgress
+    committed: np.ndarray
+    commit_ms: np.ndarray
+    progress_ms: np.ndarray
+    interval_s: np.ndarray
+    rewind_ms: np.ndarray
+    read_offset: np.ndarray
+    read_ms: np.ndarray
+
+    @abc.abstractmethod
+    def partition_limit(self) -> int:
+        """Provided by ``TopicModel``."""
+
+    @abc.abstractmethod
+    def _widen(self, width: int) -> None:
+        """Provided by ``TopicModel``."""
+
+    @abc.abstractmethod
+    def _group(self, name: str) -> int:
+        """Provided by ``TopicModel``."""
+
+    @abc.abstractmethod
+    def add_groups(self, names: list[str]) -> list[int]:
+        """Provided by ``TopicModel``."""
+
+    @abc.abstractmethod
+    def _drop_group(self, g: int) -> None:
+        """Provided by ``TopicModel``."""
+
+    def commit(self, group: str, partition: int, offset: int, ts_ms: int) -> None:
+        """Apply one commit. Replays (older than the last commit seen) change nothing; a
+        partition the topic does not have is counted in ``rejected_commits``."""
+        if not 0 <= partition < self.partition_limit():
+            self.rejected_commits += 1
+            return
+        self._widen(partition + 1)
+        g, p = self._group(group), partition
+        if ts_ms < self.commit_ms[g, p]:
+            return
+        prev = int(self.committed[g, p])
+        if prev >= 0 and offset < prev:
+            self.rewind_ms[g, p] = ts_ms
+            self.progress_ms[g, p] = ts_ms
+        elif offset > prev:
+            last_progress = int(self.progress_ms[g, p])
+            if prev >= 0 and last_progress > 0:
+                dt_s = (ts_ms - last_progress) / 1000.0
+                old = float(self.interval_s[g, p])
+                alpha = self.cfg.interval_alpha
+                self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
+            self.progress_ms[g, p] = ts_ms
+            # a commit that arrives after samples taken later than it (a replay after a
+            # restart, a slow coordinator): correct the window rows it should have been in
+            self._win.correct(g, p, offset, ts_ms)
+        self.commit_ms[g, p] = ts_ms
+        self.committed[g, p] = offset
+
+    def commit_many(self, rows: list[Any]) -> set[str]:
+        """Apply a batch of ``[group, partition, offset, ts_ms]`` rows: see
+        ``commit_columns``. Returns the groups touched."""
+        if not rows:
+            return set()
+        names, parts, offsets, times = zip(*rows, strict=True)  # columns
+        groups = list(dict.fromkeys(names))
+        index = {n: i for i, n in enumerate(groups)}
+        return self.commit_columns(groups, [index[n] for n in names], parts, offsets, times)
+
+    def commit_columns(
+        self,
+        groups: list[str],
+        group: Any,
+        partition: Any,
+        offset: Any,
+        commit_ts_ms: Any,
+    ) -> set[str]:
+        """Apply a batch of commits given as columns (``group`` indexes ``groups``) as
+        array work: exactly what ``commit`` does one at a time, for a batch with one commit
+        per group-partition (the commits source coalesces to that); other batches go one
+        at a time. Returns the groups touched."""
+        gi = np.asarray(group, np.int64)
+        p = np.asarray(partition, np.int64)
+        if not len(p):
+            return set()
+        limit = self.partition_limit()
+        ok = (p >= 0) & (p < limit)
+        off, ts = np.asarray(offset, np.int64), np.asarray(commit_ts_ms, np.int64)
+        if not ok.all():
+            self.rejected_commits += int(len(p) - ok.sum())
+            gi, p, off, ts = gi[ok], p[ok], off[ok], ts[ok]
+            if not len(p):
+                return set()
+        _, first = np.unique(gi, return_index=True)
+        used = gi[np.sort(first)].tolist()  # new groups take rows in the order commits name them
+        touched = {groups[i] for i in used}
+        rows = np.zeros(len(groups), np.int64)
+        rows[used] = self.add_groups([groups[i] for i in used])
+        g = rows[gi]
+        self._widen(int(p.max()) + 1)
+        if len(np.unique(g * self._width + p)) < len(p):
+            for i, partition_, offset_, ts_ in zip(
+                gi.tolist(), p.tolist(), off.tolist(), ts.tolist(), strict=True
+            ):
+                self.commit(groups[i], partition_, offset_, ts_)
+            return touched
+        fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
+        if not fresh.all():
+            g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
+        prev = self.committed[g, p]
+        rewind = (prev >= 0) & (off < prev)
+        advance = off > prev
+        last_progress = self.progress_ms[g, p]
+        learn = advance & (prev >= 0) & (last_progress > 0)
+        if learn.any():
+            gl, pl = g[learn], p[learn]
+            dt_s = (ts[learn] - last_progress[learn]) / 1000.0
+            old = self.interval_s[gl, pl]
+            a = self.cfg.interval_alpha
+            self.interval_s[gl, pl] = np.where(np.isnan(old), dt_s, (1 - a) * old + a * dt_s)
+        if rewind.any():
+            self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
+        moved = rewind | advance
+        self.progress_ms[g[moved], p[moved]] = ts[moved]
+        if self._win.rows:
+            last = int(self._win.times[-1])
+            for i in np.nonzero(advance & (ts <= last))[0].tolist():  # late: see commit()
+                self._win.correct(int(g[i]), int(p[i]), int(off[i]), int(ts[i]))
+        self.commit_ms[g, p] = ts
+        self.committed[g, p] = off
+        return touched
+
+    def forget(self, group: str, partition: int) -> None:
+        """The offset was deleted (tombstone): stop modelling this partition, and the group
+        once it has no partition left."""
+        g = self._index.get(group)
+        if g is None:
+            return
+        if partition < self._width:
+            self.committed[g, partition] = -1
+            self.interval_s[g, partition] = np.nan
+            self.rewind_ms[g, partition] = 0
+            self.read_offset[g, partition] = -1
+        self.progress.forget(group, partition)
+        if not (self.committed[g] >= 0).any():
+            self._drop_group(g)
+
+    def position_state(self, group: str) -> dict[str, Any]:
+        """What a commit changes for one group: small, written on every commit batch."""
+        g = self._index[group]
+        return {"width": self._width, **{k: _enc(getattr(self, k)[g]) for k in POSITION}}
+
+    def load_position_state(self, group: str, d: dict[str, Any]) -> None:
+        width = int(d["width"])
+        self._widen(width)
+        g = self._group(group)
+        for k in POSITION:
+            if k in d:  # (read_offset and read_ms are absent from older states)
+                getattr(self, k)[g, :width] = _dec(d[k])[:width]
