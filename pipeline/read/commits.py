@@ -30,7 +30,6 @@ would feed our consumption back into our lag model.
 from __future__ import annotations
 
 import logging
-import queue
 import time
 import uuid
 from collections import Counter
@@ -44,12 +43,12 @@ from pipeline.model.group_health import GroupHealth, HealthConfig
 from pipeline.procs import die_with_parent
 from pipeline.read.coalesce import Coalescer
 from pipeline.read.membership_scan import MembershipScan
-from pipeline.read.offsets import Skipped, decode_record, is_own_group
+from pipeline.read.poll import apply_scans, read_poll
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
 from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource
-from schemas import OffsetCommit, OffsetDeleted, topics
+from schemas import topics
 from schemas.cli import CLIENT_LOG, watch_client_logs
 
 log = logging.getLogger(__name__)
@@ -210,69 +209,6 @@ class CommitsSource(Source):
 
     def _read_through(self, ms: int) -> None:
         self._read_through_ms = max(self._read_through_ms, ms)
-
-    def _read(
-        self,
-        msgs: list[Any],
-        buffer: Coalescer,
-        health: GroupHealth | None,
-        scans: list[MembershipScan],
-        now_ms: int,
-    ) -> bool:
-        """One poll's records into the buffer (and group health); True when it read
-        progress reports (forwarded at once). Plain commits take the fast path
-        (``Coalescer.take_many``); everything else is decoded the careful way, in order: the
-        fast commits of tracked groups reach group health before the next record that does.
-        While a start-up membership scan runs, every record goes the careful way (group
-        health orders them against the scan by offset)."""
-        stats = self.stats
-        offsets_topic = self.offsets_topic
-        reports = False
-        i, n = 0, len(msgs)
-        while i < n:
-            if not scans:
-                i = buffer.take_many(msgs, i, now_ms)
-                if i == n:
-                    break
-            msg = msgs[i]
-            i += 1
-            if msg.error():
-                stats["read_errors"] += 1
-                continue
-            if msg.topic() != offsets_topic:
-                try:
-                    rows = buffer.add_progress(orjson.loads(msg.value() or b""), now_ms)
-                    stats["progress"] += rows
-                    reports = reports or rows > 0
-                except (AttributeError, KeyError, TypeError, ValueError):  # JSON too
-                    stats["progress_malformed"] += 1
-                continue
-            record = decode_record(msg.key(), msg.value())
-            if isinstance(record, Skipped):
-                kind = f"{record.reason}|{record.record_type}|{record.version}"
-                stats[f"skipped|{kind}"] += 1
-                continue
-            commit = isinstance(record, OffsetCommit | OffsetDeleted)
-            if is_own_group(record.group, self.own_prefix):
-                stats["own_group"] += commit
-                continue
-            if health is not None:  # offsets order it against a start-up scan
-                _apply_tracked(health, buffer)
-                offset = msg.offset() if scans else -1
-                health.apply(record, msg.timestamp()[1], offset, msg.partition())
-            if isinstance(record, OffsetCommit | OffsetDeleted):
-                stats[record.event] += 1
-                buffer.add(record, now_ms)
-            else:  # membership: read by group health only
-                stats[getattr(record, "event", "consumer_group")] += 1
-        taken, own = buffer.take_counts()
-        if taken:
-            stats["commit"] += taken
-        if own:
-            stats["own_group"] += own
-        if health is not None:
-            _apply_tracked(health, buffer)
-        return reports
 
     def _consumer(self) -> Any:
         from confluent_kafka import Consumer
@@ -436,10 +372,19 @@ class CommitsSource(Source):
                 started_ms = int(time.time() * 1000)
                 msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
                 now_ms = int(time.time() * 1000)
-                reports = self._read(msgs, buffer, health, scans, now_ms)
+                reports = read_poll(
+                    msgs,
+                    buffer,
+                    health,
+                    scans,
+                    now_ms,
+                    self.stats,
+                    self.offsets_topic,
+                    self.own_prefix,
+                )
                 if health is not None:
                     if scans:
-                        _apply_scans(health, scans)
+                        apply_scans(health, scans)
                     self._publish_health(health, resolver, now_ms, resend)
                 if ticks is not None:  # new samples: held until the commits are read through
                     self._produce_samples(pending, time.monotonic(), flush)
@@ -472,28 +417,3 @@ class CommitsSource(Source):
             consumer.close()
             if ticks is not None:
                 ticks.stop()
-
-
-def _apply_tracked(health: GroupHealth, buffer: Coalescer) -> None:
-    """The fast path's commits of groups that group health tracks, in read order."""
-    for (topic, group, partition), offset, ts in buffer.take_tracked():
-        health.commit(group, topic, partition, offset, ts)
-
-
-def _apply_scans(health: GroupHealth, scans: list[MembershipScan], limit: int = 5000) -> None:
-    """Apply what the start-up scans read (at most ``limit`` records a loop, so commits
-    keep flowing); once every scan is done, the model stops ordering records by offset."""
-    for scan in list(scans):
-        for _ in range(limit):
-            try:
-                item = scan.out.get_nowait()
-            except queue.Empty:
-                break
-            if item is None:
-                scans.remove(scan)
-                log.info("membership scan done: %d records", scan.records)
-                break
-            partition, offset, ts_ms, record = item
-            health.apply(record, ts_ms, offset, partition)
-    if not scans:
-        health.forget_order()
