@@ -112,7 +112,16 @@ def run_phase(
         name = f"{phase}-{generation}"
         reset = "earliest" if generation == 0 else "latest"
         replicas = [
-            Pipeline(args.bootstrap, run, name, offsets_topic, i, args.profile, reset)
+            Pipeline(
+                args.bootstrap,
+                run,
+                name,
+                offsets_topic,
+                i,
+                args.profile,
+                reset,
+                cpu_cores=args.cpu_per_replica,
+            )  # fmt: skip
             for i in range(n_replicas)
         ]
         wait_modelling(replicas, 180, args.bootstrap, name, offsets_topic)
@@ -189,6 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", help="fixed one-replica steps, e.g. 10000,20000 (no ladder)")
     ap.add_argument("--profile", default="", help="cProfile the model to <PATH>.<i>.prof")
     ap.add_argument("--no-two", action="store_true", help="skip the two-replica phase")
+    ap.add_argument(
+        "--cpu-per-replica",
+        type=float,
+        default=None,
+        help="hold each replica's process tree to this many cores (cgroup v1 cpu quota): "
+        "scaling measured where the host, shared with the broker and the generator, "
+        "cannot be what gives out",
+    )
+
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
     args = ap.parse_args(argv)
@@ -257,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "load_average_at_end": load_average(),
         "window_s": args.window_s,
+        "cpu_per_replica": args.cpu_per_replica,
         "pipeline_env": {  # pipeline settings this run overrode (LAGPILOT_* in its env)
             k: v for k, v in sorted(os.environ.items()) if k.startswith("LAGPILOT_")
         },

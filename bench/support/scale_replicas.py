@@ -49,6 +49,40 @@ sys.exit(main(["--log-level", "WARNING"]))
 """
 
 
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+class CpuCap:
+    """A replica's process tree held to ``cores`` of CPU (a cgroup of the ``cpu``
+    controller: ``cpu.cfs_quota_us`` per ``cpu.cfs_period_us``). On a host whose cores
+    also run the broker and the load generator, two replicas' capacity measured against
+    one's says how the pipeline scales only if neither set of replicas can take the host:
+    each gets the same share. Children started later (the Quix source, the sampler, the
+    render process) inherit it."""
+
+    def __init__(self, name: str, cores: float) -> None:
+        if not (CGROUP_CPU / "cpu.cfs_quota_us").exists() or not os.access(CGROUP_CPU, os.W_OK):
+            raise SystemExit(
+                f"--cpu-per-replica needs a writable cgroup v1 cpu controller at {CGROUP_CPU} "
+                "(run as root on a host with it mounted), or leave the option out"
+            )
+        self.path = CGROUP_CPU / f"lagpilot-{name}"
+        self.path.mkdir(exist_ok=True)
+        period = 100_000
+        (self.path / "cpu.cfs_period_us").write_text(str(period))
+        (self.path / "cpu.cfs_quota_us").write_text(str(int(cores * period)))
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        for _ in range(50):  # the tree's last processes may still be exiting
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+                return
+            time.sleep(0.1)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,9 +104,11 @@ class Pipeline:
         i: int,
         profile: str = "",
         reset: str = "earliest",
+        cpu_cores: float | None = None,
     ) -> None:
         """``name`` names its consumer group and internal topics (not ``lagpilot*``: the
-        commits it reads are not its own); ``reset`` where a new group starts."""
+        commits it reads are not its own); ``reset`` where a new group starts;
+        ``cpu_cores``: the tree held to that much CPU (``CpuCap``)."""
         self.state = tempfile.mkdtemp(prefix=f"scale-{i}-")
         self.port = _free_port()
         self.log = Path(self.state) / "pipeline.log"
@@ -92,6 +128,7 @@ class Pipeline:
         }
         if profile:
             env["SCALE_PROFILE"] = f"{profile}.{i}.prof"
+        self.cap = CpuCap(f"{name}-r{i}", cpu_cores) if cpu_cores else None
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _RUNNER, f"{name}.watermarks", f"{name}.lag"],
@@ -100,6 +137,8 @@ class Pipeline:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        if self.cap is not None:  # before it starts its children (it is still importing)
+            self.cap.add(self.proc.pid)
 
     def scrape(self) -> Scrape:
         return scrape(self.port)
@@ -139,6 +178,8 @@ class Pipeline:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
             self.proc.wait()
+        if self.cap is not None:
+            self.cap.remove()
         shutil.rmtree(self.state, ignore_errors=True)
 
     def tail(self) -> str:
