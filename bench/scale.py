@@ -121,7 +121,7 @@ def run_phase(
                 args.profile,
                 reset,
                 cpu_cores=args.cpu_per_replica,
-            )  # fmt: skip
+            )
             for i in range(n_replicas)
         ]
         wait_modelling(replicas, 180, args.bootstrap, name, offsets_topic)
