@@ -33,7 +33,7 @@ def load_average() -> list[float]:
 
 def false_alarm_events(events: dict[str, float]) -> dict[str, float]:
     """The non-OK lag events (``event/status`` -> count): the load's groups all commit on
-    time and trail their partitions' ends by 0-1 messages, so each one is a false alarm."""
+    time and commit their partitions' acknowledged ends, so each one is a false alarm."""
     return {k: v for k, v in events.items() if v > 0 and not k.endswith("/OK")}
 
 
