@@ -55,7 +55,7 @@ Answers = dict[str, list[int]]
 
 
 def by_partition(admin: AdminClient, request: dict[Any, Any]) -> dict[tuple[str, int], int]:
-    """The sampler's AdminClient way (``HighWatermarkSource._offsets_by_partition``)."""
+    """The sampler's AdminClient way (``ListOffsetsWays.by_partition``)."""
     futures = admin.list_offsets(
         request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=10
     )

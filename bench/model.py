@@ -42,11 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.support.model_rebuilt import rebuilt_model
+from pipeline.model.config import LagConfig
+from pipeline.model.lag import TopicModel
 
-from bench.support.model_rebuilt import rebuilt_model  # noqa: E402
-from pipeline.model.config import LagConfig  # noqa: E402
-from pipeline.model.lag import TopicModel  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TICK_MS = 250
 RATE_PER_S = 160  # messages a second per partition (40 a tick)

@@ -7,24 +7,10 @@ records and the group's commits into, per group: protocol, state, generation (or
 members, the assignment (partition -> member), rebalances per minute, members joined and
 left in the window, whether its commits stalled, and a status.
 
-The status rules, in severity order (the first that holds wins):
-
-1. ``STORM``: the generation moved ``storm_rebalances`` times or more within
-   ``storm_window_s`` while no commit of the group advanced for ``stall_s``, or while a
-   partition held by a member that left in the window did not advance for ``stall_s``
-   (one poisoned partition kills each member that takes it, and the rest of the group
-   keeps committing). The member identity that left most often in the window (its
-   instance id, else client id @ host: a restarted member comes back with a new member
-   id) is named, with the stuck partitions (else the partitions it held). Evaluated at
-   the record that moves the generation, so it is published with that record's batch
-   (well inside a second).
-2. ``EMPTY``: no members.
-3. ``REBALANCING``: a KIP-848 group assigning or reconciling, or a generation moved
-   within the last ``stall_s``.
-4. ``OK``.
-
-A group's rebalance times are the records' own timestamps (the coordinator's clock), so a
-replay of an old log after a restart does not look like a storm now.
+A group's status (``STORM``, ``EMPTY``, ``REBALANCING``, ``OK``) and its ``group_health``
+event are judged from that fold by :mod:`pipeline.model.group_status`, where the rules
+are; here are the fold, the owners index (KIP-848 topic ids resolved to names) and when
+each group's event is due.
 """
 
 from __future__ import annotations
@@ -39,8 +25,9 @@ from pipeline.model.group_state import (
     Member,
     Owner,
     deleted_event,
-    group_state,
+    topic_of,
 )
+from pipeline.model.group_status import group_status, health_event
 from pipeline.model.record_order import RecordOrder
 from pipeline.read.consumer_group_records import (
     ConsumerGroupEpoch,
@@ -267,15 +254,12 @@ class GroupHealth:
             for name in m.subscribed
         }
 
-    def _topic(self, g: Group, key: str) -> str | None:
-        return self.topic_names.get(key) if g.protocol == "consumer" else key
-
     def _index_owners(self, g: Group) -> None:
         new: dict[str, dict[int, Owner]] = {}
         for m in g.members.values():
             owner = Owner(m.member_id, m.client_id, m.client_host)
             for key, parts in m.assignment.items():
-                topic = self._topic(g, key)
+                topic = topic_of(g, key, self.topic_names)
                 if topic is not None:
                     new.setdefault(topic, {}).update(dict.fromkeys(parts, owner))
         for topic in set(new) | {t for t, per in self._owners.items() if g.name in per}:
@@ -307,139 +291,16 @@ class GroupHealth:
 
     # -- status and events -----------------------------------------------------------------
 
-    def _trim(self, g: Group, now_ms: int) -> None:
-        edge = now_ms - int(self.cfg.storm_window_s * 1000)
-        while g.rebalances and g.rebalances[0] < edge:
-            g.rebalances.popleft()
-        while g.churn and g.churn[0][0] < edge:
-            g.churn.popleft()
-
-    def _stalled(self, g: Group, now_ms: int) -> bool:
-        return now_ms - g.last_progress_ms >= self.cfg.stall_s * 1000
-
-    def _stuck(self, g: Group, now_ms: int) -> dict[str, list[int]]:
-        """Partitions (topic -> partitions) held by members that left in the window, whose
-        commits did not advance for ``stall_s``: what the members keep leaving with."""
-        edge = now_ms - self.cfg.stall_s * 1000
-        out: dict[str, set[int]] = {}
-        for _, kind, _, m in g.churn:
-            if kind != "left":
-                continue
-            for key, parts in m.assignment.items():
-                topic = self._topic(g, key)
-                if topic is None:
-                    continue
-                for p in parts:
-                    if g.progress_ms.get((topic, p), g.last_progress_ms) <= edge:
-                        out.setdefault(topic, set()).add(p)
-        return {t: sorted(ps) for t, ps in sorted(out.items())}
-
     def status(self, name: str, now_ms: int) -> str:
-        """The group's status now (rules in the module docstring); "" for an unknown group."""
+        """The group's status now (:func:`pipeline.model.group_status.group_status`); "" for
+        an unknown group."""
         g = self.groups.get(name)
-        if g is None:
-            return ""
-        self._trim(g, now_ms)
-        stalled = self._stalled(g, now_ms)
-        state = group_state(g)
-        if len(g.rebalances) >= self.cfg.storm_rebalances and (stalled or self._stuck(g, now_ms)):
-            return "STORM"
-        if state == "Empty":
-            return "EMPTY"
-        recent = g.rebalances and now_ms - g.rebalances[-1] < self.cfg.stall_s * 1000
-        if state in ("Assigning", "Reconciling") or recent:
-            return "REBALANCING"
-        return "OK"
-
-    def _flapping(self, g: Group, now_ms: int) -> dict[str, Any] | None:
-        leaves: dict[str, list[Member]] = {}
-        for _, kind, identity, m in g.churn:
-            if kind == "left":
-                leaves.setdefault(identity, []).append(m)
-        if not leaves:
-            return None
-        identity, left = max(leaves.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        last = left[-1]
-        stuck = self._stuck(g, now_ms)
-        ids = (
-            {self._topic(g, k): k for _, _, _, m in g.churn for k in m.assignment}
-            if g.protocol == "consumer"
-            else {}
-        )
-        held = self._assignment(g, last)
-        # name the stuck partitions this member held when it last left (a poison partition
-        # kills whoever takes it); only when it held none of them, every stuck one
-        last_held = {a["topic"]: set(a["partitions"]) for a in held}
-        mine = {t: [p for p in ps if p in last_held.get(t, ())] for t, ps in stuck.items()}
-        named = {t: ps for t, ps in mine.items() if ps} or stuck
-        partitions = (
-            [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in named.items()]
-            if stuck
-            else held
-        )
-        return {
-            "identity": identity,
-            "member_id": last.member_id,
-            "client_id": last.client_id,
-            "client_host": last.client_host,
-            "instance_id": last.instance_id,
-            "leaves": len(left),
-            "partitions": partitions,
-        }
-
-    def _assignment(self, g: Group, m: Member) -> list[dict[str, Any]]:
-        out = []
-        for key, parts in sorted(m.assignment.items()):
-            topic = self._topic(g, key)
-            topic_id = key if g.protocol == "consumer" else None
-            out.append({"topic": topic, "topic_id": topic_id, "partitions": sorted(parts)})
-        return out
+        return "" if g is None else group_status(g, now_ms, self.cfg, self.topic_names)
 
     def event(self, name: str, now_ms: int) -> dict[str, Any] | None:
         """The ``group_health`` event of one group now (``schemas/group_health.v1.json``)."""
         g = self.groups.get(name)
-        if g is None:
-            return None
-        status = self.status(name, now_ms)
-        if status != g.status:
-            g.status, g.status_since_ms = status, now_ms
-        stalled = self._stalled(g, now_ms)
-        state = group_state(g)
-        window_s = self.cfg.storm_window_s
-        last = g.rebalances[-1] if g.rebalances else None
-        churn = [kind for _, kind, _, _ in g.churn]
-        return {
-            "event": "group_health",
-            "v": 1,
-            "group": g.name,
-            "observed_at_ms": now_ms,
-            "protocol": g.protocol,
-            "state": state,
-            "generation": g.generation,
-            "status": status,
-            "status_since_ms": g.status_since_ms,
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "instance_id": m.instance_id,
-                    "assignment": self._assignment(g, m),
-                }
-                for m in sorted(g.members.values(), key=lambda m: m.member_id)
-            ],
-            "window_s": window_s,
-            "rebalances_per_min": round(len(g.rebalances) * 60.0 / window_s, 3),
-            "rebalances_total": g.rebalances_total,
-            "last_rebalance_ms": last,
-            "since_last_rebalance_s": None if last is None else round((now_ms - last) / 1000, 3),
-            "joined": churn.count("joined"),
-            "left": churn.count("left"),
-            "commits_stalled": stalled,
-            "last_progress_ms": g.last_progress_ms or None,
-            "consumption_stopped": stalled and status in ("STORM", "REBALANCING"),
-            "storm": self._flapping(g, now_ms) if status == "STORM" else None,
-        }
+        return None if g is None else health_event(g, now_ms, self.cfg, self.topic_names)
 
     def due(self, now_ms: int) -> list[dict[str, Any]]:
         """The events to publish now: every group a record changed, every group whose status

@@ -1,12 +1,14 @@
 """Group health's plain data and pure rules: its settings, a group's members and
 rebalance history, the coordinator state they imply, and the event of a deleted group.
 
-``pipeline.model.group_health`` folds the coordinator's records into these and judges them.
+``pipeline.model.group_health`` folds the coordinator's records into these;
+``pipeline.model.group_status`` judges them.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -89,6 +91,12 @@ def group_state(g: Group) -> str:
         if any(m.member_epoch < g.target_epoch for m in g.members.values()):
             return "Reconciling"
     return "Stable"
+
+
+def topic_of(g: Group, key: str, topic_names: Mapping[str, str]) -> str | None:
+    """The topic an assignment key names: a classic group's key is the topic, a KIP-848
+    group's the topic id (None while its name is not known)."""
+    return topic_names.get(key) if g.protocol == "consumer" else key
 
 
 def deleted_event(name: str, kip848: bool, now_ms: int, window_s: float) -> dict[str, Any]:

@@ -12,24 +12,26 @@ partitions at 250 ms).
 Split the house way: the pure core (topic selection, building ``Watermarks`` from a
 ListOffsets result, the tick schedule, backoff, error kinds) is ``pipeline.read.sampling``,
 unit-tested without a broker; ``HighWatermarkSource`` here is the thin edge that talks to
-the cluster and produces; the ``lagpilot sample`` command is ``pipeline.read.sample_cli``.
+the cluster and produces: its tick loop, metadata refresh and messages, with the two ways
+it asks for offsets (and the fallback between them) in ``pipeline.read.list_offsets_ways``;
+the ``lagpilot sample`` command is ``pipeline.read.sample_cli``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from quixstreams.sources import Source
 
 from pipeline.procs import die_with_parent
 from pipeline.read.list_offsets import BrokerListOffsets, kafka_python_config
+from pipeline.read.list_offsets_ways import ListOffsetsWays
 from pipeline.read.sampling import (
     NS_PER_MS,
     STATS_HEADER,
@@ -57,10 +59,6 @@ from schemas.runtime.kafka import kafka_python_unsupported
 
 logger = logging.getLogger(__name__)
 
-#: Ticks the sampler asks per partition (AdminClient) after kafka-python could not connect,
-#: doubled after each failure in a row up to the cap.
-BY_BROKER_PAUSE_TICKS = 20
-BY_BROKER_PAUSE_MAX_TICKS = 2400
 #: The shortest time between two metadata refreshes that partitions' errors ask for: a
 #: deleted topic asks once, but a partition left without a leader asks every tick.
 TOPOLOGY_REFRESH_MIN_MS = 1000
@@ -134,11 +132,8 @@ class HighWatermarkSource(Source):
         self._selector: TopicSelector | None = None
         self._watched: dict[str, tuple[int, ...]] = {}
         self._vanished_since_ms: dict[str, int] = {}  # kept topics a snapshot left out
-        self._request: dict[TopicPartition, OffsetSpec] = {}  # the AdminClient's way
         self.list_offsets_per_broker = list_offsets_per_broker
-        self._by_broker: BrokerListOffsets | None = None
-        self._by_broker_resume_tick = 0
-        self._by_broker_pause_ticks = BY_BROKER_PAUSE_TICKS
+        self._ways: ListOffsetsWays | None = None  # per broker, else the AdminClient
         self._refresh_now = True
         self._topology_moved = False  # a partition's error said so: re-read metadata soon
         # Set by the process that runs this sampler when several replicas share the work:
@@ -169,10 +164,11 @@ class HighWatermarkSource(Source):
                 "fix or remove that key (librdkafka property names, e.g. 'sasl.mechanism')"
             ) from None
         config = kafka_python_config(self.broker_config)
+        by_broker = None
         if self.list_offsets_per_broker and config is not None:
             # a tick waits a sample interval for every leader (a slow one's partitions are
             # -1); while none has answered, up to the request timeout
-            self._by_broker = BrokerListOffsets(
+            by_broker = BrokerListOffsets(
                 config, self.request_timeout_ms, wait_ms=self.sample_interval_ms
             )
         elif self.list_offsets_per_broker:
@@ -181,6 +177,14 @@ class HighWatermarkSource(Source):
                 "equivalent of %s in broker_config",
                 kafka_python_unsupported(self.broker_config),
             )
+        self._ways = ListOffsetsWays(
+            self._admin,
+            by_broker,
+            self.request_timeout_ms,
+            self._stats,
+            fail=self._fail,
+            log_limited=self._log_limited,
+        )
 
     def stats(self) -> dict[str, Any]:
         """The counters (see ``SamplerStats``): samples, errors by kind, durations."""
@@ -233,8 +237,8 @@ class HighWatermarkSource(Source):
             if after >= next_stats_log:
                 logger.info("watermark sampler stats %s", orjson.dumps(self.stats()).decode())
                 next_stats_log = after + self.stats_log_interval_ms * NS_PER_MS
-        if self._by_broker is not None:
-            self._by_broker.close()
+        if self._ways is not None:
+            self._ways.close()
 
     def run_alone(self, emit: Callable[[Tick], None]) -> None:
         """Sample outside Quix (no producer: each tick goes to ``emit``) until ``stop()``."""
@@ -274,18 +278,11 @@ class HighWatermarkSource(Source):
         return True
 
     def _set_watched(self, watched: dict[str, tuple[int, ...]]) -> None:
-        if {t: len(v) for t, v in watched.items()} != {t: len(v) for t, v in self._watched.items()}:
-            spec = OffsetSpec.latest()
-            self._request = {
-                TopicPartition(t, p): spec
-                for t, leaders in watched.items()
-                for p in range(len(leaders))
-            }
-        if self._by_broker is not None and watched != self._watched:
-            self._by_broker.set_partitions(watched)  # a request per leader: leaders count
+        assert self._ways is not None
+        self._ways.watch(watched, self._watched)
         self._watched = watched
         self._stats.topics = len(watched)
-        self._stats.partitions = len(self._request)
+        self._stats.partitions = self._ways.partitions
 
     def _drop_gone(self, hwms: Mapping[str, list[int]]) -> None:
         """A topic kept though metadata left it out (``keep_vanished``) goes at once when
@@ -303,19 +300,20 @@ class HighWatermarkSource(Source):
         Returns False when no partition answered (the caller backs off); partitions that
         failed alone are -1 in their topic's message and counted.
         """
-        assert self._admin is not None
+        ways = self._ways
+        assert ways is not None
         stats = self._stats
         stats.ticks += 1
-        if not self._request:
+        if not ways.partitions:
             return True
-        fast = self._per_broker()
+        fast = ways.per_broker()
         started_wall, started = time.time_ns(), time.perf_counter_ns()
         if fast is not None:
             answer = fast.latest()
             hwms, failed, answered = answer.hwms, answer.failed, answer.answered
             first_exc = answer.first_error
         else:
-            by_partition = self._offsets_by_partition()
+            by_partition = ways.by_partition()
             if by_partition is None:
                 return False
             offsets, failed, first_exc = by_partition
@@ -366,76 +364,6 @@ class HighWatermarkSource(Source):
                 stats.messages += 1
         stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
         return True
-
-    def _per_broker(self) -> BrokerListOffsets | None:
-        """The per-broker way (``pipeline.read.list_offsets``), connected; None when it is
-        off, or kafka-python cannot connect (the AdminClient's way serves: for a while
-        after a failure that waiting may fix, for good after one it cannot)."""
-        fast = self._by_broker
-        if fast is None or self._stats.ticks < self._by_broker_resume_tick:
-            return None
-        try:
-            if not fast.connect():  # the bootstrap goes on at the next tick
-                return None
-        except Exception as exc:  # kafka-python raises several kinds: all mean "not here"
-            self._stats.count_error("list_offsets_by_broker", error_kind(exc))
-            if not is_retriable(exc):
-                fast.close()
-                self._by_broker = None
-                logger.warning(
-                    "kafka-python cannot connect with broker_config (%s: %s): the sampler "
-                    "asks per partition (AdminClient, 4x the CPU) from now on; fix the "
-                    "security settings, or set LAGPILOT_LIST_OFFSETS_PER_BROKER=false to "
-                    "ask that way from the start",
-                    error_kind(exc),
-                    exc,
-                )
-                return None
-            pause = self._by_broker_pause_ticks
-            self._by_broker_resume_tick = self._stats.ticks + pause
-            self._by_broker_pause_ticks = min(2 * pause, BY_BROKER_PAUSE_MAX_TICKS)
-            self._log_limited(
-                "list_offsets_by_broker",
-                logging.WARNING,
-                "kafka-python could not connect (%s: %s); the next %d ticks ask per "
-                "partition (AdminClient)",
-                error_kind(exc),
-                exc,
-                pause,
-            )
-            return None
-        self._by_broker_pause_ticks = BY_BROKER_PAUSE_TICKS
-        return fast
-
-    def _offsets_by_partition(
-        self,
-    ) -> tuple[dict[tuple[str, int], int], dict[str, int], BaseException | None] | None:
-        """``AdminClient.list_offsets``: the offsets that answered, the failures by kind and
-        the first failure; None when the call itself failed (counted and logged)."""
-        assert self._admin is not None
-        timeout_s = self.request_timeout_ms / 1000
-        try:
-            futures = self._admin.list_offsets(
-                self._request,
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,  # the high watermark, not LSO
-                request_timeout=timeout_s,
-            )
-        except (KafkaException, ValueError, TypeError) as exc:
-            self._fail("list_offsets", exc, "retrying with backoff")
-            return None
-        concurrent.futures.wait(futures.values(), timeout=timeout_s + 1.0)
-        offsets: dict[tuple[str, int], int] = {}
-        failed: dict[str, int] = {}
-        first_exc: BaseException | None = None
-        for tp, fut in futures.items():
-            err = fut.exception(timeout=0) if fut.done() else TimeoutError()
-            if err is None:
-                offsets[(tp.topic, tp.partition)] = fut.result().offset
-            else:
-                kind = error_kind(err)
-                failed[kind] = failed.get(kind, 0) + 1
-                first_exc = first_exc or err
-        return offsets, failed, first_exc
 
     def _fail(self, where: str, exc: BaseException, then: str) -> None:
         kind = error_kind(exc)

@@ -6,13 +6,17 @@ from typing import Any
 
 
 class MemoryState:
-    """``get``/``set`` of one key's state, as ``State`` offers them to ``apply(stateful=True)``."""
+    """``get``/``set``/``delete`` of one key's state, as ``State`` offers them to
+    ``apply(stateful=True)``; ``data`` is what the store holds (copy it: a 'restart')."""
 
     def __init__(self) -> None:
-        self.d: dict[str, Any] = {}
+        self.data: dict[str, Any] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self.d.get(key, default)
+        return self.data.get(key, default)
 
     def set(self, key: str, value: Any) -> None:
-        self.d[key] = value
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)

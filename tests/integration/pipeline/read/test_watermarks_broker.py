@@ -385,8 +385,9 @@ def test_where_kafka_python_cannot_connect_the_admin_client_samples(
         request_timeout_ms=300,
     )
     source.setup()
-    assert source._by_broker is not None, "the per-broker way is the default"
-    source._by_broker = BrokerListOffsets({"bootstrap_servers": "127.0.0.1:1"}, 300, 100)
+    ways = source._ways
+    assert ways is not None and ways.by_broker is not None, "the per-broker way is the default"
+    ways.by_broker = BrokerListOffsets({"bootstrap_servers": "127.0.0.1:1"}, 300, 100)
     source.setup = lambda: None  # type: ignore[method-assign]  # keep the client set above
     thread = _run_in_thread(source)
     try:

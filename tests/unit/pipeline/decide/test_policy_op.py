@@ -110,4 +110,4 @@ def test_what_is_not_the_policys_passes_by() -> None:
     op, store = PolicyOperator(config_from_mapping(HOT), KEY), MemoryState()
     for value in (b"raw", None, {"event": "partition_lag"}, {"no": "event"}):
         assert op(value, "policy", T0, None, store) == []
-    assert store.d == {}  # nothing decided, nothing written
+    assert store.data == {}  # nothing decided, nothing written

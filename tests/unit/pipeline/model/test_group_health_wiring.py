@@ -12,7 +12,8 @@ from pipeline.model.group_health import GroupHealth
 from pipeline.model.model_op import LagOperator, lag_key
 from pipeline.status import render
 from schemas import GroupMember, GroupMetadata, GroupRemoved, TopicAssignment, validate
-from tests.unit.pipeline.model.test_model_op import T0, TICK_MS, State, commits, sample
+from tests.support.state import MemoryState
+from tests.unit.pipeline.model.test_model_op import T0, TICK_MS, commits, sample
 
 
 def _health_events() -> tuple[GroupHealth, list[dict[str, Any]]]:
@@ -26,7 +27,7 @@ def test_operator_publishes_group_health_and_puts_owners_on_partition_lag() -> N
     h, events = _health_events()
     seen: list[dict[str, Any]] = []
     op = LagOperator(LagConfig(window_s=5), snapshot_interval_ms=500, on_group_health=seen.append)
-    state = State()
+    state = MemoryState()
     (ev,) = events
     assert op(ev, "group_health|g0", T0, None, state) == [ev] and seen == [ev]
     assert lag_key(ev) == "g0"

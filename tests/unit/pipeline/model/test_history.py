@@ -19,6 +19,7 @@ from pipeline.model.config import LagConfig
 from pipeline.model.history import (
     EXTRAPOLATED,
     INTERPOLATED,
+    SOURCE_NAMES,
     HistoryBound,
     compact,
     time_lag_s,
@@ -163,3 +164,13 @@ def test_rows_beyond_the_horizon_go_but_one_floor_row_stays() -> None:
     hw = np.arange(len(t), dtype=np.int64)[:, None]
     keep = compact(t, hw, int(t[-1]), bound)
     assert t[keep][0] < t[-1] - 100_000 <= t[keep][1]
+
+
+def test_time_lag_beyond_the_table_is_extrapolated_not_nan():
+    t = np.array([10_000, 11_000], np.int64)
+    hw = np.array([[1_000], [2_000]], np.int64)
+    tl, how = time_lag_s(t, hw, np.array([0], np.int64), now_ms=11_000)
+    assert SOURCE_NAMES[how[0]] == "extrapolated"
+    # 1000 msgs/s: offset 0 was written ~1 s before the first row
+    assert tl[0] == pytest.approx(2.0, abs=0.01)
+    assert not np.isnan(time_lag_s(t, hw, np.array([5_000], np.int64), 11_000)[0]).any()

@@ -9,25 +9,10 @@ from typing import Any
 from pipeline.model.config import LagConfig
 from pipeline.model.model_op import LagOperator
 from schemas import validate
+from tests.support.state import MemoryState
 
 TICK_MS = 250
 T0 = 1_800_000_000_000
-
-
-class State:
-    """The subset of Quix's State the operator uses, over a dict (survives a 'restart')."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.data.get(key, default)
-
-    def set(self, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    def delete(self, key: str) -> None:
-        self.data.pop(key, None)
 
 
 def sample(t: int, hw: list[int]) -> dict[str, Any]:
@@ -52,7 +37,7 @@ def commits(rows: list[tuple[str, int, int, int]], v: int = 2) -> dict[str, Any]
     }
 
 
-def run(op: LagOperator, state: State, ticks: range, groups: int, partitions: int,
+def run(op: LagOperator, state: MemoryState, ticks: range, groups: int, partitions: int,
         stalled: frozenset[str] = frozenset()) -> list[list[dict[str, Any]]]:  # fmt: skip
     """Groups that keep up (commit every 500 ms) except ``stalled`` (stop committing at
     tick 40): the events of each tick."""
@@ -74,7 +59,7 @@ def run(op: LagOperator, state: State, ticks: range, groups: int, partitions: in
 
 def test_ok_groups_publish_a_summary_each_second_and_each_partition_each_interval():
     op = LagOperator(LagConfig(), snapshot_interval_ms=5_000, ok_summary_interval_ms=1_000)
-    ticks = run(op, State(), range(1, 121), groups=6, partitions=8)  # 30 s
+    ticks = run(op, MemoryState(), range(1, 121), groups=6, partitions=8)  # 30 s
     steady = [e for tick in ticks[40:] for e in tick]  # the last 20 s
     kinds = Counter(e["event"] for e in steady)
     assert kinds["group_lag"] == 6 * 20  # one a second per group
@@ -93,7 +78,7 @@ def test_ok_groups_publish_a_summary_each_second_and_each_partition_each_interva
 
 def test_a_stalled_group_is_published_at_once_then_each_alert_interval():
     op = LagOperator(LagConfig(), snapshot_interval_ms=30_000, alert_interval_ms=1_000)
-    ticks = run(op, State(), range(1, 101), groups=3, partitions=4, stalled=frozenset({"g1"}))
+    ticks = run(op, MemoryState(), range(1, 101), groups=3, partitions=4, stalled=frozenset({"g1"}))
     # g1's partitions turn non-OK soon after tick 40 and are published on the change
     changed = next(
         i
@@ -113,13 +98,13 @@ def test_a_stalled_group_is_published_at_once_then_each_alert_interval():
 
 
 def test_a_restarted_operator_publishes_what_the_running_one_would():
-    state = State()
+    state = MemoryState()
     first = LagOperator(
         LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0, window_persist_interval_ms=0
     )
     run(first, state, range(1, 61), groups=2, partitions=3, stalled=frozenset({"g0"}))
     assert {"hw", "win", "groups", "c:g0", "c:g1", "gen"} <= set(state.data)
-    copy = State()
+    copy = MemoryState()
     copy.data = dict(state.data)
     again = LagOperator(
         LagConfig(), snapshot_interval_ms=1_000, persist_interval_ms=0, window_persist_interval_ms=0
@@ -144,7 +129,7 @@ def test_commits_as_rows_v1_and_as_columns_v2_model_the_same() -> None:
     outs = []
     for v in (1, 2):
         op = LagOperator(LagConfig(), on_commits=counted[v - 1].append)
-        state = State()
+        state = MemoryState()
         events = []
         for i in range(1, 40):
             t = T0 + i * TICK_MS
@@ -161,7 +146,7 @@ def test_topics_another_deployment_samples_are_not_modelled() -> None:
     from pipeline.read.sampling import make_selector
 
     op = LagOperator(LagConfig(), watches=make_selector("mine\\..*").watches)
-    state = State()
+    state = MemoryState()
     for name in ("mine.orders", "theirs.orders"):
         for i in range(8):
             t = T0 + i * TICK_MS
@@ -177,7 +162,7 @@ def test_a_stalled_workers_report_is_published_as_it_lands_and_not_repeated() ->
     """A report that shows a stalled worker is judged on arrival (not at the next sample):
     one partition_lag event naming the worker, which the next sample does not repeat.
     Healthy reports are not judged between samples at all."""
-    op, state = LagOperator(LagConfig(), alert_interval_ms=60_000), State()
+    op, state = LagOperator(LagConfig(), alert_interval_ms=60_000), MemoryState()
     stall_ms = T0 + 40 * TICK_MS + 30  # between two samples
 
     def produced(t: int) -> int:
@@ -228,7 +213,7 @@ def test_the_rate_window_is_written_at_its_own_slower_interval() -> None:
     """The HWM history goes to the store every persist interval, the (large) rate window
     every window persist interval."""
 
-    class Counting(State):
+    class Counting(MemoryState):
         def __init__(self) -> None:
             super().__init__()
             self.writes: dict[str, list[int]] = {}
@@ -261,7 +246,7 @@ def test_periodic_events_of_healthy_groups_are_bounded_however_large_the_estate(
     assert stretched_ms(1_000, 5_000, 0) == 1_000  # 0: no bound
 
     def events_per_s(op: LagOperator, stalled: frozenset[str] = frozenset()) -> Counter:
-        out = run(op, State(), range(1, 81), groups=8, partitions=4, stalled=stalled)
+        out = run(op, MemoryState(), range(1, 81), groups=8, partitions=4, stalled=stalled)
         seen = Counter((e["event"], e["status"]) for tick in out[60:] for e in tick)
         return Counter({k: v / 5 for k, v in seen.items()})  # ticks 60..80: 5 s
 
