@@ -8,10 +8,10 @@ steady. Everything is real:
 - a **generator** process writes ``OffsetCommit`` records (key type 1, value v3: the bytes
   Kafka writes) into this run's own offsets topic (50 partitions, compacted, a group's
   records in one partition, like ``__consumer_offsets``) at a scheduled rate, with offsets
-  that advance below each partition's high watermark: it also produces a trickle (1
-  message/s) into each of the partitions, so the high watermarks move;
+  that reach each partition's acknowledged end: it also produces a trickle (a message
+  every 2 s) into each of the partitions, so the high watermarks move;
 - the **pipeline** is ``python -m pipeline`` (policy off) reading that topic as its
-  ``LAGPILOT_OFFSETS_TOPIC``, with its watermark sampler on the 1,000 partitions. Its
+  ``LAGPILOT_OFFSETS_TOPIC``, with its watermark sampler on the 2,500 partitions. Its
   internal topics get run-unique names (the runner sets ``schemas.topics.WATERMARKS`` and
   ``LAG`` before start), so the benchmark neither reads nor floods the shared
   ``lagpilot.*`` topics that other pipelines on the same broker use.
