@@ -24,6 +24,7 @@ import orjson
 from quixstreams import Application
 from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
+from quixstreams.state.rocksdb import RocksDBOptions
 
 from pipeline.metrics import PipelineMetrics
 from pipeline.model.events import TopicObservation
@@ -36,6 +37,17 @@ from pipeline.read.sampling import make_selector
 from pipeline.read.watermarks import HighWatermarkSource
 from pipeline.settings import Settings
 from schemas import topics, tracing
+
+
+#: The state store's memory. Quix's defaults (64 MB memtables, up to 3, per store partition:
+#: 16 of them here; a 1 GiB block cache) are sized for large state; the model's is a few
+#: MB (positions, the HWM history, windows written every few seconds), and with those
+#: defaults the memtables alone would grow a replica by up to 3 GB before they flush.
+STATE_OPTIONS = RocksDBOptions(
+    write_buffer_size=4 * 1024 * 1024,
+    max_write_buffer_number=2,
+    block_cache_size=64 * 1024 * 1024,
+)
 
 
 def policy_topic_name(consumer_group: str) -> str:
@@ -146,6 +158,7 @@ def build_app(
         loglevel="WARNING",
         on_consumer_error=_skip_and_count(metrics, "read"),
         on_processing_error=_skip_and_count(metrics, "process"),
+        rocksdb_options=STATE_OPTIONS,
         **(app_kwargs or {}),
     )
     rf = settings.replication_factor
