@@ -123,7 +123,7 @@ class CommitState(abc.ABC):
         """Apply a batch of commits given as columns (``group`` indexes ``groups``) as
         array work: exactly what ``commit`` does one at a time, for a batch with one commit
         per group-partition (the commits source coalesces to that); other batches go one
-        at a time. Returns the groups touched."""
+        at a time. Returns the groups whose positions it changed."""
         gi = np.asarray(group, np.int64)
         p = np.asarray(partition, np.int64)
         if not len(p):
@@ -149,10 +149,13 @@ class CommitState(abc.ABC):
             ):
                 self.commit(groups[i], partition_, offset_, ts_)
             return touched
-        fresh = ts >= self.commit_ms[g, p]  # replays (older than what is known) change nothing
+        # replays (older than what is known) and repeats (the source re-sends what it knows
+        # every minute) change nothing: the groups of neither are touched
+        known_ms, prev = self.commit_ms[g, p], self.committed[g, p]
+        fresh = (ts > known_ms) | ((ts == known_ms) & (off != prev))
         if not fresh.all():
-            g, p, off, ts = g[fresh], p[fresh], off[fresh], ts[fresh]
-        prev = self.committed[g, p]
+            touched = {groups[i] for i in np.unique(gi[fresh]).tolist()}
+            g, p, off, ts, prev = g[fresh], p[fresh], off[fresh], ts[fresh], prev[fresh]
         rewind = (prev >= 0) & (off < prev)
         advance = off > prev
         last_progress = self.progress_ms[g, p]
