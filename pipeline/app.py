@@ -38,7 +38,6 @@ from pipeline.read.watermarks import HighWatermarkSource
 from pipeline.settings import Settings
 from schemas import topics, tracing
 
-
 #: The state store's memory. Quix's defaults (64 MB memtables, up to 3, per store partition:
 #: 16 of them here; a 1 GiB block cache) are sized for large state; the model's is a few
 #: MB (positions, the HWM history, windows written every few seconds), and with those

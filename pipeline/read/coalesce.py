@@ -76,11 +76,12 @@ class Coalescer:
         """The fast path's commits of tracked groups since the last call, in read order."""
         return self.table.take_tracked()
 
-    def resend_known(self, now_ms: int) -> None:
-        """Queue every known commit again. The model ignores what it already has, and
-        learns what it missed: a new pipeline whose model joined after the first batches,
-        or a state store restored from an old changelog."""
-        self._added(self.table.resend_known(), now_ms)
+    def resend_known(self, now_ms: int, share: float = 1.0) -> None:
+        """Queue known commits again (all, or the next ``share``: ``CommitTable``). The
+        model ignores what it already has, and learns what it missed: a new pipeline
+        whose model joined after the first batches, or a state store restored from an
+        old changelog."""
+        self._added(self.table.resend_known(share), now_ms)
 
     def add(self, record: OffsetCommit | OffsetDeleted, now_ms: int) -> None:
         """A commit or a deletion decoded the careful way."""

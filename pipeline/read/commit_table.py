@@ -16,6 +16,7 @@ per topic. Anything the fast path does not take is decoded the careful way
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -139,6 +140,7 @@ class CommitTable:
         self._values: list[bytes] = []
         self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._compact_at = MAX_SLOTS
+        self._resend_at = 0  # the next slot a partial re-send starts at
         self.taken = 0  # commits taken by the fast path, since ``take_counts``
         self.own = 0  # own groups' commits dropped, since ``take_counts``
         #: names of the groups whose commits are handed on (group health's ``groups``)
@@ -269,17 +271,25 @@ class CommitTable:
             (np.array([slot], np.int64), np.array([offset], np.int64), np.array([ts_ms], np.int64))
         )  # (not handed on: the caller gave the record to group health itself)
 
-    def resend_known(self) -> int:
-        """Queue every live known commit again; returns how many."""
+    def resend_known(self, share: float = 1.0) -> int:
+        """Queue live known commits again: all of them, or the next ``share`` of the
+        group-partitions (a cursor goes round them, so calls with ``share`` 1/60 once a
+        second re-send each one every minute, evenly); returns how many."""
         self._materialize()
         n = len(self._key_of)
         cols = self._cols
-        live = np.flatnonzero(cols.known_offset[:n] >= 0)
         pending = self._pending_columns()
         if pending is not None:  # the pending ones first become known
             self._fold_known(*_last_of_each(*pending))
-            live = np.flatnonzero(cols.known_offset[:n] >= 0)
             self._chunks = [pending]
+        if share >= 1.0 or not n:
+            live = np.flatnonzero(cols.known_offset[:n] >= 0)
+        else:
+            k = min(n, max(1, math.ceil(n * share)))
+            at = self._resend_at % n
+            self._resend_at = at + k
+            slots = (at + np.arange(k)) % n
+            live = slots[cols.known_offset[slots] >= 0]
         if len(live):
             self._chunks.append((live, cols.known_offset[live], cols.known_ts[live]))
         return len(live)

@@ -362,13 +362,22 @@ class CommitsSource(Source):
         consumer.subscribe(subscribed, on_assign=on_assign, on_revoke=on_revoke)
         if health is not None:
             buffer.tracked = health.groups  # their commits, taken fast, reach group health too
-        next_resend = time.monotonic() + self.resend_first_s
+        # every known commit re-sent once resend_first_s after start, then a slice each
+        # second so that each goes again every resend_every_s (evenly: a quarter of a million
+        # at once was a burst the model took a third of a second for); the owners with each
+        # round
+        next_resend, full = time.monotonic() + self.resend_first_s, True
+        next_owners = next_resend
         try:
             while self.running:
-                resend = time.monotonic() >= next_resend
-                if resend:
-                    buffer.resend_known(int(time.time() * 1000))
-                    next_resend = time.monotonic() + self.resend_every_s
+                resend = False
+                if time.monotonic() >= next_resend:
+                    share = 1.0 if full else 1.0 / max(1.0, self.resend_every_s)
+                    buffer.resend_known(int(time.time() * 1000), share)
+                    full, next_resend = False, time.monotonic() + 1.0
+                    resend = time.monotonic() >= next_owners
+                    if resend:
+                        next_owners = time.monotonic() + self.resend_every_s
                 started_ms = int(time.time() * 1000)
                 msgs = consumer.consume(num_messages=5000, timeout=self.poll_timeout_s)
                 now_ms = int(time.time() * 1000)

@@ -131,3 +131,17 @@ def test_a_batch_that_fills_the_table_loses_nothing(monkeypatch: pytest.MonkeyPa
     msgs = [Record(commit_key(f"g{i}", "t", 0), _value(3, i, i)) for i in range(20)]
     assert t.take_many(msgs, 0) == 20
     assert _rows(t) == {"t": sorted((f"g{i}", 0, i, i) for i in range(20))}
+
+
+def test_a_partial_resend_goes_round_every_live_group_partition_evenly() -> None:
+    t = CommitTable()
+    t.take_many([Record(commit_key("g", "t", p), _value(3, p, 100)) for p in range(10)], 0)
+    t.add("t", "g", 3, DELETED, 0)
+    t.drain()
+    seen: list[int] = []
+    for _ in range(5):  # a fifth at a time: 2 slots a call
+        t.resend_known(share=0.2)
+        (c,) = t.drain().values()
+        assert len(c.partition) <= 2
+        seen += c.partition
+    assert sorted(seen) == [p for p in range(10) if p != 3]  # each once, not the deleted
