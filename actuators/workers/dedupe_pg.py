@@ -32,7 +32,6 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from actuators.workers.dedupe_sql import SQLMarks, now_ms
@@ -62,16 +61,22 @@ class DedupeStoreError(LagpilotError, RuntimeError):
 MAX_GROUP = 256
 
 
-@dataclass(eq=False)
 class _Call:
-    """One ``once_sql`` call queued on a writer; its thread waits for ``ended``."""
+    """One ``once_sql`` call queued on a writer; its thread waits for ``ended``.
 
-    key: str
-    fn: Callable[[Any], object]
-    ended: threading.Event = field(default_factory=threading.Event)
-    lead: bool = False  # woken to commit the next group, not with a result
-    ran: bool = False
-    error: BaseException | None = None  # raised in the call's own thread
+    ``ended`` is a bare lock, taken at the start and released once, by the leader: the
+    cheapest wake-up CPython has (an ``Event`` runs a ``Condition`` in Python on both
+    sides, and the leader wakes a whole group in a row)."""
+
+    __slots__ = ("ended", "error", "fn", "key", "lead", "ran")
+
+    def __init__(self, key: str, fn: Callable[[Any], object]) -> None:
+        self.key, self.fn = key, fn
+        self.ended = threading.Lock()
+        self.ended.acquire()
+        self.lead = False  # woken to commit the next group, not with a result
+        self.ran = False
+        self.error: BaseException | None = None  # raised in the call's own thread
 
 
 class _Writer:
@@ -181,7 +186,7 @@ class PostgresDedupeStore(SQLMarks):
             w.queue.append(call)
             lead, w.busy = not w.busy, True
         if not lead:
-            call.ended.wait()
+            call.ended.acquire()
             lead = call.lead
         if lead:
             self._lead(w)
@@ -200,11 +205,11 @@ class PostgresDedupeStore(SQLMarks):
             with w.mutex:
                 if w.queue:
                     w.queue[0].lead = True
-                    w.queue[0].ended.set()
+                    w.queue[0].ended.release()
                 else:
                     w.busy = False
             for c in calls[1:]:
-                c.ended.set()
+                c.ended.release()
 
     def _run_group(self, w: _Writer, calls: list[_Call]) -> None:
         """One transaction for ``calls``; each ends with ``ran`` or ``error``. A raising
