@@ -95,7 +95,7 @@ class PostgresDedupeStore(SQLMarks):
     ``writers``: the connections that ``once_sql``'s groups commit on (2 by default). Each
     runs its group's ``fn``s one after another, so more writers help when ``fn``'s
     statements wait on the server (slow queries, row locks) rather than on CPU; on 2 cores,
-    2 writers beat 4 by a third even with three statements per ``fn`` (fewer, larger groups:
+    2 writers beat 4 by 13-23% even with three statements per ``fn`` (fewer, larger groups:
     less time in the interpreter lock per message). ``once``'s claims use a connection per
     thread instead.
     """
