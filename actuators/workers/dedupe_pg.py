@@ -87,6 +87,7 @@ class _Writer:
         self.mutex = threading.Lock()
         self.queue: list[_Call] = []
         self.busy = False  # a leader runs a group; calls queue for the next one
+        self.running = threading.Lock()  # held while a group's transaction is open
 
 
 class PostgresDedupeStore(SQLMarks):
@@ -208,7 +209,8 @@ class PostgresDedupeStore(SQLMarks):
         with w.mutex:
             calls, w.queue = w.queue[:MAX_GROUP], w.queue[MAX_GROUP:]
         try:
-            self._run_group(w, calls)
+            with w.running:
+                self._run_group(w, calls)
         finally:
             with w.mutex:
                 if w.queue:
@@ -284,3 +286,10 @@ class PostgresDedupeStore(SQLMarks):
             with self._cond:
                 self._conns.append(w.conn)
         return w.conn
+
+    def close(self) -> None:
+        """Close the connections, each writer's once its running group has ended."""
+        for w in self._writers:
+            with w.running:
+                pass
+        super().close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,34 @@ def test_a_group_mixing_done_in_doubt_new_and_repeated_keys_runs_each_effect_onc
     assert keys == sorted([*(f"g/t/0/{i}" for i in range(6, 14)), "g/t/0/99"])
     assert store.state("g/t/0/6") == "done"
     store.close()
+
+
+def test_close_waits_for_the_running_group_to_commit(postgres_dsn: str, table: str) -> None:
+    """A worker stopping closes its store while a lane's group may still be open: the group
+    commits first (its call returns True, its effect is there), the close comes after."""
+    make_effects_table(postgres_dsn, table)
+    store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
+    started = threading.Event()
+    results: list[object] = []
+
+    def slow_write(db: Any) -> None:
+        db.execute(f"INSERT INTO {table}_fx (key, host) VALUES ('slow', 'h')")
+        started.set()
+        time.sleep(0.3)
+
+    def lane() -> None:
+        try:
+            results.append(ctx(store).once_sql(slow_write))
+        except BaseException as exc:
+            results.append(exc)
+
+    t = threading.Thread(target=lane)
+    t.start()
+    assert started.wait(10)
+    store.close()
+    t.join()
+    assert results == [True]
+    assert effects(postgres_dsn, table) == [("slow", "h")]
 
 
 def test_a_partition_moving_to_another_host_repeats_its_effect_with_per_host_sqlite_but_not_with_postgres(  # noqa: E501
