@@ -208,9 +208,9 @@ def test_a_group_mixing_done_in_doubt_new_and_repeated_keys_runs_each_effect_onc
 ) -> None:
     """16 lanes on one writer at once: keys 0-5 done before, key 6 claimed by a ``once`` that
     never finished, keys 7-13 new, and two lanes with one key (a redelivery racing its first
-    attempt). A group whose one-statement marks fail on a done key runs again with marks
-    that skip them: done keys do not run, the claim is taken over, the repeated key runs
-    once, and every new key's effect is committed when its call returns."""
+    attempt). The group's one statement of marks skips the done keys: they do not run, the
+    claim is taken over, the repeated key runs once, and every new key's effect is
+    committed when its call returns."""
     make_effects_table(postgres_dsn, table)
     store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
     for i in range(6):
