@@ -3,9 +3,10 @@
 Both keep a row per idempotency key (``key``, ``state`` claimed|done, ``owner``, ``at_ms``)
 and give ``claim``/``complete``/``release``/``take_over``/``state``/``prune`` the same
 meaning; only the connection, the transaction and ``once_sql``'s group commit differ
-(SQLite: one writer, a savepoint per call, since its cost is the fsync; PostgreSQL: 4
-writers and no savepoints, since its cost is the statements, and a group on one connection
-with a savepoint per call ran at half the rate of a transaction per call). The statements
+(SQLite: one writer, a savepoint per call, since its cost is the fsync; PostgreSQL: 2
+writers, one statement marking a whole group and no savepoints, since its cost is the
+statements, and a group on one connection with a savepoint per call ran at half the rate of
+a transaction per call). The statements
 use ``INSERT .. ON CONFLICT`` (SQLite 3.24 or newer, any supported PostgreSQL).
 
 Within one process, two lanes never hold one key at once: a second ``claim`` of a key that is

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -129,23 +130,29 @@ def test_concurrent_hosts_run_each_effect_once(postgres_dsn: str, table: str) ->
     make_effects_table(postgres_dsn, table)
     stores = [PostgresDedupeStore(postgres_dsn, table=table) for _ in range(8)]
     ran: list[str] = []
+    errors: list[BaseException] = []
 
     def host(i: int) -> None:
-        for n in range(50):
-            c = ctx(stores[i], n)
+        try:
+            for n in range(50):
+                c = ctx(stores[i], n)
 
-            def write(db: Any, key: str = c.key) -> None:
-                db.execute(f"INSERT INTO {table}_fx (key, host) VALUES (%s, %s)", (key, str(i)))
+                def write(db: Any, key: str = c.key) -> None:
+                    sql = f"INSERT INTO {table}_fx (key, host) VALUES (%s, %s)"
+                    db.execute(sql, (key, str(i)))
 
-            c.once_sql(write)
-            c2 = EffectGuard(f"once/{n}", "g", "t", 0, n, 1, stores[i])
-            c2.once(functools.partial(ran.append, c2.key), in_doubt="skip")
+                c.once_sql(write)
+                c2 = EffectGuard(f"once/{n}", "g", "t", 0, n, 1, stores[i])
+                c2.once(functools.partial(ran.append, c2.key), in_doubt="skip")
+        except BaseException as exc:  # a host that raised would leave its keys to the others
+            errors.append(exc)
 
     threads = [threading.Thread(target=host, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert errors == []
     keys = [k for k, _ in effects(postgres_dsn, table)]
     assert sorted(keys) == sorted(f"g/t/0/{n}" for n in range(50))  # each once, none lost
     assert sorted(ran) == sorted(f"once/{n}" for n in range(50))
@@ -194,6 +201,76 @@ def test_once_sql_groups_lanes_and_a_raising_fn_reruns_only_its_neighbours(
     assert store.state("g/t/0/5") is None
     assert ctx(store, 3).once_sql(lambda db: None) is False  # done stays done
     store.close()
+
+
+def test_a_group_mixing_done_in_doubt_new_and_repeated_keys_runs_each_effect_once(
+    postgres_dsn: str, table: str
+) -> None:
+    """16 lanes on one writer at once: keys 0-5 done before, key 6 claimed by a ``once`` that
+    never finished, keys 7-13 new, and two lanes with one key (a redelivery racing its first
+    attempt). The group's one statement of marks skips the done keys: they do not run, the
+    claim is taken over, the repeated key runs once, and every new key's effect is
+    committed when its call returns."""
+    make_effects_table(postgres_dsn, table)
+    store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
+    for i in range(6):
+        assert ctx(store, i).once_sql(lambda db: None) is True
+    assert store.claim("g/t/0/6") is Claim.NEW
+    store._forget("g/t/0/6")  # as after a crash: the claim stays, nobody of this process holds it
+    barrier = threading.Barrier(16)
+    results: dict[int, bool] = {}
+
+    def lane(i: int) -> None:
+        c = ctx(store, i if i < 14 else 99)
+
+        def write(db: Any) -> None:
+            db.execute(f"INSERT INTO {table}_fx (key, host) VALUES (%s, 'h')", (c.key,))
+
+        barrier.wait()
+        results[i] = c.once_sql(write)
+        with psycopg.connect(postgres_dsn) as db:  # committed: another connection sees it
+            n = db.execute(f"SELECT count(*) FROM {table}_fx WHERE key = %s", (c.key,))
+            assert n.fetchone() == ((0,) if i < 6 else (1,))
+
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {i: results[i] for i in range(14)} == {i: i >= 6 for i in range(14)}
+    assert sorted([results[14], results[15]]) == [False, True]
+    keys = sorted(k for k, _ in effects(postgres_dsn, table))
+    assert keys == sorted([*(f"g/t/0/{i}" for i in range(6, 14)), "g/t/0/99"])
+    assert store.state("g/t/0/6") == "done"
+    store.close()
+
+
+def test_close_waits_for_the_running_group_to_commit(postgres_dsn: str, table: str) -> None:
+    """A worker stopping closes its store while a lane's group may still be open: the group
+    commits first (its call returns True, its effect is there), the close comes after."""
+    make_effects_table(postgres_dsn, table)
+    store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
+    started = threading.Event()
+    results: list[object] = []
+
+    def slow_write(db: Any) -> None:
+        db.execute(f"INSERT INTO {table}_fx (key, host) VALUES ('slow', 'h')")
+        started.set()
+        time.sleep(0.3)
+
+    def lane() -> None:
+        try:
+            results.append(ctx(store).once_sql(slow_write))
+        except BaseException as exc:
+            results.append(exc)
+
+    t = threading.Thread(target=lane)
+    t.start()
+    assert started.wait(10)
+    store.close()
+    t.join()
+    assert results == [True]
+    assert effects(postgres_dsn, table) == [("slow", "h")]
 
 
 def test_a_partition_moving_to_another_host_repeats_its_effect_with_per_host_sqlite_but_not_with_postgres(  # noqa: E501
