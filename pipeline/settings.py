@@ -64,10 +64,10 @@ class Settings:
     partition_alert_interval_ms: int = 1000
     ok_summary_interval_ms: int = 1000
     # ...stretched past these rates per replica (a large estate: 5,000 group-topics get
-    # their OK summaries every 5 s; 250,000 group-partitions their snapshots every 125 s);
+    # their OK summaries every 10 s; 250,000 group-partitions their snapshots every 250 s);
     # 0: never stretched. Non-OK summaries, alerts and status changes are never held.
-    max_ok_summaries_per_s: float = 1000.0
-    max_snapshots_per_s: float = 2000.0
+    max_ok_summaries_per_s: float = 500.0
+    max_snapshots_per_s: float = 1000.0
     persist_interval_ms: int = 1000  # HWM history to the state store
     # every group-partition's rate window to the state store: a crash loses at most this
     # much of the window (thinner fits for one window after a restart); large at scale
