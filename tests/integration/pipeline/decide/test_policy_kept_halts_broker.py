@@ -12,7 +12,8 @@ from pipeline.decide.control import main as control_main
 from pipeline.decide.policy_config import config_from_mapping
 from pipeline.decide.policy_op import PolicyOperator
 from schemas.keys import DECIDE, Keyring, SigningKey, read_public_key
-from tests.unit.pipeline.decide.test_policy_op import T0, Store, summary
+from tests.support.state import MemoryState
+from tests.unit.pipeline.decide.test_policy_op import T0, summary
 
 CONFIG = {
     "mode": "act", "cooldowns": {"default_s": 2},
@@ -22,7 +23,7 @@ CONFIG = {
 
 
 def decisions(op: PolicyOperator) -> list[dict[str, Any]]:
-    store, out = Store(), []
+    store, out = MemoryState(), []
     for i in range(4):
         out += op(summary(T0 + i * 250, 40.0), "policy", T0, None, store)
     return out
