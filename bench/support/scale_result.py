@@ -15,8 +15,16 @@ CORES_PER_REPLICA = 1.0
 
 def max_held(steps: list[dict[str, Any]]) -> int:
     """The highest rate held, below every rate missed (a lucky step above a miss
-    does not count)."""
-    missed = min((s["commits_per_s"] for s in steps if not s["sustained"]), default=math.inf)
+    does not count). A step whose generator did not write its rate (the host gave out:
+    ``generator_on_rate`` false) is no miss of the pipeline's."""
+    missed = min(
+        (
+            s["commits_per_s"]
+            for s in steps
+            if not s["sustained"] and s.get("generator_on_rate", True)
+        ),
+        default=math.inf,
+    )
     held = [s["commits_per_s"] for s in steps if s["sustained"] and s["commits_per_s"] < missed]
     return max(held, default=0)
 
@@ -94,9 +102,13 @@ def estimate(
     else:
         return {"replicas_for_10k_x_100": None, "replicas_basis": None}
     needed = pipeline_replicas_needed(gp_per_core, commits, partitions, groups, commit_s)
+    host_bound = [s["commits_per_s"] for s in one + two if not s.get("generator_on_rate", True)]
     return {
         "replicas_for_10k_x_100": needed,
         "replicas_basis": basis,
+        # steps the host could not generate: the commits a replica takes in were not found
+        # (a lower bound), and by_commits with them
+        "commit_steps_the_host_could_not_generate": host_bound,
         "replicas_inputs": {
             "group_partitions_per_core": round(gp_per_core),
             "commits_per_replica": commits,

@@ -62,3 +62,18 @@ def test_estimate_from_one_replica_that_held_the_shape() -> None:
 def test_no_estimate_when_no_replica_set_held_the_shape() -> None:
     e = estimate([step(50_000, False)], [step(50_000, False)], 50_000, 250_000, 5.0)
     assert e["replicas_for_10k_x_100"] is None
+
+
+def test_a_step_the_generator_could_not_write_is_no_miss_of_the_pipeline() -> None:
+    from bench.support.scale_result import max_held
+
+    steps = [
+        {"commits_per_s": 50_000, "sustained": True, "generator_on_rate": True},
+        {"commits_per_s": 100_000, "sustained": False, "generator_on_rate": False},
+        {"commits_per_s": 75_000, "sustained": True, "generator_on_rate": True},
+    ]
+    assert max_held(steps) == 75_000
+    steps[1]["generator_on_rate"] = True  # the pipeline missed it: 75,000 above a miss? no
+    assert max_held(steps) == 75_000
+    steps[2]["sustained"] = False
+    assert max_held(steps) == 50_000
