@@ -8,6 +8,7 @@ so an unchanged position is not committed again.
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -30,14 +31,17 @@ class Committing:
     _acked: dict[TopicPart, int]
     _buffered: int | None
 
+    @abc.abstractmethod
     def _held(self, tp: TopicPart) -> bool:
-        raise NotImplementedError  # the engine's hook
+        """The engine's hook."""
 
+    @abc.abstractmethod
     def _metadata(self, tp: TopicPart) -> str:
-        raise NotImplementedError  # the engine's hook
+        """The engine's hook."""
 
+    @abc.abstractmethod
     def _count(self, name: str, n: int = 1) -> None:
-        raise NotImplementedError  # the engine's tally
+        """The engine's tally."""
 
     def _flow(self) -> None:
         """Pause partitions whose lanes are full (or held, or halted); resume when drained."""

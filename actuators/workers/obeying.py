@@ -8,6 +8,7 @@ that continues the action's trace.
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 import time
@@ -35,11 +36,13 @@ class Obeying:
     _reporter: OutcomeReporter | None
     _host: str
 
+    @abc.abstractmethod
     def _apply(self, cmd: Command) -> None:
-        raise NotImplementedError  # the engine's subclasses implement it
+        """The engine's subclasses implement it."""
 
+    @abc.abstractmethod
     def _count(self, name: str, n: int = 1) -> None:
-        raise NotImplementedError  # the engine's tally
+        """The engine's tally."""
 
     def _obey(self, cmd: Command) -> None:
         if not tracing.on():
