@@ -294,7 +294,7 @@ def test_run_says_first_in_its_own_words_that_the_broker_went(
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # stopping waits on the absent broker: not tested here
             proc.kill()
             proc.wait(timeout=10)
