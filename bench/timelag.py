@@ -38,9 +38,9 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from pipeline.model.lag import TopicModel
 ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLE_MS = 250
+PROGRESS_EVERY_S = 15.0
 BOUND = HistoryBound()  # the stated bound: max(1 s, 1% of the lag)
 
 
@@ -105,7 +106,7 @@ def scenarios(smoke: bool) -> list[Scenario]:
         Scenario("burst", 60 * k + 5, burst_rate, behind(2.0)),
         Scenario(
             "idle_10min",
-            3_600,
+            60 if smoke else 3_600,  # a cap: it ends when the truth reaches ``until_lag_s``
             lambda t: 50.0 if t < 60 * k else 0.0,
             stopped,
             until_lag_s=630.0 if not smoke else 8.0,
@@ -125,8 +126,13 @@ def run_named(bootstrap: str, name: str, topic: str, smoke: bool) -> dict[str, A
 
 
 def run_scenario(bootstrap: str, sc: Scenario, topic: str, out: dict[str, Any]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    # idempotent: a retried produce on a loaded broker must not leave a duplicate whose
+    # offsets no delivery report names (a hole in ``ts`` would stall the scripted consumer)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all", "enable.idempotence": True}
+    )
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    problems = {"delivery_errors": 0, "sample_errors": 0}
     ts: dict[int, int] = {}
     # offset -> ms from produce() (its CreateTime) to the delivery report: an upper bound on
     # how late the broker appended it. The HWM cannot pass a record before it is appended,
@@ -135,7 +141,9 @@ def run_scenario(bootstrap: str, sc: Scenario, topic: str, out: dict[str, Any]) 
     delivery_ms: dict[int, int] = {}
 
     def delivered(err: Any, msg: Any) -> None:
-        if err is None:
+        if err is not None:
+            problems["delivery_errors"] += 1
+        else:
             ts[msg.offset()] = created = msg.timestamp()[1]
             delivery_ms[msg.offset()] = max(0, int(time.time() * 1000) - created)
 
@@ -150,11 +158,20 @@ def run_scenario(bootstrap: str, sc: Scenario, topic: str, out: dict[str, Any]) 
     next_trickle = start + (rng.uniform(*sc.trickle_gaps_s) if sc.trickle_gaps_s else math.inf)
     rows: list[tuple[float, float, int, float]] = []  # (truth s, error s, source, delivery s)
     committed: int | None = None
+    next_progress = start + PROGRESS_EVERY_S
     while True:
         now = time.time()
         elapsed = now - start
         if elapsed > sc.duration_s:
             break
+        if now >= next_progress:  # what a stuck run was doing, on stderr
+            next_progress += PROGRESS_EVERY_S
+            print(
+                f"timelag {sc.name}: {elapsed:.0f} s, {len(ts)} delivered, committed "
+                f"{committed}, {len(rows)} samples, {problems}",
+                file=sys.stderr,
+                flush=True,
+            )
         due = produced + sc.rate(elapsed) * (now - last)  # the rate, over the real step
         owed, produced, last = int(due) - int(produced), due, now
         if now >= next_trickle and sc.trickle_gaps_s:
@@ -175,8 +192,12 @@ def run_scenario(bootstrap: str, sc: Scenario, topic: str, out: dict[str, Any]) 
         if now >= next_sample:
             next_sample += SAMPLE_MS / 1000
             before = time.time_ns()
-            res = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=5)
-            hw = res[tp].result().offset
+            try:
+                res = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=5)
+                hw = res[tp].result(timeout=10).offset
+            except Exception:  # a slow broker loses a sample, not the run; counted
+                problems["sample_errors"] += 1
+                continue
             sampled_ms = (before + time.time_ns()) // 2 // 1_000_000
             if model.add_sample(sampled_ms, [hw]) and committed is not None:
                 obs = model.observe(sampled_ms)
@@ -190,7 +211,7 @@ def run_scenario(bootstrap: str, sc: Scenario, topic: str, out: dict[str, Any]) 
                         break
         time.sleep(0.005)
     producer.flush(10)
-    out[sc.name] = summarise(rows)
+    out[sc.name] = {**summarise(rows), **problems, "wall_s": round(time.time() - start, 1)}
 
 
 def summarise(rows: list[tuple[float, float, int, float]]) -> dict[str, Any]:
@@ -272,6 +293,34 @@ def diurnal_offline(hours: float, sample_ms: int) -> dict[str, Any]:
     }
 
 
+def run_all(
+    bootstrap: str, chosen: list[Scenario], topics: dict[str, str], smoke: bool
+) -> dict[str, Any]:
+    """Every scenario side by side, each in its own process, within a deadline: a scenario
+    that has not finished by then (or failed) is reported with no samples, and its process
+    is ended, so the benchmark never outlives its slowest scenario by more than a minute."""
+    deadline_s = max(sc.duration_s for sc in chosen) + 60.0
+    pool = ProcessPoolExecutor(len(chosen), mp_context=get_context("spawn"))
+    futures = {
+        pool.submit(run_named, bootstrap, sc.name, topics[sc.name], smoke): sc.name for sc in chosen
+    }
+    done, late = wait(futures, timeout=deadline_s)
+    results: dict[str, Any] = {}
+    for f in done:
+        try:
+            results[futures[f]] = f.result()
+        except Exception as exc:  # say which scenario and why; the others still count
+            print(f"timelag {futures[f]} failed: {exc!r}", file=sys.stderr)
+            results[futures[f]] = {"samples": 0, "error": repr(exc)}
+    for f in late:
+        print(f"timelag {futures[f]}: not done after {deadline_s:.0f} s", file=sys.stderr)
+        results[futures[f]] = {"samples": 0, "error": f"not done after {deadline_s:.0f} s"}
+    pool.shutdown(wait=not late, cancel_futures=True)
+    for child in active_children():  # a late scenario's process
+        child.terminate()
+    return {sc.name: results[sc.name] for sc in chosen}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:21092"))
@@ -287,12 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(1.0)  # metadata settles
     started = time.time()
     load_start = load_avg_1m()
-    with ProcessPoolExecutor(len(chosen), mp_context=get_context("spawn")) as pool:
-        futures = {
-            sc.name: pool.submit(run_named, args.bootstrap, sc.name, topics[sc.name], args.smoke)
-            for sc in chosen
-        }
-        results: dict[str, Any] = {name: f.result() for name, f in futures.items()}
+    results = run_all(args.bootstrap, chosen, topics, args.smoke)
     # after the broker scenarios, not beside them: it keeps a core busy for a minute
     offline = diurnal_offline(2.0 if args.smoke else 24.0, 1_000 if args.smoke else SAMPLE_MS)
     for f in admin.delete_topics(list(topics.values())).values():

@@ -4,6 +4,7 @@ make bench-timelag): seconds of each broker scenario and two hours of the offlin
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +16,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_timelag_bench_smoke(tmp_path: Path, kafka_bootstrap: str) -> None:
     out = tmp_path / "timelag.json"
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "bench.timelag", "--smoke", "--out", str(out)],
         cwd=ROOT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=180,
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap},
+        start_new_session=True,  # its scenario processes end with it
     )
-    assert proc.returncode == 0, proc.stderr
+    try:
+        _, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        raise AssertionError(
+            f"bench.timelag --smoke ran past 240 s; its stderr:\n{stderr}"
+        ) from None
+    assert proc.returncode == 0, stderr
     result = orjson.loads(out.read_bytes())
     scenarios = result["scenarios"]
     assert set(scenarios) == {"steady", "burst", "idle_10min", "trickle"}
