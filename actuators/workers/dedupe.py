@@ -26,6 +26,7 @@ The guarantee depends on where the side effect lands, and we say exactly what it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
@@ -339,3 +340,14 @@ class EffectGuard:
                 f"this worker uses {type(self.store).__name__}; use ctx.once for other stores"
             )
         return bool(once_sql(self.key, fn))
+
+    async def once_async(self, fn: Callable[[], object], *, in_doubt: InDoubt = "raise") -> bool:
+        """``once`` from an ``async def`` handler: the claim, ``fn`` and the mark run on a
+        thread of the lanes' loop (``asyncio.to_thread``), so the loop's other lanes go on
+        while a store waits (a claim held by another lane waits for its result)."""
+        return await asyncio.to_thread(self.once, fn, in_doubt=in_doubt)
+
+    async def once_sql_async(self, fn: Callable[[Any], object]) -> bool:
+        """``once_sql`` from an ``async def`` handler, on a thread of the lanes' loop: ``fn(db)``
+        is plain (blocking) code on the store's connection, inside the store's transaction."""
+        return await asyncio.to_thread(self.once_sql, fn)

@@ -26,7 +26,15 @@ from actuators.workers.engine_settings import (
     check_settings,
     resolve_store,
 )
-from actuators.workers.handling import FailureHook, Handler, HandlerRunner, Tally
+from actuators.workers.handling import (
+    AsyncHandler,
+    AsyncHandlerRunner,
+    FailureHook,
+    Handler,
+    HandlerRunner,
+    Tally,
+    is_async_handler,
+)
 from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.obeying import Obeying
 from actuators.workers.outcomes import OutcomeReporter
@@ -54,7 +62,7 @@ class Engine(Obeying, Committing, abc.ABC):
         *,
         bootstrap: str,
         group: str,
-        handler: Handler,
+        handler: Handler | AsyncHandler,
         lanes: int = 1,
         max_workers: int | None = None,
         max_buffered_per_partition: int | None = None,
@@ -98,7 +106,10 @@ class Engine(Obeying, Committing, abc.ABC):
         tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
         self.dedupe, self._owns_store = resolve_store(dedupe, group)
         self._tally = Tally()  # the lanes count every message: no shared lock per message
-        self._process = HandlerRunner(  # what a lane runs for each message
+        # what a lane runs for each message; an async def handler's lanes are event loop tasks
+        asynchronous = is_async_handler(handler)
+        runner = AsyncHandlerRunner if asynchronous else HandlerRunner
+        self._process = runner(
             handler,
             group=group,
             store=self.dedupe,
@@ -112,6 +123,7 @@ class Engine(Obeying, Committing, abc.ABC):
             max_workers=max_workers or MAX_WORKERS,
             default_lanes=lanes,
             name=f"lagpilot-{self.kind}-{group}",
+            asynchronous=asynchronous,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -9,11 +9,14 @@ a message.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from confluent_kafka import Message
 
@@ -22,6 +25,7 @@ from actuators.workers.dedupe import DedupeStore, EffectGuard, InDoubtError, ide
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Message, EffectGuard], None]
+AsyncHandler = Callable[[Message, EffectGuard], Awaitable[None]]
 FailureHook = Callable[[Message, BaseException], None]
 
 
@@ -61,7 +65,7 @@ class HandlerRunner:
 
     def __init__(
         self,
-        handler: Handler,
+        handler: Handler | AsyncHandler,
         *,
         group: str,
         store: DedupeStore,
@@ -79,26 +83,67 @@ class HandlerRunner:
         self._count = tally.count
 
     def __call__(self, msg: Message) -> None:
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        assert topic is not None and partition is not None and offset is not None
-        key = idempotency_key(self._group, topic, partition, offset, msg.headers())
+        key = self._key(msg)
         for attempt in range(1, self._max_attempts + 1):
-            ctx = EffectGuard(key, self._group, topic, partition, offset, attempt, self._store)
             try:
-                self._handler(msg, ctx)
+                self._handler(msg, self._guard(msg, key, attempt))
             except Exception as exc:
-                final = attempt == self._max_attempts or isinstance(exc, InDoubtError)
-                if not final:
-                    self._count("retried")
-                    time.sleep(self._retry_backoff_s * attempt)
-                    continue
-                self._count("failed")
-                log.warning("giving up on %s after %d attempts: %r", key, attempt, exc)
-                if self._on_failure is not None:
-                    try:
-                        self._on_failure(msg, exc)
-                    except Exception:
-                        log.exception("on_failure raised for %s", key)
-                return
+                backoff_s = self._failed(msg, key, attempt, exc)
+                if backoff_s is None:
+                    return
+                time.sleep(backoff_s)
+                continue
             self._count("processed")
             return
+
+    def _key(self, msg: Message) -> str:
+        return idempotency_key(self._group, msg.topic() or "", msg.partition() or 0,
+                               msg.offset() or 0, msg.headers())  # fmt: skip
+
+    def _guard(self, msg: Message, key: str, attempt: int) -> EffectGuard:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        assert topic is not None and partition is not None and offset is not None
+        return EffectGuard(key, self._group, topic, partition, offset, attempt, self._store)
+
+    def _failed(self, msg: Message, key: str, attempt: int, exc: Exception) -> float | None:
+        """The backoff before the next attempt, or None: given up (counted, reported)."""
+        if attempt < self._max_attempts and not isinstance(exc, InDoubtError):
+            self._count("retried")
+            return self._retry_backoff_s * attempt
+        self._count("failed")
+        log.warning("giving up on %s after %d attempts: %r", key, attempt, exc)
+        if self._on_failure is not None:
+            try:
+                self._on_failure(msg, exc)
+            except Exception:
+                log.exception("on_failure raised for %s", key)
+        return None
+
+
+class AsyncHandlerRunner(HandlerRunner):
+    """``HandlerRunner`` for an ``async def`` handler, awaited on the lanes' event loop; the
+    backoff between attempts is an ``asyncio.sleep``, so the other lanes go on meanwhile."""
+
+    async def __call__(self, msg: Message) -> None:  # type: ignore[override]
+        key = self._key(msg)
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                await self._handler(msg, self._guard(msg, key, attempt))  # type: ignore[misc]
+            except Exception as exc:
+                backoff_s = self._failed(msg, key, attempt, exc)
+                if backoff_s is None:
+                    return
+                await asyncio.sleep(backoff_s)
+                continue
+            self._count("processed")
+            return
+
+
+def is_async_handler(handler: object) -> bool:
+    """True for an ``async def`` handler (a function, a bound method, a partial of one, or an
+    object whose ``__call__`` is ``async def``): its lanes are tasks on one event loop."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 (an object with an async __call__)
+    )

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from actuators.workers.threads import LaneThreads
+from actuators.workers.threads import LaneThreads, LoopLanes
 from actuators.workers.tracker import OffsetTracker
 
 log = logging.getLogger(__name__)
@@ -114,16 +114,18 @@ class LaneExecutor:
 
     ``process(message)`` must not raise (the worker wraps the handler with retries and
     failure accounting); if it does, the message still counts as finished so a partition
-    cannot wedge, and the error is logged.
+    cannot wedge, and the error is logged. ``asynchronous``: ``process`` is a coroutine
+    function, and the lanes are tasks on one event loop thread (``LoopLanes``), not threads.
     """
 
     def __init__(
         self,
-        process: Callable[[Any], object],
+        process: Callable[[Any], Any],
         *,
         max_workers: int,
         default_lanes: int,
         name: str = "lagpilot-lane",
+        asynchronous: bool = False,
     ) -> None:
         self._process = process
         self._default_lanes = default_lanes
@@ -133,7 +135,10 @@ class LaneExecutor:
         self._lane_overrides: dict[TopicPart, int] = {}
         self._epochs = 0
         self._halted = False
-        self._pool = LaneThreads(max_workers, name)
+        self._pool: LaneThreads | LoopLanes = (
+            LoopLanes(max_workers, name) if asynchronous else LaneThreads(max_workers, name)
+        )
+        self._lane: Callable[..., Any] = self._run_async if asynchronous else self._run
 
     # -- intake (poll thread) -------------------------------------------------------------
 
@@ -331,7 +336,7 @@ class LaneExecutor:
             return
         message = part.queues[lane].popleft()
         part.running[lane] = message.offset()
-        self._pool.submit(self._run, tp, part.epoch, lane, message)
+        self._pool.submit(self._lane, tp, part.epoch, lane, message)
 
     def _next(self, tp: TopicPart, part: _Part, lane: int) -> Any | None:
         """The lane's next message if this thread may run it now (it keeps the lane), else
@@ -357,28 +362,48 @@ class LaneExecutor:
             self._kick(tp, part, lane)
 
     def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
-        process, lock = self._process, self._lock
+        process = self._process
         while message is not None:
-            offset = message.offset()
             try:
                 process(message)
             except BaseException:
-                log.exception("message processing raised at %s[%d]@%d", tp[0], tp[1], offset)
-            with lock:
-                part = self._parts.get(tp)
-                if part is None or part.epoch != epoch:
-                    return  # the partition was revoked or handed off meanwhile
-                part.running.pop(lane, None)
-                part.finished(message)
-                tracker = part.tracker
-                before = tracker.position
-                tracker.done(offset)
-                if tracker.position != before:
-                    part.advanced_ms = int(time.time() * 1000)
-                message = None
-                if part.target_lanes is not None and not part.running:
-                    self._relane(tp, part)
-                else:
-                    message = self._next(tp, part, lane)
-                if part.closing:  # close() waits for the running messages of closing ones
-                    self._changed.notify_all()
+                log.exception(
+                    "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
+                )
+            message = self._finished(tp, epoch, lane, message)
+
+    async def _run_async(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+        """``_run`` for a coroutine ``process``, as a task of the lanes' event loop."""
+        process = self._process
+        while message is not None:
+            try:
+                await process(message)
+            except Exception:
+                log.exception(
+                    "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
+                )
+            message = self._finished(tp, epoch, lane, message)
+
+    def _finished(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> Any | None:
+        """``message`` ran on ``lane``: advance the partition's prefix, and return the lane's
+        next message if this thread (or task) runs it now, else None."""
+        offset = message.offset()
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is None or part.epoch != epoch:
+                return None  # the partition was revoked or handed off meanwhile
+            part.running.pop(lane, None)
+            part.finished(message)
+            tracker = part.tracker
+            before = tracker.position
+            tracker.done(offset)
+            if tracker.position != before:
+                part.advanced_ms = int(time.time() * 1000)
+            nxt = None
+            if part.target_lanes is not None and not part.running:
+                self._relane(tp, part)
+            else:
+                nxt = self._next(tp, part, lane)
+            if part.closing:  # close() waits for the running messages of closing ones
+                self._changed.notify_all()
+            return nxt

@@ -24,3 +24,7 @@ def test_workers_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert r["naive"]["processed"] >= 300 and r["sdk"]["processed"] == 2000
     assert r["lost"] == 0 and r["duplicates"] == 0 and r["order_violations"] == 0
     assert r["sdk"]["records_per_s"] > r["naive"]["records_per_s"]  # lanes run side by side
+    # an async def handler's lanes, tasks on one event loop: every message once, in key order
+    assert r["sdk_async"]["processed"] == 2000 and r["sdk_async"]["order_violations"] == 0
+    assert r["sdk_async"]["records_per_s"] > r["naive"]["records_per_s"]
+    assert set(r["met_by_mode"]) == {"sdk", "sdk_async"}
