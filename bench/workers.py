@@ -7,6 +7,8 @@ group:
 
 - ``naive``: one plain consumer, the handler run in its poll loop, one message at a time;
 - ``sdk``: ``Worker`` without dedupe (the handler sleeps and records);
+- ``sdk_async``: the same with an ``async def`` handler that awaits ``asyncio.sleep`` for the
+  same 1 ms (its lanes are tasks on one event loop thread);
 - ``sqlite``: the handler sleeps, then writes its effect with ``ctx.once_sql`` on the
   default ``SQLiteDedupeStore`` (effect and done mark in one transaction);
 - ``postgres``: the same on ``PostgresDedupeStore``, against a PostgreSQL server started
@@ -18,7 +20,8 @@ effects recorded twice, ``order_violations`` = a key's message processed after a
 the same key. Ratios are to the mean of ``naive`` (run before the modes) and ``naive_after``
 (run after them), since a loaded machine slows a sleep and the load moves. Targets
 (docs/benchmarks.md): ``sdk_ratio`` >= 25, ``sqlite_ratio`` and ``postgres_ratio`` >= 5,
-lost 0, order violations 0.
+lost 0, order violations 0; ``sdk_async_ratio`` is held to the SDK's 25 too, and reported
+beside it (``met_by_mode``), not in its place.
 
     .venv/bin/python -m bench.workers [--messages 60000] [--lanes 16] [--smoke] [--out PATH]
 """
@@ -165,7 +168,8 @@ def run_sdk(
     """One ``Worker`` with ``settings``; ``mode`` "sdk" records in memory only, "sqlite" and
     "postgres" write each effect with ``ctx.once_sql`` (and count the effect rows)."""
     ledger = Ledger()
-    sql = mode not in ("sdk", "sdk_async")
+    base = mode.removesuffix("_async")  # the store's mode; "_async": an async def handler
+    sql = base != "sdk"
     if sql:
         _effects_table(store, mode)
 
@@ -173,18 +177,24 @@ def run_sdk(
         time.sleep(WORK_S)
         key, seq = msg.key() or b"", orjson.loads(msg.value() or b"0")
         if sql:
-            sql_insert = _insert(mode)
+            sql_insert = _insert(base)
             if not ctx.once_sql(lambda db: db.execute(sql_insert, (ctx.key, key.decode(), seq))):
                 return  # done before: not processed again
         ledger.record(key, seq)
 
     async def handle_async(msg: Any, ctx: EffectGuard) -> None:
         await asyncio.sleep(WORK_S)  # the same 1 ms, awaited: the lanes are loop tasks
-        ledger.record(msg.key() or b"", orjson.loads(msg.value() or b"0"))
+        key, seq = msg.key() or b"", orjson.loads(msg.value() or b"0")
+        if sql:
+            sql_insert = _insert(base)
+            effect = (ctx.key, key.decode(), seq)
+            if not await ctx.once_sql_async(lambda db: db.execute(sql_insert, effect)):
+                return
+        ledger.record(key, seq)
 
     keyring = Keyring.of([SigningKey.generate(DECIDE).public()])
     worker = Worker(bootstrap=bootstrap, group=f"{topic}-{mode}", topics=[topic],
-                    handler=handle_async if mode == "sdk_async" else handle,
+                    handler=handle_async if mode.endswith("_async") else handle,
                     instance_id="", dedupe=store, signing_key=keyring, outcomes_topic=None,
                     control_topic=f"{topic}-control",
                     progress_interval_ms=0, control_replay_s=0, **settings)  # fmt: skip
@@ -257,12 +267,12 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             load = round(os.getloadavg()[0], 2)
-            if mode == "postgres":
+            if mode.startswith("postgres"):
                 with postgres_store() as store:
                     out[mode] = run_sdk(bootstrap, topic, messages, mode, store, settings)
             else:
-                store = (MemoryDedupeStore() if mode in ("sdk", "sdk_async")
-                         else SQLiteDedupeStore(Path(tmp) / "dedupe.sqlite"))  # fmt: skip
+                store = (MemoryDedupeStore() if mode.startswith("sdk")
+                         else SQLiteDedupeStore(Path(tmp) / f"dedupe-{mode}.sqlite"))  # fmt: skip
                 try:
                     out[mode] = run_sdk(bootstrap, topic, messages, mode, store, settings)
                 finally:

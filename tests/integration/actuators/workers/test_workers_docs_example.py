@@ -1,4 +1,5 @@
-"""The minimal worker in docs/workers.md runs as written: processes, commits, stops on SIGTERM."""
+"""The minimal worker in docs/workers.md, and its async handler twin, run as written: they
+process, commit, and stop on SIGTERM, each message's effect written once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from tests.integration.actuators.workers.workers_broker import (
@@ -23,17 +25,22 @@ from tests.integration.actuators.workers.workers_broker import (
 DOC = Path(__file__).resolve().parents[4] / "docs" / "workers.md"
 
 
-def example() -> str:
+def example(n: int) -> str:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert blocks, "docs/workers.md lost its example"
-    return blocks[0]
+    assert len(blocks) >= 2, "docs/workers.md lost its examples (the minimal and the async one)"
+    return blocks[n]
 
 
-def test_the_documented_worker_runs(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("n", [0, 1], ids=["minimal", "async"])
+def test_the_documented_worker_runs(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, n: int
+) -> None:
     topic, control, group = unique_name, f"{unique_name}.control", f"{unique_name}-docs"
     create_topics(kafka_bootstrap, (topic, 2), (control, 1))
     script = tmp_path / "worker.py"
-    script.write_text(example())
+    script.write_text(example(n))
+    if n == 1:
+        assert "async def handle" in example(n)  # the async example, not another copy
     dedupe = tmp_path / "dedupe.sqlite"
     env = {
         **os.environ,
