@@ -20,8 +20,10 @@ effects recorded twice, ``order_violations`` = a key's message processed after a
 the same key. Ratios are to the mean of ``naive`` (run before the modes) and ``naive_after``
 (run after them), since a loaded machine slows a sleep and the load moves. Targets
 (docs/benchmarks.md): ``sdk_ratio`` >= 25, ``sqlite_ratio`` and ``postgres_ratio`` >= 5,
-lost 0, order violations 0; ``sdk_async_ratio`` is held to the SDK's 25 too, and reported
-beside it (``met_by_mode``), not in its place.
+lost 0, order violations 0; a ``<mode>_async`` mode (an ``async def`` handler;
+``sqlite_async`` and ``postgres_async`` use ``ctx.once_sql_async`` and run only when
+``--modes`` names them) is held to its threaded mode's target, and reported beside it
+(``met_by_mode``), not in its place.
 
     .venv/bin/python -m bench.workers [--messages 60000] [--lanes 16] [--smoke] [--out PATH]
 """
@@ -54,8 +56,8 @@ PARTITIONS = 8
 KEYS = 1000
 WORK_S = 0.001
 TARGETS = {"sdk_ratio": 25.0, "sqlite_ratio": 5.0, "postgres_ratio": 5.0}
-#: the async handler's mode is measured against the SDK's target, and reported beside it
-ASYNC_TARGET = 25.0
+#: an async handler's mode (``<mode>_async``) is held to its threaded mode's target, and
+#: reported beside it (``met_by_mode``), not in its place
 
 
 def produce(bootstrap: str, topic: str, n: int) -> None:
@@ -291,7 +293,9 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
     out["order_violations"] = sum(out[m]["order_violations"] for m in [*naives, *modes])
     out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     out["targets"] = dict(TARGETS)
-    out["targets"]["sdk_async_ratio"] = ASYNC_TARGET
+    for mode in modes:
+        if mode.endswith("_async"):
+            out["targets"][f"{mode}_ratio"] = TARGETS[mode.removesuffix("_async") + "_ratio"]
     ran = {k: v for k, v in out["targets"].items() if k.removesuffix("_ratio") in modes}
     out["met_by_mode"] = {k.removesuffix("_ratio"): out.get(k, 0) >= v for k, v in ran.items()}
     out["met"] = all(out["met_by_mode"].values())
