@@ -76,6 +76,12 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         reader.start()
         with ScriptedLoad(kafka_bootstrap, topic, group, rate=50, partitions=2):
             reader.wait_for(lambda e: e["event"] == "group_lag" and e["topic"] == topic, 60)
+            # and each partition's first event: lag_status and `lagpilot status` read the
+            # topic one after the other, and a partition that has had none yet is in one
+            # answer and not the other (CI: the MCP's partitions were [] and the CLI's two)
+            for partition in (0, 1):
+                reader.wait_for(lambda e, p=partition: e["event"] == "partition_lag"
+                                and e["topic"] == topic and e["partition"] == p, 60)  # fmt: skip
             yield Live(kafka_bootstrap, topic, group, {**env, "LAGPILOT_MCP_IDENTITY": "e2e-bot"})
     finally:
         reader.close()
