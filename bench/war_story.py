@@ -89,6 +89,7 @@ def one_run(
     detected = [e for e in events if e["partition"] in hot and e["status"] != "OK"
                 and e["observed_at_ms"] >= start]  # fmt: skip
     res["detection_ms"] = (min(e["_received_ms"] for e in detected) - start) if detected else None
+    res["first_non_ok"] = first_non_ok(detected, start)
     res["max_time_lag_s"] = max((e["time_lag_s"] for e in events), default=0.0)
     res["timeline"] = timeline(events, start)
     actions = loop.actions()
@@ -124,6 +125,18 @@ def one_run(
         f"detection {res['detection_ms']} ms, actions {len(res['actions'])}, verdicts "
         f"{[v['result'] for v in res['verifications']]}")  # fmt: skip
     return res
+
+
+def first_non_ok(detected: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """Each hot partition's first non-OK event after the onset: which status, when it was
+    judged and read back, and the time lag and lag it was judged on (what detection is)."""
+    first: dict[int, dict[str, Any]] = {}
+    for e in sorted(detected, key=lambda e: e["_received_ms"]):
+        first.setdefault(e["partition"], e)
+    return [{"partition": p, "status": e["status"], "observed_ms": e["observed_at_ms"] - start,
+             "received_ms": e["_received_ms"] - start, "time_lag_s": e["time_lag_s"],
+             "lag_offsets": e["lag_offsets"], "worker_reports": e.get("worker") is not None}
+            for p, e in sorted(first.items())]  # fmt: skip
 
 
 def _throttled(view: Any, reader: LagReader, swarm: Swarm, cfg: SwarmConfig) -> Any:

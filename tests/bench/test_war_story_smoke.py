@@ -23,6 +23,11 @@ def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     r = orjson.loads(out.read_bytes())
     for key in ("off_p99_ms", "on_p99_ms", "ratio", "lost", "duplicates", "detection_ms"):
         assert key in r
+    # what detected the hot partition: its first non-OK event, at the detection time
+    first = r["on"]["first_non_ok"]
+    assert first and {f["partition"] for f in first} <= {1}  # the smoke's one hot partition
+    assert min(f["received_ms"] for f in first) == r["on"]["detection_ms"]
+    assert all(f["status"] != "OK" and f["observed_ms"] >= 0 for f in first)
     # nothing lost or repeated, whatever the balancer did
     assert r["lost"] == 0 and r["duplicates"] == 0
     assert r["off"]["drained"] and r["on"]["drained"]
