@@ -9,7 +9,7 @@ steady. Everything is real:
   Kafka writes) into this run's own offsets topic (50 partitions, compacted, a group's
   records in one partition, like ``__consumer_offsets``) at a scheduled rate, with offsets
   that reach each partition's acknowledged end: it also produces a trickle (a message
-  every 2 s) into each of the partitions, so the high watermarks move;
+  every 5 s, sent in bursts) into each of the partitions, so the high watermarks move;
 - the **pipeline** is ``python -m pipeline`` (policy off) reading that topic as its
   ``LAGPILOT_OFFSETS_TOPIC``, with its watermark sampler on the 2,500 partitions. Its
   internal topics get run-unique names (the runner sets ``schemas.topics.WATERMARKS`` and
