@@ -18,28 +18,55 @@ def _name(dtype: np.dtype[Any]) -> str:
     return name
 
 
+#: an integer table whose differences down the rows are at most this share nonzero is
+#: stored as the nonzero differences alone ("sparse"): a rate window of committed offsets
+#: (41 rows x 100 groups x 50 partitions, each offset moving at its group's commits) is
+#: ~7 % nonzero, and deflating its 1.6 MB of mostly zeros took 5 ms of the model's tick
+SPARSE_SHARE = 0.25
+
+
 def encode(a: np.ndarray) -> dict[str, Any]:
     """An array as JSON-able text. Integer tables (offsets, times) are stored as their
     differences down the rows and deflated: a window of 40 rows x 50 groups x 50 partitions
-    is 800 KB raw and a few KB this way, which matters when it is written every second."""
+    is 800 KB raw and a few KB this way, which matters when it is written every second.
+    Where few differences are nonzero, only those are kept (their gaps and values)."""
     if a.ndim >= 2 and a.dtype.kind == "i" and a.shape[-2] > 1:
-        body = np.diff(a, axis=-2, prepend=np.zeros_like(a[..., :1, :]))
-        raw = zlib.compress(np.ascontiguousarray(body).tobytes(), 1)
-        return {
-            "d": _name(a.dtype),
-            "s": list(a.shape),
-            "z": "diff",
-            "b": base64.b64encode(raw).decode(),
-        }
+        # where the differences down the rows are nonzero, found without materialising
+        # them (a bool mask an eighth of the table's size; ``a`` may be a strided view)
+        moved = np.empty(a.shape, bool)
+        np.not_equal(a[..., :1, :], 0, out=moved[..., :1, :])
+        np.not_equal(a[..., 1:, :], a[..., :-1, :], out=moved[..., 1:, :])
+        where = np.flatnonzero(moved)
+        if len(where) <= SPARSE_SHARE * a.size and a.size < 2**31:
+            at = np.unravel_index(where, a.shape)
+            row = at[-2]
+            before = (*at[:-2], np.maximum(row - 1, 0), at[-1])
+            values = a[at] - np.where(row > 0, a[before], 0)
+            gaps = np.diff(where, prepend=-1).astype(np.int32)
+            raw = zlib.compress(gaps.tobytes() + values.astype(a.dtype).tobytes(), 1)
+            z = "sparse"
+        else:
+            body = np.diff(a, axis=-2, prepend=np.zeros_like(a[..., :1, :]))
+            raw = zlib.compress(np.ascontiguousarray(body).tobytes(), 1)
+            z = "diff"
+        return {"d": _name(a.dtype), "s": list(a.shape), "z": z, "b": base64.b64encode(raw).decode()}
     return {"d": _name(a.dtype), "s": list(a.shape), "b": base64.b64encode(a.tobytes()).decode()}
 
 
 def decode(d: dict[str, Any]) -> np.ndarray:
     raw = base64.b64decode(d["b"])
+    dtype, shape = np.dtype(d["d"]), d["s"]
     if d.get("z") == "diff":
-        body = np.frombuffer(zlib.decompress(raw), dtype=np.dtype(d["d"])).reshape(d["s"])
+        body = np.frombuffer(zlib.decompress(raw), dtype=dtype).reshape(shape)
         return np.cumsum(body, axis=-2, dtype=body.dtype)
-    return np.frombuffer(raw, dtype=np.dtype(d["d"])).reshape(d["s"]).copy()
+    if d.get("z") == "sparse":
+        data = zlib.decompress(raw)
+        n = len(data) // (4 + dtype.itemsize)
+        where = np.cumsum(np.frombuffer(data[: 4 * n], np.int32), dtype=np.int64) - 1
+        flat = np.zeros(int(np.prod(shape)), dtype)
+        flat[where] = np.frombuffer(data[4 * n :], dtype)
+        return np.cumsum(flat.reshape(shape), axis=-2, dtype=dtype)
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
 def widen(a: np.ndarray, width: int, fill: float | int) -> np.ndarray:

@@ -17,6 +17,7 @@ from pipeline.model.arrays import decode as _dec
 from pipeline.model.arrays import encode as _enc
 from pipeline.model.config import LagConfig
 from pipeline.model.progress import WorkerProgress
+from pipeline.model.status import usual_interval_s
 from pipeline.model.window import RateWindow
 
 POSITION = {  # per group x partition, what commits change; fill for a new row/column
@@ -53,6 +54,9 @@ class CommitState(abc.ABC):
     rewind_ms: np.ndarray
     read_offset: np.ndarray
     read_ms: np.ndarray
+    #: ``usual_interval_s`` of ``interval_s`` as the status rules last used it (None: to be
+    #: recomputed; every write to ``interval_s`` here, and every new array, resets it)
+    _usual: np.ndarray | None = None
 
     @abc.abstractmethod
     def partition_limit(self) -> int:
@@ -95,6 +99,7 @@ class CommitState(abc.ABC):
                 old = float(self.interval_s[g, p])
                 alpha = self.cfg.interval_alpha
                 self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
+                self._usual = None
             self.progress_ms[g, p] = ts_ms
             # a commit that arrives after samples taken later than it (a replay after a
             # restart, a slow coordinator): correct the window rows it should have been in
@@ -166,12 +171,17 @@ class CommitState(abc.ABC):
             old = self.interval_s[gl, pl]
             a = self.cfg.interval_alpha
             self.interval_s[gl, pl] = np.where(np.isnan(old), dt_s, (1 - a) * old + a * dt_s)
+            usual = self._usual
+            if usual is not None and gl.max() < usual.shape[0] and pl.max() < usual.shape[1]:
+                usual[gl, pl] = usual_interval_s(self.interval_s[gl, pl], self.cfg)
+            else:
+                self._usual = None
         if rewind.any():
             self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
         moved = rewind | advance
         self.progress_ms[g[moved], p[moved]] = ts[moved]
         if self._win.rows:
-            last = int(self._win.times[-1])
+            last = self._win.last_ms
             for i in np.nonzero(advance & (ts <= last))[0].tolist():  # late: see commit()
                 self._win.correct(int(g[i]), int(p[i]), int(off[i]), int(ts[i]))
         self.commit_ms[g, p] = ts
@@ -187,6 +197,7 @@ class CommitState(abc.ABC):
         if partition < self._width:
             self.committed[g, partition] = -1
             self.interval_s[g, partition] = np.nan
+            self._usual = None
             self.rewind_ms[g, partition] = 0
             self.read_offset[g, partition] = -1
         self.progress.forget(group, partition)
@@ -194,14 +205,33 @@ class CommitState(abc.ABC):
             self._drop_group(g)
 
     def position_state(self, group: str) -> dict[str, Any]:
-        """What a commit changes for one group: small, written on every commit batch."""
+        """What a commit changes for one group: small, written on every commit batch. The
+        int64 columns of ``POSITION`` side by side in one array (``"cols"``, in that
+        order), ``interval_s`` apart: two encodings a group, not seven."""
         g = self._index[group]
-        return {"width": self._width, **{k: _enc(getattr(self, k)[g]) for k in POSITION}}
+        ints = np.stack([getattr(self, k)[g] for k in POSITION if k not in POSITION_DTYPES])
+        return {"width": self._width, "cols": _enc_raw(ints), "interval_s": _enc(self.interval_s[g])}
 
     def load_position_state(self, group: str, d: dict[str, Any]) -> None:
+        """``position_state`` read back; also the layout of earlier releases (one
+        encoding per column, ``read_offset`` and ``read_ms`` missing in the oldest)."""
         width = int(d["width"])
         self._widen(width)
         g = self._group(group)
+        columns = dict(d)
+        if "cols" in d:
+            ints = _dec(d["cols"])
+            names = [k for k in POSITION if k not in POSITION_DTYPES]
+            columns.update(zip(names, ints, strict=True))
         for k in POSITION:
-            if k in d:  # (read_offset and read_ms are absent from older states)
-                getattr(self, k)[g, :width] = _dec(d[k])[:width]
+            if k in columns:
+                value = columns[k]
+                row = value if isinstance(value, np.ndarray) else _dec(value)
+                getattr(self, k)[g, :width] = row[:width]
+        self._usual = None
+
+
+def _enc_raw(a: np.ndarray) -> dict[str, Any]:
+    """A small table as its raw bytes (``encode`` would difference it down the rows:
+    these rows are different columns, not successive values)."""
+    return _enc(np.ascontiguousarray(a).reshape(-1)) | {"s": list(a.shape)}

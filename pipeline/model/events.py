@@ -78,6 +78,7 @@ class TopicObservation:
     leaders: np.ndarray  # (P,)
     topic_partitions: int
     active: np.ndarray = field(init=False)  # groups with at least one modelled partition
+    _worst: np.ndarray | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.active = np.nonzero(self.mask.any(axis=1))[0] if self.mask.size else np.zeros(0, int)
@@ -92,10 +93,14 @@ class TopicObservation:
         return (self.view(int(i)) for i in self.active)
 
     def group_status(self) -> np.ndarray:
-        """Worst status code per group (0 for a group with nothing modelled)."""
-        if not self.mask.size:
-            return np.zeros(len(self.groups), np.int8)
-        return np.where(self.mask, self.status, 0).max(axis=1).astype(np.int8)
+        """Worst status code per group (0 for a group with nothing modelled); computed once
+        per observation (the operator and the group events both ask)."""
+        if self._worst is None:
+            if not self.mask.size:
+                self._worst = np.zeros(len(self.groups), np.int8)
+            else:
+                self._worst = np.where(self.mask, self.status, 0).max(axis=1).astype(np.int8)
+        return self._worst
 
     def view(self, g: int) -> Observation:
         cols = np.nonzero(self.mask[g])[0]

@@ -55,20 +55,34 @@ class Fit:
 
 def slope_of(s: Sums, t: Sums) -> np.ndarray:
     """The least-squares slope from the sums: ``s[k]`` = sum of x^k over a series' rows,
-    ``t[k]`` = sum of x^k y (``Fit.slope``; the rate window feeds its own sums)."""
+    ``t[k]`` = sum of x^k y (``Fit.slope``; the rate window feeds its own sums). Where the
+    ``s`` are scalars (every series over the same rows), the arithmetic on them is done
+    once and each series costs three operations."""
     n, s1, s2 = s[:3]
     t0, t1 = t[:2]
     den = n * s2 - s1 * s1
+    if np.ndim(den) == 0:
+        if n >= 2 and den > 1e-12:
+            return np.asarray((n / den) * t1 - (s1 / den) * t0, np.float64)
+        return np.zeros(np.broadcast(t0, t1).shape)
     ok = (n >= 2) & (den > 1e-12)
     return np.where(ok, (n * t1 - s1 * t0) / np.where(ok, den, 1.0), 0.0)
 
 
 def accel_of(s: Sums, t: Sums) -> np.ndarray:
-    """The second derivative of the least-squares parabola from the sums (``Fit.accel``)."""
+    """The second derivative of the least-squares parabola from the sums (``Fit.accel``);
+    scalar ``s`` as for ``slope_of``."""
     s0, s1, s2, s3, s4 = s[:5]
     t0, t1, t2 = t[:3]
     minor = s2 * s0 - s1 * s1
     det = s4 * minor - s3 * (s3 * s0 - s1 * s2) + s2 * (s3 * s1 - s2 * s2)
+    if np.ndim(det) == 0:
+        if s0 >= 3 and abs(det) > 1e-12:
+            # 2 det_a / det, det_a = t2 minor - s3 (t1 s0 - s1 t0) + s2 (t1 s1 - s2 t0)
+            k = 2.0 / det
+            a, b, c = k * minor, k * (s2 * s1 - s3 * s0), k * (s3 * s1 - s2 * s2)
+            return np.asarray(a * t2 + b * t1 + c * t0, np.float64)
+        return np.zeros(np.broadcast(t0, t1, t2).shape)
     det_a = t2 * minor - s3 * (t1 * s0 - s1 * t0) + s2 * (t1 * s1 - s2 * t0)
     ok = (s0 >= 3) & (np.abs(det) > 1e-12)
     return np.where(ok, 2.0 * det_a / np.where(ok, det, 1.0), 0.0)

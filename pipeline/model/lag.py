@@ -36,7 +36,7 @@ from pipeline.model.events import TopicObservation
 from pipeline.model.history import READ
 from pipeline.model.hw_table import HwTable
 from pipeline.model.progress import WorkerProgress
-from pipeline.model.status import classify
+from pipeline.model.status import classify, usual_interval_s
 from pipeline.model.window import RateWindow
 from schemas.lag import SEVERITY, LagStatus
 
@@ -137,6 +137,7 @@ class TopicModel(CommitState):
             return
         for name, fill in POSITION.items():
             setattr(self, name, _widen(getattr(self, name), width, fill))
+        self._usual = None
         self._win.widen(width)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
@@ -166,6 +167,7 @@ class TopicModel(CommitState):
 
         for key, fill in POSITION.items():
             setattr(self, key, grown(getattr(self, key), fill))
+        self._usual = None
         self._win.add_groups(new)
         self.last_status = grown(self.last_status, 0)
         self.last_snapshot_ms = grown(self.last_snapshot_ms, 0)
@@ -175,6 +177,7 @@ class TopicModel(CommitState):
     def _drop_group(self, g: int) -> None:
         for key in (*POSITION, "last_status", "last_snapshot_ms", "last_alert_ms"):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
+        self._usual = None
         self._win.drop_group(g)
         del self.groups[g]
         self.history.forget_written()
@@ -270,7 +273,7 @@ class TopicModel(CommitState):
             inputs = self.progress.overlay(
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )
-        status = classify(cfg=cfg, **inputs)
+        status = classify(cfg=cfg, usual=self._usual_interval(inputs["interval_s"]), **inputs)
         return self._observation(
             now_ms,
             mask,
@@ -288,6 +291,15 @@ class TopicModel(CommitState):
                 "last_commit_ms": self.commit_ms[:, :width].copy(),
             },
         )
+
+    def _usual_interval(self, interval_s: np.ndarray) -> np.ndarray:
+        """``usual_interval_s`` of these intervals, kept while they are the model's own and
+        unchanged (worker reports overlay their cells' intervals: then computed afresh)."""
+        if not np.may_share_memory(interval_s, self.interval_s):  # an overlaid copy
+            return usual_interval_s(interval_s, self.cfg)
+        if self._usual is None or self._usual.shape != interval_s.shape:
+            self._usual = usual_interval_s(interval_s, self.cfg)
+        return self._usual
 
     def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
         """Between samples, as worker reports arrive: the observation as of the newest

@@ -109,6 +109,9 @@ class LagOperator:
         # deployment on the same cluster) are not modelled here
         self.watches = watches
         self._models: dict[str, tuple[TopicModel, int, int]] = {}  # topic -> model, gen, saved_ms
+        # topic -> the group list the store holds for it, as this process last read or wrote
+        # it (valid while its model is the cached one: a commit batch need not read it back)
+        self._stored_groups: dict[str, list[str]] = {}
         self._touched: dict[str, float] = {}
         self._next_sweep = 0.0
         self.evict_after_s = 60.0
@@ -130,6 +133,7 @@ class LagOperator:
         self._next_sweep = now + self.evict_after_s / 4
         for topic in [t for t, at in self._touched.items() if now - at > self.evict_after_s]:
             self._models.pop(topic, None)
+            self._stored_groups.pop(topic, None)
             del self._touched[topic]
             self._forget_size(topic)
 
@@ -141,6 +145,7 @@ class LagOperator:
         if cached is not None and cached[1] == gen:
             return cached[0]
         model = TopicModel(topic, self.cfg)
+        self._stored_groups[topic] = list(state.get("groups", []))
         hw = state.get("hw")
         if hw:
             model.load_hw_state(hw, state.get("hwold"))
@@ -166,8 +171,9 @@ class LagOperator:
     def _save_positions(self, topic: str, model: TopicModel, state: Any, groups: set[str]) -> None:
         """After commits: every touched group's positions (small), and the group list."""
         names = sorted(model.groups)
-        if names != state.get("groups", []):
+        if names != self._stored_groups.get(topic):
             state.set("groups", names)
+            self._stored_groups[topic] = names
         for group in groups:
             if group in model:
                 state.set(f"c:{group}", model.position_state(group))
@@ -189,6 +195,7 @@ class LagOperator:
         for k in ("hw", "hwold", "win", "groups"):
             state.delete(k)
         self._models.pop(topic, None)
+        self._stored_groups.pop(topic, None)
         self._touched.pop(topic, None)
         self._window_saved_ms.pop(topic, None)
         self._forget_size(topic)

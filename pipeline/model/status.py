@@ -14,6 +14,12 @@ from schemas.lag import SEVERITY, LagStatus
 STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
 
 
+def usual_interval_s(interval_s: np.ndarray, cfg: LagConfig) -> np.ndarray:
+    """The usual progress interval the rules scale by: the learned one, or the initial
+    guess where none is learned yet, capped at ``max_interval_s``."""
+    return np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
+
+
 def classify(
     *,
     lag: np.ndarray,
@@ -28,6 +34,7 @@ def classify(
     recent_lag_rate: np.ndarray | None = None,
     warn_min_s: np.ndarray | None = None,
     stop_min_s: np.ndarray | None = None,
+    usual: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -49,8 +56,12 @@ def classify(
        over a span holding more than two usual intervals.
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
+
+    ``usual``: ``usual_interval_s(interval_s, cfg)`` when the caller keeps it between ticks
+    (it changes only where commits teach a new interval).
     """
-    usual = np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
+    if usual is None:
+        usual = usual_interval_s(interval_s, cfg)
     slack = cfg.commit_visibility_s
     # the STOP/STALL floor: per cell where worker progress judges (a paused whole worker)
     stop_floor = cfg.stop_min_s if stop_min_s is None else stop_min_s

@@ -91,3 +91,28 @@ def test_commits_to_partitions_the_topic_cannot_have_are_counted_not_allocated()
     m.add_sample(1_250, [5, 7])
     (o,) = m.observe(1_250)
     assert list(o.partitions) == [0, 1] and list(o.lag) == [0, 4]
+
+
+def test_positions_round_trip_and_the_layout_of_earlier_releases_still_loads():
+    """A group's positions as the store holds them: written now (two encodings), and as
+    releases before wrote them (one per column; the oldest without read_offset/read_ms)."""
+    from pipeline.model.arrays import encode
+
+    m = TopicModel("t", CFG)
+    for i, (offset, ts) in enumerate([(10, 1_000), (30, 1_500), (25, 2_000), (40, 2_600)]):
+        m.commit("g", i % 3, offset, ts)
+    m.commit("g", 0, 55, 3_000)
+    m.record_read("g", 0, 55, 2_950)
+    state = m.position_state("g")
+    assert set(state) == {"width", "cols", "interval_s"}
+    old = {"width": m._width} | {
+        k: encode(getattr(m, k)[0])
+        for k in ("committed", "commit_ms", "progress_ms", "interval_s", "rewind_ms")
+    }
+    for written in (state, old):
+        back = TopicModel("t", CFG)
+        back.load_position_state("g", written)
+        for k in ("committed", "commit_ms", "progress_ms", "rewind_ms"):
+            assert np.array_equal(getattr(back, k), getattr(m, k)), k
+        assert np.allclose(back.interval_s, m.interval_s, equal_nan=True)
+        assert np.array_equal(back.read_offset, m.read_offset if written is state else [[-1] * 3])
