@@ -91,8 +91,9 @@ class LagCollector:
         yield from render_chunks(observations, names, self._labels)
 
     def render(self, names: frozenset[str] | None = None) -> bytes:
-        """``stream`` as one text."""
-        return b"".join(self.stream(names))
+        """``stream`` as one text (each chunk copied: the render process's chunks are views
+        of one buffer)."""
+        return b"".join(bytes(chunk) for chunk in self.stream(names))
 
 
 class PipelineMetrics:

@@ -64,21 +64,23 @@ def _send_frame(sock: socket.socket, kind: bytes, parts: Sequence[Chunk]) -> Non
             views[i] = views[i][sent:]
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
-    """``n`` bytes, read straight into the buffer they are returned in."""
-    out = bytearray(n)
-    view, got = memoryview(out), 0
+def _recv_exactly(sock: socket.socket, n: int, into: bytearray | None = None) -> memoryview:
+    """``n`` bytes, read straight into the buffer they are returned in: ``into`` when it
+    is given and large enough, a new one otherwise."""
+    if into is None or len(into) < n:
+        into = bytearray(n)
+    view, got = memoryview(into)[:n], 0
     while got < n:
         k = sock.recv_into(view[got:])
         if not k:
             raise EOFError("the other end closed the render pipe")
         got += k
-    return out
+    return view
 
 
-def _recv_frame(sock: socket.socket) -> tuple[bytes, bytearray]:
+def _recv_frame(sock: socket.socket, into: bytearray | None = None) -> tuple[bytes, memoryview]:
     kind, n = _HEAD.unpack(_recv_exactly(sock, _HEAD.size))
-    return kind, _recv_exactly(sock, n)
+    return kind, _recv_exactly(sock, n, into)
 
 
 def _send_pickled(sock: socket.socket, obj: Any) -> None:
@@ -153,6 +155,9 @@ class RenderProcess:
         self._lock = threading.Lock()
         self._proc: Any = None
         self._sock: socket.socket | None = None
+        # the text frames are read into this one buffer (fresh megabyte buffers cost the
+        # model process their page faults, frame after frame of each full scrape)
+        self._buf = bytearray(FRAME_BYTES)
 
     @property
     def pid(self) -> int | None:
@@ -180,7 +185,8 @@ class RenderProcess:
         """The text in chunks, as the child writes them. Raises ``RenderError`` (before
         the first chunk or between two) when the child fails or does not answer. Iterate it
         to the end or close it: a stream left early reads the rest, so the child is ready
-        for the next scrape."""
+        for the next scrape. Each chunk is a view of one buffer the next chunk is read
+        into: use it (send it, copy it) before asking for the next."""
         columns = [LagColumns.of(o) for o in observations]
         if not self._lock.acquire(timeout=self.timeout_s):
             raise RenderError(f"busy with another scrape for {self.timeout_s:.0f}s")
@@ -197,18 +203,18 @@ class RenderProcess:
                 raise RenderError(f"render process failed: {exc!r}") from exc
             del columns
             while True:
-                kind, body = self._reply()
+                kind, body = self._reply(self._buf)
                 if kind == _TEXT:
-                    yield memoryview(body)
+                    yield body
                     continue
                 answered = True
                 if kind == _END:
                     return
-                raise RenderError(f"render process: {body.decode(errors='replace')}")
+                raise RenderError(f"render process: {bytes(body).decode(errors='replace')}")
         finally:
             if sent and not answered and self._sock is not None:
                 with contextlib.suppress(RenderError):  # (a failed read closes the child)
-                    while self._reply()[0] == _TEXT:
+                    while self._reply(self._buf)[0] == _TEXT:
                         pass
             self._lock.release()
 
@@ -217,13 +223,13 @@ class RenderProcess:
         observations: Sequence[TopicObservation | LagColumns],
         names: frozenset[str] | None = None,
     ) -> bytes:
-        return b"".join(self.stream(observations, names))
+        return b"".join(bytes(chunk) for chunk in self.stream(observations, names))
 
-    def _reply(self) -> tuple[bytes, bytearray]:
+    def _reply(self, into: bytearray) -> tuple[bytes, memoryview]:
         try:
             if self._sock is None:
                 raise RenderError("render process closed")
-            return _recv_frame(self._sock)
+            return _recv_frame(self._sock, into)
         except RenderError:
             self.close()
             raise
