@@ -49,7 +49,12 @@ def encode(a: np.ndarray) -> dict[str, Any]:
             body = np.diff(a, axis=-2, prepend=np.zeros_like(a[..., :1, :]))
             raw = zlib.compress(np.ascontiguousarray(body).tobytes(), 1)
             z = "diff"
-        return {"d": _name(a.dtype), "s": list(a.shape), "z": z, "b": base64.b64encode(raw).decode()}
+        return {
+            "d": _name(a.dtype),
+            "s": list(a.shape),
+            "z": z,
+            "b": base64.b64encode(raw).decode(),
+        }
     return {"d": _name(a.dtype), "s": list(a.shape), "b": base64.b64encode(a.tobytes()).decode()}
 
 

@@ -210,7 +210,11 @@ class CommitState(abc.ABC):
         order), ``interval_s`` apart: two encodings a group, not seven."""
         g = self._index[group]
         ints = np.stack([getattr(self, k)[g] for k in POSITION if k not in POSITION_DTYPES])
-        return {"width": self._width, "cols": _enc_raw(ints), "interval_s": _enc(self.interval_s[g])}
+        return {
+            "width": self._width,
+            "cols": _enc_raw(ints),
+            "interval_s": _enc(self.interval_s[g]),
+        }
 
     def load_position_state(self, group: str, d: dict[str, Any]) -> None:
         """``position_state`` read back; also the layout of earlier releases (one

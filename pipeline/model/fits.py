@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-Sums = list[np.ndarray] | np.ndarray  # sums by power of x: a list, or the rows of a matrix
+Sums = Sequence[np.ndarray] | np.ndarray  # sums by power of x: a sequence, or the rows of a matrix
 
 
 class Fit:

@@ -23,6 +23,7 @@ its growing time lag without waiting for another commit.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,15 @@ _EMPTY: dict[str, tuple[int, Any]] = {
     "last_commit_ms": (0, np.int64),
 }
 _PER_PARTITION = {"produce_rate_per_s"}
+# per group (and per group-partition): what the operator last published, and when
+_PUBLISHED = (
+    "last_status",
+    "last_snapshot_ms",
+    "last_alert_ms",
+    "last_summary_ms",
+    "last_summary_status",
+    "phase",
+)
 
 
 class TopicModel(CommitState):
@@ -87,6 +97,11 @@ class TopicModel(CommitState):
         self.last_status = np.zeros((0, 0), np.int8)
         self.last_snapshot_ms = np.zeros(0, np.int64)
         self.last_alert_ms = np.zeros(0, np.int64)
+        # ...and its group summaries: when one was last sent, at which status (-1: never)
+        self.last_summary_ms = np.zeros(0, np.int64)
+        self.last_summary_status = np.zeros(0, np.int16)
+        # each group's phase on the periodic events' grids (a hash of its name)
+        self.phase = np.zeros(0, np.int64)
         self.rejected_commits = 0  # commits to partitions the topic does not have
         # SDK workers' progress reports: where present, they judge the status (progress.py)
         self.progress = WorkerProgress(cfg.progress, cfg.warn_factor)
@@ -172,10 +187,16 @@ class TopicModel(CommitState):
         self.last_status = grown(self.last_status, 0)
         self.last_snapshot_ms = grown(self.last_snapshot_ms, 0)
         self.last_alert_ms = grown(self.last_alert_ms, 0)
+        self.last_summary_ms = grown(self.last_summary_ms, 0)
+        self.last_summary_status = grown(self.last_summary_status, -1)
+        names = self.groups[len(self.phase) :]
+        self.phase = np.concatenate(
+            [self.phase, np.array([zlib.crc32(n.encode()) for n in names], np.int64)]
+        )
         return rows
 
     def _drop_group(self, g: int) -> None:
-        for key in (*POSITION, "last_status", "last_snapshot_ms", "last_alert_ms"):
+        for key in (*POSITION, *_PUBLISHED):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
         self._usual = None
         self._win.drop_group(g)

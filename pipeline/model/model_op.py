@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -83,7 +82,6 @@ class LagOperator:
         self.snapshot_interval_ms = snapshot_interval_ms
         self.alert_interval_ms = alert_interval_ms
         self.ok_summary_interval_ms = ok_summary_interval_ms
-        self._summary_ms: dict[tuple[str, str], tuple[int, int]] = {}  # last sent, status
         self.persist_interval_ms = persist_interval_ms
         # the periodic events of healthy groups, bounded however large the estate: past
         # these rates the intervals stretch (status changes and alerts never wait)
@@ -199,8 +197,6 @@ class LagOperator:
         self._touched.pop(topic, None)
         self._window_saved_ms.pop(topic, None)
         self._forget_size(topic)
-        for key in [k for k in self._summary_ms if k[1] == topic]:
-            del self._summary_ms[key]
         state.set("gen", state.get("gen", 0) + 1)
         if self.on_topic_deleted is not None:
             self.on_topic_deleted(topic)
@@ -339,36 +335,38 @@ class LagOperator:
     def _events(
         self, model: TopicModel, obs: TopicObservation, now_ms: int
     ) -> list[dict[str, Any]]:
-        worst = obs.group_status().tolist()
-        active = obs.active.tolist()
+        worst, active = obs.group_status(), obs.active
         ok_every_ms, snapshot_every_ms = self._periodic_intervals(
             obs.topic, len(active), int(obs.mask.sum())
         )
-        summaries: list[int] = []
-        for g in active:
-            key = (obs.groups[g], obs.topic)
-            status = worst[g]
-            sent_ms, sent_status = self._summary_ms.get(key, (0, -1))
-            if status or sent_status != status or now_ms - sent_ms >= ok_every_ms:
-                summaries.append(g)
-                self._summary_ms[key] = (now_ms, status)
-        out = obs.group_events(summaries, self.cfg.worst_n)
+        # a group's summary: while it is not OK, when its status changed, and every
+        # ok_every_ms (the model's per-group arrays: no Python loop over the groups)
+        status = worst[active]
+        due_summary = (
+            (status > 0)
+            | (model.last_summary_status[active] != status)
+            | (now_ms - model.last_summary_ms[active] >= ok_every_ms)
+        )
+        summaries = active[due_summary]
+        model.last_summary_ms[summaries] = now_ms
+        model.last_summary_status[summaries] = worst[summaries]
+        out = obs.group_events(summaries.tolist(), self.cfg.worst_n)
         # partition snapshots: each group's partitions every snapshot interval, the ones not
         # OK every alert interval, at the group's own phase of it (so 50 groups do not all
         # publish on the same tick), and at once a partition whose status changed
-        phase = np.array([zlib.crc32(n.encode()) for n in obs.groups], np.int64)
-        due = _due(model.last_snapshot_ms, now_ms, snapshot_every_ms, phase)
-        alert = _due(model.last_alert_ms, now_ms, self.alert_interval_ms, phase)
-        model.last_snapshot_ms = np.where(
-            due | (model.last_snapshot_ms == 0), now_ms, model.last_snapshot_ms
-        )
-        model.last_alert_ms = np.where(
-            alert | (model.last_alert_ms == 0), now_ms, model.last_alert_ms
-        )
-        periodic = due[:, None] | (alert[:, None] & (obs.status > 0))
+        groups = len(obs.groups)
+        phase = model.phase[:groups]
+        last_snapshot, last_alert = model.last_snapshot_ms[:groups], model.last_alert_ms[:groups]
+        due = _due(last_snapshot, now_ms, snapshot_every_ms, phase)
+        alert = _due(last_alert, now_ms, self.alert_interval_ms, phase)
+        last_snapshot[due | (last_snapshot == 0)] = now_ms  # (views: updated in place)
+        last_alert[alert | (last_alert == 0)] = now_ms
         sent = model.last_status[:, : obs.topic_partitions]  # a view: updated in place
-        emit = obs.mask & ((sent != obs.status) | periodic)
-        sent[obs.mask] = obs.status[obs.mask]
+        changed = sent != obs.status
+        if due.any() or alert.any():
+            changed |= due[:, None] | (alert[:, None] & (obs.status > 0))
+        emit = obs.mask & changed
+        np.copyto(sent, obs.status, where=obs.mask)
         gi, pi = np.nonzero(emit)
         partitions = obs.partition_events(gi, pi)
         self._annotate(model, obs.topic, partitions, now_ms)

@@ -308,9 +308,7 @@ class RateWindow:
         t0, t1, t2 = (a[g, p] for a in t)
         lag_rate[g, p] = slope_of(s, (t0, t1))
         accel[g, p] = accel_of(s, (t0, t1, t2))
-        recent_rate[g, p] = np.where(
-            sr[0] >= 4, slope_of(sr, (r[0][g, p], r[1][g, p])), np.nan
-        )
+        recent_rate[g, p] = np.where(sr[0] >= 4, slope_of(sr, (r[0][g, p], r[1][g, p])), np.nan)
         dc = np.subtract(c_rows, committed[g, p], dtype=np.float64)
         tc = powers[:, :2].T @ np.where(c_rows >= 0, dc, 0.0)
         consume[g, p] = slope_of(s, tc)

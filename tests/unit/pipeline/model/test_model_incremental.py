@@ -119,7 +119,7 @@ def test_the_running_sums_stay_exact_across_new_time_references(seed: int) -> No
         m = TopicModel("t", LagConfig())
         hw = np.full(3, 5_000_000_000, np.int64)
         t = 1_000_000
-        for i in range(160):
+        for _ in range(160):
             t += 250
             hw += rnd.integers(0, 50_000, 3)
             if rnd.random() < 0.3:
