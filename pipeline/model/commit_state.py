@@ -17,7 +17,7 @@ from pipeline.model.arrays import decode as _dec
 from pipeline.model.arrays import encode as _enc
 from pipeline.model.config import LagConfig
 from pipeline.model.progress import WorkerProgress
-from pipeline.model.status import usual_interval_s
+from pipeline.model.status import Limits
 from pipeline.model.window import RateWindow
 
 POSITION = {  # per group x partition, what commits change; fill for a new row/column
@@ -54,9 +54,12 @@ class CommitState(abc.ABC):
     rewind_ms: np.ndarray
     read_offset: np.ndarray
     read_ms: np.ndarray
-    #: ``usual_interval_s`` of ``interval_s`` as the status rules last used it (None: to be
-    #: recomputed; every write to ``interval_s`` here, and every new array, resets it)
-    _usual: np.ndarray | None = None
+    #: the status rules' ``Limits`` of ``interval_s`` as they last used them (None: to be
+    #: recomputed; every write to ``interval_s`` here updates or resets them, every new
+    #: array resets them)
+    _limits: Limits | None = None
+    #: has any record timestamp been read (``record_read``): until then none can win
+    _reads: bool = False
 
     @abc.abstractmethod
     def partition_limit(self) -> int:
@@ -99,7 +102,7 @@ class CommitState(abc.ABC):
                 old = float(self.interval_s[g, p])
                 alpha = self.cfg.interval_alpha
                 self.interval_s[g, p] = dt_s if np.isnan(old) else (1 - alpha) * old + alpha * dt_s
-                self._usual = None
+                self._limits = None
             self.progress_ms[g, p] = ts_ms
             # a commit that arrives after samples taken later than it (a replay after a
             # restart, a slow coordinator): correct the window rows it should have been in
@@ -171,11 +174,15 @@ class CommitState(abc.ABC):
             old = self.interval_s[gl, pl]
             a = self.cfg.interval_alpha
             self.interval_s[gl, pl] = np.where(np.isnan(old), dt_s, (1 - a) * old + a * dt_s)
-            usual = self._usual
-            if usual is not None and gl.max() < usual.shape[0] and pl.max() < usual.shape[1]:
-                usual[gl, pl] = usual_interval_s(self.interval_s[gl, pl], self.cfg)
+            limits = self._limits
+            if (
+                limits is not None
+                and gl.max() < limits.usual.shape[0]
+                and pl.max() < limits.usual.shape[1]
+            ):
+                limits.update(gl, pl, self.interval_s[gl, pl], self.cfg)
             else:
-                self._usual = None
+                self._limits = None
         if rewind.any():
             self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
         moved = rewind | advance
@@ -197,7 +204,7 @@ class CommitState(abc.ABC):
         if partition < self._width:
             self.committed[g, partition] = -1
             self.interval_s[g, partition] = np.nan
-            self._usual = None
+            self._limits = None
             self.rewind_ms[g, partition] = 0
             self.read_offset[g, partition] = -1
         self.progress.forget(group, partition)
@@ -232,7 +239,9 @@ class CommitState(abc.ABC):
                 value = columns[k]
                 row = value if isinstance(value, np.ndarray) else _dec(value)
                 getattr(self, k)[g, :width] = row[:width]
-        self._usual = None
+        self._limits = None
+        if (self.read_offset[g] >= 0).any():
+            self._reads = True
 
 
 def _enc_raw(a: np.ndarray) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from pipeline.model.events import TopicObservation
 from pipeline.model.history import READ
 from pipeline.model.hw_table import HwTable
 from pipeline.model.progress import WorkerProgress
-from pipeline.model.status import classify, usual_interval_s
+from pipeline.model.status import Limits, classify, usual_interval_s
 from pipeline.model.window import RateWindow
 from schemas.lag import SEVERITY, LagStatus
 
@@ -152,7 +152,7 @@ class TopicModel(CommitState):
             return
         for name, fill in POSITION.items():
             setattr(self, name, _widen(getattr(self, name), width, fill))
-        self._usual = None
+        self._limits = None
         self._win.widen(width)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
@@ -182,7 +182,7 @@ class TopicModel(CommitState):
 
         for key, fill in POSITION.items():
             setattr(self, key, grown(getattr(self, key), fill))
-        self._usual = None
+        self._limits = None
         self._win.add_groups(new)
         self.last_status = grown(self.last_status, 0)
         self.last_snapshot_ms = grown(self.last_snapshot_ms, 0)
@@ -198,7 +198,7 @@ class TopicModel(CommitState):
     def _drop_group(self, g: int) -> None:
         for key in (*POSITION, *_PUBLISHED):
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
-        self._usual = None
+        self._limits = None
         self._win.drop_group(g)
         del self.groups[g]
         self.history.forget_written()
@@ -245,6 +245,7 @@ class TopicModel(CommitState):
             return
         self.read_offset[g, partition] = offset
         self.read_ms[g, partition] = record_ms
+        self._reads = True
 
     # -- the tick -------------------------------------------------------------------------
 
@@ -269,8 +270,8 @@ class TopicModel(CommitState):
         # time lag: only where data waits
         tl, how = self.history.time_lag(c, now_ms)
         # a record timestamp read at the committed offset is the truth: it wins
-        read = (self.read_offset[:, :width] == c) & (lag > 0) & mask
-        if read.any():
+        read = (self.read_offset[:, :width] == c) & (lag > 0) & mask if self._reads else None
+        if read is not None and read.any():
             tl = np.where(read, np.maximum(0.0, (now_ms - self.read_ms[:, :width]) / 1000.0), tl)
             how = np.where(read, READ, how).astype(np.int8)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -282,7 +283,9 @@ class TopicModel(CommitState):
             "time_lag": tl,
             "since_progress_s": (now_ms - self.progress_ms[:, :width]) / 1000.0,
             "since_commit_s": (now_ms - self.commit_ms[:, :width]) / 1000.0,
-            "since_rewind_s": np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf),
+            "since_rewind_s": (
+                np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf) if rew.any() else None
+            ),
             "interval_s": self.interval_s[:, :width],
             "lag_rate": lag_rate,
             "produce_rate": produce[None, :],
@@ -294,7 +297,7 @@ class TopicModel(CommitState):
             inputs = self.progress.overlay(
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )
-        status = classify(cfg=cfg, usual=self._usual_interval(inputs["interval_s"]), **inputs)
+        status = classify(cfg=cfg, limits=self._status_limits(inputs), **inputs)
         return self._observation(
             now_ms,
             mask,
@@ -313,14 +316,16 @@ class TopicModel(CommitState):
             },
         )
 
-    def _usual_interval(self, interval_s: np.ndarray) -> np.ndarray:
-        """``usual_interval_s`` of these intervals, kept while they are the model's own and
-        unchanged (worker reports overlay their cells' intervals: then computed afresh)."""
-        if not np.may_share_memory(interval_s, self.interval_s):  # an overlaid copy
-            return usual_interval_s(interval_s, self.cfg)
-        if self._usual is None or self._usual.shape != interval_s.shape:
-            self._usual = usual_interval_s(interval_s, self.cfg)
-        return self._usual
+    def _status_limits(self, inputs: dict[str, Any]) -> Limits:
+        """The status rules' ``Limits``, kept while the intervals are the model's own
+        (worker reports overlay their cells' intervals and floors: then derived afresh)."""
+        interval_s = inputs["interval_s"]
+        if "warn_min_s" in inputs or not np.may_share_memory(interval_s, self.interval_s):
+            usual = usual_interval_s(interval_s, self.cfg)
+            return Limits.of(usual, self.cfg, inputs.get("warn_min_s"), inputs.get("stop_min_s"))
+        if self._limits is None or self._limits.usual.shape != interval_s.shape:
+            self._limits = Limits.of(usual_interval_s(interval_s, self.cfg), self.cfg)
+        return self._limits
 
     def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
         """Between samples, as worker reports arrive: the observation as of the newest

@@ -6,6 +6,8 @@ that holds wins, most severe first (see ``classify``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from pipeline.model.config import LagConfig
@@ -20,13 +22,60 @@ def usual_interval_s(interval_s: np.ndarray, cfg: LagConfig) -> np.ndarray:
     return np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
 
 
+@dataclass
+class Limits:
+    """What the rules compare against, per cell, from the usual interval alone (and the
+    floors): the same from tick to tick until a commit teaches a cell a new interval, so
+    the model keeps them (``update`` the cells commits changed) instead of deriving them
+    again every sample."""
+
+    usual: np.ndarray
+    stop_after: np.ndarray  # STOP/STALL: no progress for this long
+    warn_after: np.ndarray  # WARN: no progress for this long
+    behind_after: np.ndarray  # WARN: the oldest waiting message waited this long
+    spans_window: np.ndarray  # the growth rule's window holds more than two intervals
+    spans_recent: np.ndarray  # ...and the last recent_s does
+
+    @classmethod
+    def of(
+        cls,
+        usual: np.ndarray,
+        cfg: LagConfig,
+        warn_min_s: np.ndarray | None = None,
+        stop_min_s: np.ndarray | None = None,
+    ) -> Limits:
+        slack = cfg.commit_visibility_s
+        # the STOP/STALL floor: per cell where worker progress judges (a paused whole worker)
+        stop_floor = cfg.stop_min_s if stop_min_s is None else stop_min_s
+        # the WARN floor: per cell where worker progress judges (its own floors)
+        floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
+        # 1.5 intervals + 0.1 s, never later than the 2 intervals of before (fast committers)
+        behind = np.minimum(cfg.time_lag_factor * usual + cfg.time_lag_allowance_s, 2.0 * usual)
+        return cls(
+            usual=usual,
+            stop_after=np.maximum(stop_floor, cfg.stop_factor * usual) + slack,
+            warn_after=np.maximum(floor, cfg.warn_factor * usual) + slack,
+            behind_after=np.maximum(floor, behind) + slack,
+            spans_window=2.0 * usual < cfg.window_s,
+            spans_recent=2.0 * usual < cfg.recent_s,
+        )
+
+    def update(self, g: np.ndarray, p: np.ndarray, interval_s: np.ndarray, cfg: LagConfig) -> None:
+        """The cells ``(g, p)`` with their new intervals (no per-cell floors)."""
+        cells = Limits.of(usual_interval_s(interval_s, cfg), cfg)
+        for name in ("usual", "stop_after", "warn_after", "behind_after"):
+            getattr(self, name)[g, p] = getattr(cells, name)
+        self.spans_window[g, p] = cells.spans_window
+        self.spans_recent[g, p] = cells.spans_recent
+
+
 def classify(
     *,
     lag: np.ndarray,
     time_lag: np.ndarray,
     since_progress_s: np.ndarray,
     since_commit_s: np.ndarray,
-    since_rewind_s: np.ndarray,
+    since_rewind_s: np.ndarray | None,
     interval_s: np.ndarray,
     cfg: LagConfig,
     lag_rate: np.ndarray | None = None,
@@ -34,7 +83,7 @@ def classify(
     recent_lag_rate: np.ndarray | None = None,
     warn_min_s: np.ndarray | None = None,
     stop_min_s: np.ndarray | None = None,
-    usual: np.ndarray | None = None,
+    limits: Limits | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
@@ -57,21 +106,14 @@ def classify(
     6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
 
-    ``usual``: ``usual_interval_s(interval_s, cfg)`` when the caller keeps it between ticks
-    (it changes only where commits teach a new interval).
+    ``limits``: ``Limits.of(usual_interval_s(interval_s, cfg), cfg)`` when the caller keeps
+    them between ticks (then ``warn_min_s`` and ``stop_min_s`` must be None).
+    ``since_rewind_s`` None: no offset went back (the REWIND rule is skipped).
     """
-    if usual is None:
-        usual = usual_interval_s(interval_s, cfg)
+    if limits is None:
+        limits = Limits.of(usual_interval_s(interval_s, cfg), cfg, warn_min_s, stop_min_s)
+    usual, stop_after, warn_after = limits.usual, limits.stop_after, limits.warn_after
     slack = cfg.commit_visibility_s
-    # the STOP/STALL floor: per cell where worker progress judges (a paused whole worker)
-    stop_floor = cfg.stop_min_s if stop_min_s is None else stop_min_s
-    stop_after = np.maximum(stop_floor, cfg.stop_factor * usual) + slack
-    # the WARN floor: per cell where worker progress judges (its own floors)
-    floor = cfg.warn_min_s if warn_min_s is None else warn_min_s
-    warn_after = np.maximum(floor, cfg.warn_factor * usual) + slack
-    # 1.5 intervals + 0.1 s, never later than the 2 intervals of before (fast committers)
-    behind = np.minimum(cfg.time_lag_factor * usual + cfg.time_lag_allowance_s, 2.0 * usual)
-    behind_after = np.maximum(floor, behind) + slack
     waiting = lag > 0
     # the time lag beyond what the commit cadence explains: committing every 5 s, a group
     # that keeps up shows a 0-5 s sawtooth of time lag (and of lag growing between commits)
@@ -85,7 +127,7 @@ def classify(
         growing = (
             (lag_rate > np.maximum(1.0, cfg.growth_ratio * produce_rate))
             & (time_lag > warn_after)
-            & (2.0 * usual < cfg.window_s)
+            & limits.spans_window
         )
         if recent_lag_rate is not None:
             # the last second alone: an avalanche shows within a few samples, long before
@@ -95,10 +137,13 @@ def classify(
             growing |= (
                 (recent_lag_rate > floor)
                 & (time_lag > cfg.warn_min_s + slack)
-                & (2.0 * usual < cfg.recent_s)
+                & limits.spans_recent
             )
+    rewound = (
+        np.zeros_like(waiting) if since_rewind_s is None else since_rewind_s < cfg.rewind_hold_s
+    )
     rules = [
-        (since_rewind_s < cfg.rewind_hold_s, LagStatus.REWIND),
+        (rewound, LagStatus.REWIND),
         (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
         (waiting & (stuck > stop_after), LagStatus.STOP),
         (waiting & (beyond_cadence >= cfg.err_time_lag_s), LagStatus.ERR),
@@ -106,7 +151,7 @@ def classify(
             waiting
             & (
                 (stuck > warn_after)
-                | (time_lag > behind_after)
+                | (time_lag > limits.behind_after)
                 | (beyond_cadence >= cfg.warn_time_lag_s)
                 | growing
             ),

@@ -131,3 +131,41 @@ def test_the_running_sums_stay_exact_across_new_time_references(seed: int) -> No
             assert np.allclose(obs.lag_accel_per_s2, want["accel"], rtol=1e-7, atol=1e-4)
     finally:
         window.REBASE_MS = rebase_ms
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000))
+def test_status_limits_kept_between_ticks_equal_limits_derived_afresh(seed: int) -> None:
+    """The status rules' thresholds the model keeps (updated where commits teach an
+    interval) judge as the thresholds derived from the intervals every tick would."""
+    from pipeline.model.status import Limits, usual_interval_s
+
+    class Afresh(TopicModel):
+        def _status_limits(self, inputs: dict[str, np.ndarray]) -> Limits:
+            usual = usual_interval_s(inputs["interval_s"], self.cfg)
+            return Limits.of(usual, self.cfg, inputs.get("warn_min_s"), inputs.get("stop_min_s"))
+
+    rnd = np.random.default_rng(seed)
+    cfg = LagConfig()
+    kept, afresh = TopicModel("t", cfg), Afresh("t", cfg)
+    hw = np.zeros(4, np.int64)
+    committed = np.zeros((5, 4), np.int64)
+    t = 1_000_000
+    for i in range(240):
+        t += 250
+        hw += rnd.integers(0, 20, 4) * (rnd.random(4) < 0.6)
+        rows = []  # one batch a tick, as the commits source sends them (commit_columns)
+        for g in range(5 if i > 60 else 4):
+            if rnd.random() < (0.05 if g == 0 else 0.3):  # group 0 slow, others brisk
+                p = int(rnd.integers(0, 4))
+                committed[g, p] = min(hw[p], committed[g, p] + int(rnd.integers(0, 40)))
+                rows.append([f"g{g}", p, int(committed[g, p]), t - 10])
+        for m in (kept, afresh):
+            m.commit_many(rows)
+        if i == 150:
+            for m in (kept, afresh):
+                m.forget("g2", 1)
+        for m in (kept, afresh):
+            m.add_sample(t, hw.tolist())
+        a, b = kept.observe(t), afresh.observe(t)
+        assert np.array_equal(a.status, b.status), i
