@@ -144,11 +144,14 @@ class CommitState(abc.ABC):
             gi, p, off, ts = gi[ok], p[ok], off[ok], ts[ok]
             if not len(p):
                 return set()
-        _, first = np.unique(gi, return_index=True)
-        used = gi[np.sort(first)].tolist()  # new groups take rows in the order commits name them
-        touched = {groups[i] for i in used}
-        rows = np.zeros(len(groups), np.int64)
-        rows[used] = self.add_groups([groups[i] for i in used])
+        known = [self._index.get(name) for name in groups]
+        if None in known:  # new groups take rows in the order commits name them
+            _, first = np.unique(gi, return_index=True)
+            used = gi[np.sort(first)].tolist()
+            rows = np.zeros(len(groups), np.int64)
+            rows[used] = self.add_groups([groups[i] for i in used])
+        else:  # (the usual batch: every group it names is modelled already)
+            rows = np.asarray(known, np.int64)
         g = rows[gi]
         self._widen(int(p.max()) + 1)
         if len(np.unique(g * self._width + p)) < len(p):
@@ -156,14 +159,23 @@ class CommitState(abc.ABC):
                 gi.tolist(), p.tolist(), off.tolist(), ts.tolist(), strict=True
             ):
                 self.commit(groups[i], partition_, offset_, ts_)
-            return touched
+            return {groups[i] for i in np.unique(gi).tolist()}
         # replays (older than what is known) and repeats (the source re-sends what it knows
         # every minute) change nothing: the groups of neither are touched
         known_ms, prev = self.commit_ms[g, p], self.committed[g, p]
         fresh = (ts > known_ms) | ((ts == known_ms) & (off != prev))
         if not fresh.all():
-            touched = {groups[i] for i in np.unique(gi[fresh]).tolist()}
-            g, p, off, ts, prev = g[fresh], p[fresh], off[fresh], ts[fresh], prev[fresh]
+            if not fresh.any():
+                return set()
+            gi, g, p, off, ts, prev = (
+                gi[fresh],
+                g[fresh],
+                p[fresh],
+                off[fresh],
+                ts[fresh],
+                prev[fresh],
+            )
+        touched = {groups[i] for i in np.flatnonzero(np.bincount(gi, minlength=len(groups)))}
         rewind = (prev >= 0) & (off < prev)
         advance = off > prev
         last_progress = self.progress_ms[g, p]

@@ -268,13 +268,15 @@ class RateWindow:
         odd = np.flatnonzero((valid != rows) | (self.ahead[:, :width] > 0))
         if len(odd):
             g, p = np.divmod(odd, width)
-            never = valid[g, p] == 0  # no commit in any row: no rate at all
+            v = valid[g, p]
+            never = v == 0  # no commit in any row: no rate at all
             consume[g[never], p[never]] = 0.0
             recent_rate[g[never], p[never]] = np.nan
-            g, p = g[~never], p[~never]
-            if len(g):
-                self._fit_odd(g, p, live, powers, is_recent, committed, (y0, t1, t2),
-                              (r0, r1), lag_rate, accel, recent_rate, consume)  # fmt: skip
+            own = (v > 0) & (v < rows)  # a commit in some rows: fitted over those rows
+            full = v == rows  # a commit in every row, one beyond the HWM: consume alone
+            self._fit_odd(g[own], p[own], live, powers, is_recent, committed, (y0, t1, t2),
+                          (r0, r1), lag_rate, accel, recent_rate, consume)  # fmt: skip
+            self._fit_consume(g[full], p[full], live, powers, s, committed, consume)
         return Rates(
             produce=produce,
             consume=consume,
@@ -298,8 +300,10 @@ class RateWindow:
         recent_rate: np.ndarray,
         consume: np.ndarray,
     ) -> None:
-        """The series ``(g, p)`` with a commit in some rows but not all, or one beyond the
-        HWM, fitted over their own rows (in place)."""
+        """The series ``(g, p)`` with a commit in some rows but not all, fitted over their
+        own rows (in place)."""
+        if not len(g):
+            return
         c_rows = self.c[live[:, None], g[None, :], p[None, :]]  # (R, k)
         ok = (c_rows >= 0).astype(np.float64)
         s = powers.T @ ok  # (5, k): each series' own sums of the powers of x
@@ -312,3 +316,21 @@ class RateWindow:
         dc = np.subtract(c_rows, committed[g, p], dtype=np.float64)
         tc = powers[:, :2].T @ np.where(c_rows >= 0, dc, 0.0)
         consume[g, p] = slope_of(s, tc)
+
+    def _fit_consume(
+        self,
+        g: np.ndarray,
+        p: np.ndarray,
+        live: np.ndarray,
+        powers: np.ndarray,
+        s: np.ndarray,
+        committed: np.ndarray,
+        consume: np.ndarray,
+    ) -> None:
+        """The consume rate of the series ``(g, p)`` with a commit in every row but one
+        beyond that row's HWM, fitted on the committed offsets (in place)."""
+        if not len(g):
+            return
+        c_rows = self.c[live[:, None], g[None, :], p[None, :]]  # (R, k)
+        tc = powers[:, :2].T @ np.subtract(c_rows, committed[g, p], dtype=np.float64)
+        consume[g, p] = slope_of(s[:3], tc)
