@@ -30,7 +30,10 @@ benchmark scrapes each replica's whole ``/metrics`` every ``--prometheus-interva
 (15 s: one or two full scrapes land in each window, and the model pays for them); its own
 reads of the counters ask for those families only (``/metrics?name[]=...``). Then the
 same with two replicas (same consumer group, distinct instance ids, state dirs and
-metrics ports), starting at one's rate.
+metrics ports), starting at the shape's steady rate: there each replica's CPU says how
+evenly two split the work (``scaling_by_cpu``: one replica's CPU over the busier of the
+two's), and the ladder climbs as far as the host lets it (``scaling_ratio``: the highest
+rate two held over one's).
 
 Writes ``bench/results/scale.json``. ``--smoke``: 2 topics x 4 partitions x 3 groups, one
 10 s step (the test suite runs it).
@@ -56,7 +59,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.support import broker
 from bench.support.scale_load import OFFSETS_PARTITIONS, generate
 from bench.support.scale_replicas import SAMPLE_INTERVAL_MS, Pipeline, wait_modelling
-from bench.support.scale_result import estimate, false_alarms, max_held, per_core
+from bench.support.scale_result import (
+    estimate,
+    false_alarms,
+    max_held,
+    per_core,
+    scaling_by_cpu,
+)
 from bench.support.scale_steps import (
     MAX_BEHIND_S,
     MAX_DELAY_P99_S,
@@ -236,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         one_max = max_held(one)
         two: list[dict[str, Any]] = []
         if not args.no_two:
-            two = run_phase(args, run, 2, max(one_max, steady), None)
+            # from the shape's steady rate (how two replicas split its work), up
+            two = run_phase(args, run, 2, steady, None)
     finally:
         leftovers = [
             t for t in admin.list_topics(timeout=10).topics if t.startswith(run) or run in t
@@ -265,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "two_replicas": {"max_sustained_commits_per_s": two_max, "steps": two},
         "scaling_ratio": round(two_max / one_max, 2) if two_max and one_max else None,
+        "scaling_by_cpu": scaling_by_cpu(one, two, steady),
         **per_core(one, steady),
         "false_alarms": false_alarms(one) + false_alarms(two),
         **estimate(one, two, steady, shape_gp, args.commit_interval_s),

@@ -125,3 +125,21 @@ def estimate(
 def false_alarms(steps: list[dict[str, Any]]) -> int:
     """Non-OK lag events of the (healthy) load's groups over every measured window."""
     return sum(s.get("false_alarms", 0) for s in steps)
+
+
+def scaling_by_cpu(one: list[dict[str, Any]], two: list[dict[str, Any]], steady: int) -> Any:
+    """How two replicas split the shape's work, at its steady rate: one replica's CPU over
+    the busier of the two replicas' (each replica's whole process tree). Two replicas
+    hold that many times the load of one when each has the cores one had (the busier
+    one runs out first); what does not split (each replica's own fixed cost) counts
+    against it. None unless both held the steady rate."""
+    at_one = next((s for s in one if s["commits_per_s"] == steady and s["sustained"]), None)
+    at_two = next((s for s in two if s["commits_per_s"] == steady and s["sustained"]), None)
+    if at_one is None or at_two is None or not at_two.get("cpu_cores_by_replica"):
+        return None
+    busier = max(at_two["cpu_cores_by_replica"])
+    return {
+        "one_replica_cores": at_one["cpu_cores"],
+        "two_replicas_cores": at_two["cpu_cores_by_replica"],
+        "ratio": round(at_one["cpu_cores"] / busier, 2) if busier else None,
+    }

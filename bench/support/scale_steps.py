@@ -75,7 +75,10 @@ def measure_step(
     full = [d for r in replicas for at, d in getattr(r, "prom_scrape_s", []) if at >= t0]
     scrape_s = max(full, default=0.0)
     cpu1 = [cpu_ticks(process_tree(r.proc.pid)) for r in replicas]
-    ticks = sum(c1[p] - c0[p] for c0, c1 in zip(cpu0, cpu1, strict=True) for p in c1 if p in c0)
+    by_replica = [
+        sum(c1[p] - c0[p] for p in c1 if p in c0) for c0, c1 in zip(cpu0, cpu1, strict=True)
+    ]
+    ticks = sum(by_replica)
     main_ticks = sum(
         c1.get(r.proc.pid, 0) - c0.get(r.proc.pid, 0)
         for r, c0, c1 in zip(replicas, cpu0, cpu1, strict=True)
@@ -124,6 +127,8 @@ def measure_step(
         "full_scrapes": len(full),
         "cpu_cores": round(cores, 3),
         "cpu_cores_model_process": round(main_ticks / CLK_TCK / elapsed, 3),
+        # each replica's process tree: how evenly replicas split the work
+        "cpu_cores_by_replica": [round(t / CLK_TCK / elapsed, 3) for t in by_replica],
         "rss_mib": round(rss / 2**20, 1),
         "samples_modelled_per_s": round(samples / elapsed, 1),
         "samples_dropped": round(dropped),

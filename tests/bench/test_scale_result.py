@@ -77,3 +77,24 @@ def test_a_step_the_generator_could_not_write_is_no_miss_of_the_pipeline() -> No
     assert max_held(steps) == 75_000
     steps[2]["sustained"] = False
     assert max_held(steps) == 50_000
+
+
+def test_how_two_replicas_split_the_work_is_one_over_the_busier() -> None:
+    from bench.support.scale_result import scaling_by_cpu
+
+    one = [step(50_000, True, cores=0.6)]
+    # even: 0.32 and 0.30 cores against 0.6 -> 1.88; the busier replica binds
+    two = [step(50_000, True, cores=0.62, cpu_cores_by_replica=[0.32, 0.30])]
+    assert scaling_by_cpu(one, two, 50_000) == {
+        "one_replica_cores": 0.6,
+        "two_replicas_cores": [0.32, 0.30],
+        "ratio": 1.88,
+    }
+    # uneven: one of the two did most of the work
+    two[0]["cpu_cores_by_replica"] = [0.55, 0.1]
+    assert scaling_by_cpu(one, two, 50_000)["ratio"] == 1.09
+    # not held by both at the shape: no figure
+    assert (
+        scaling_by_cpu(one, [step(50_000, False, cpu_cores_by_replica=[0.3, 0.3])], 50_000) is None
+    )
+    assert scaling_by_cpu([step(50_000, False)], two, 50_000) is None
