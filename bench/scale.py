@@ -210,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="", help="cProfile the model to <PATH>.<i>.prof")
     ap.add_argument("--no-two", action="store_true", help="skip the two-replica phase")
     ap.add_argument(
+        "--no-one",
+        action="store_true",
+        help="skip the one-replica phase (the two-replica phase takes --rates, if given)",
+    )
+    ap.add_argument(
         "--cpu-per-replica",
         type=float,
         default=None,
@@ -241,12 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     try:
-        one = run_phase(args, run, 1, steady, fixed)
+        one = [] if args.no_one else run_phase(args, run, 1, steady, fixed)
         one_max = max_held(one)
         two: list[dict[str, Any]] = []
         if not args.no_two:
             # from the shape's steady rate (how two replicas split its work), up
-            two = run_phase(args, run, 2, steady, None)
+            two = run_phase(args, run, 2, steady, fixed if args.no_one else None)
     finally:
         leftovers = [
             t for t in admin.list_topics(timeout=10).topics if t.startswith(run) or run in t
@@ -254,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             if not os.environ.get("SCALE_KEEP_TOPICS"):  # kept to inspect a run's events
                 admin.delete_topics(leftovers)
-    at_steady = next((s for s in one if s["commits_per_s"] == steady), one[0])
+    at_steady = next((s for s in one if s["commits_per_s"] == steady), one[0] if one else {})
     two_max = max_held(two) if two else None
     shape_gp = args.topics * args.partitions * args.groups
     result: dict[str, Any] = {
@@ -264,13 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         "steady_commit_rate": steady,
         "one_replica": {
             "max_sustained_commits_per_s": one_max,
-            "cpu_cores": at_steady["cpu_cores"],
-            "rss_mib": at_steady["rss_mib"],
-            "delay_p99_s": at_steady["delay_p99_s"],
-            "last_sample_age_s": at_steady["last_sample_age_s"],
-            "scrape_s": at_steady["scrape_s"],
-            "steady_held": at_steady["sustained"],
-            "false_alarms": at_steady["false_alarms"],
+            "cpu_cores": at_steady.get("cpu_cores"),
+            "rss_mib": at_steady.get("rss_mib"),
+            "delay_p99_s": at_steady.get("delay_p99_s"),
+            "last_sample_age_s": at_steady.get("last_sample_age_s"),
+            "scrape_s": at_steady.get("scrape_s"),
+            "steady_held": at_steady.get("sustained"),
+            "false_alarms": at_steady.get("false_alarms"),
             "steps": one,
         },
         "two_replicas": {"max_sustained_commits_per_s": two_max, "steps": two},

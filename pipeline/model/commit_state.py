@@ -199,10 +199,10 @@ class CommitState(abc.ABC):
             self.rewind_ms[g[rewind], p[rewind]] = ts[rewind]
         moved = rewind | advance
         self.progress_ms[g[moved], p[moved]] = ts[moved]
-        if self._win.rows:
-            last = self._win.last_ms
-            for i in np.nonzero(advance & (ts <= last))[0].tolist():  # late: see commit()
-                self._win.correct(int(g[i]), int(p[i]), int(off[i]), int(ts[i]))
+        if self._win.rows:  # late: see commit()
+            late = advance & (ts <= self._win.last_ms)
+            if late.any():
+                self._win.correct_many(g[late], p[late], off[late], ts[late])
         self.commit_ms[g, p] = ts
         self.committed[g, p] = off
         return touched

@@ -184,20 +184,42 @@ class RateWindow:
     def correct(self, g: int, p: int, offset: int, ts_ms: int) -> None:
         """A commit at ``ts_ms`` that arrives after samples taken later than it (a replay
         after a restart, a slow coordinator): the rows from ``ts_ms`` on get its offset."""
-        if self.e == self.s or self.last_ms < ts_ms:
+        self.correct_many(
+            np.array([g], np.int64),
+            np.array([p], np.int64),
+            np.array([offset], np.int64),
+            np.array([ts_ms], np.int64),
+        )
+
+    def correct_many(
+        self, g: np.ndarray, p: np.ndarray, offset: np.ndarray, ts_ms: np.ndarray
+    ) -> None:
+        """``correct`` for a batch of commits, one per group-partition ``(g[i], p[i])``,
+        row by row from the newest (a late commit is most often a row or two late: two
+        commits readers of a scaled-out pipeline each hold a sample only for their own
+        commits), each row for every commit late for it at once."""
+        if self.e == self.s or not len(g):
             return
         live = self._live()
-        late = live[self.t[live] >= ts_ms]
-        old = self.c[late, g, p]
-        new = np.maximum(old, offset)
-        hw = self.hw[late, p]
-        new_lag = np.where(new >= 0, np.maximum(hw - new, 0), 0).astype(np.float64)
-        x = (self.t[late] - self.t_ref) / 1000.0
-        self.y[:, g, p] += np.vander(x, 3, increasing=True).T @ (new_lag - self.lag[late, g, p])
-        self.c[late, g, p] = new
-        self.lag[late, g, p] = new_lag
-        self.valid[g, p] += int((new >= 0).sum() - (old >= 0).sum())
-        self.ahead[g, p] += int((new > hw).sum() - (old > hw).sum())
+        times = self.t[live]
+        late_rows = len(live) - np.searchsorted(times, ts_ms, side="left")
+        for back in range(1, int(late_rows.max(initial=0)) + 1):
+            sel = late_rows >= back
+            gs, ps = g[sel], p[sel]
+            slot = live[-back]
+            old = self.c[slot, gs, ps]
+            new = np.maximum(old, offset[sel])
+            hw = self.hw[slot, ps]
+            new_lag = np.where(new >= 0, np.maximum(hw - new, 0), 0).astype(np.float64)
+            x = (self.t[slot] - self.t_ref) / 1000.0
+            change = new_lag - self.lag[slot, gs, ps]
+            self.y[0, gs, ps] += change
+            self.y[1, gs, ps] += x * change
+            self.y[2, gs, ps] += x * x * change
+            self.c[slot, gs, ps] = new
+            self.lag[slot, gs, ps] = new_lag
+            self.valid[gs, ps] += (new >= 0).astype(np.int64) - (old >= 0)
+            self.ahead[gs, ps] += (new > hw).astype(np.int64) - (old > hw)
 
     # -- state (as persisted) ---------------------------------------------------------------
 

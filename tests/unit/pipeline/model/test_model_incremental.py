@@ -45,12 +45,19 @@ def _run(seed: int, ticks: int, check: Callable[[TopicModel, TopicObservation, i
     for i in range(ticks):
         t += 250
         hw += rnd.integers(0, 30, 3) * (rnd.random(3) < 0.7)
+        rows = []
         for g in range(4 if i > 40 else 3):
             if rnd.random() < 0.25:
                 p = int(rnd.integers(0, 3))
                 ahead = 8 if g == 3 and rnd.random() < 0.3 else 0
                 committed[g, p] = min(hw[p] + ahead, committed[g, p] + int(rnd.integers(0, 60)))
-                m.commit(f"g{g}", p, int(committed[g, p]), t - int(rnd.integers(1, 400)))
+                # up to 3 samples late: corrected into the rows it should have been in
+                rows.append([f"g{g}", p, int(committed[g, p]), t - int(rnd.integers(1, 800))])
+        if i % 2:  # one at a time, or as a batch (commit_columns: late ones corrected at once)
+            for row in rows:
+                m.commit(*row)
+        else:
+            m.commit_many(rows)
         if i == 120:
             m.forget("g1", 2)
         m.add_sample(t, hw.tolist())
