@@ -130,6 +130,7 @@ def run_phase(
                 args.profile,
                 reset,
                 cpu_cores=args.cpu_per_replica,
+                replicas=n_replicas,
             )
             for i in range(n_replicas)
         ]

@@ -23,11 +23,17 @@ from bench.support.scale_probes import (
     process_tree,
     scrape,
 )
+from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 SAMPLE_INTERVAL_MS = 250
+#: the per-replica bounds on healthy groups' periodic events, as the pipeline defaults them
+PERIODIC_EVENT_BOUNDS = {
+    "LAGPILOT_MAX_OK_SUMMARIES_PER_S": Settings.max_ok_summaries_per_s,
+    "LAGPILOT_MAX_SNAPSHOTS_PER_S": Settings.max_snapshots_per_s,
+}
 
 #: Runs the real pipeline entry point with this run's internal topic names; with
 #: ``SCALE_PROFILE=<path>`` in its environment, under cProfile (the main thread: the model)
@@ -105,10 +111,15 @@ class Pipeline:
         profile: str = "",
         reset: str = "earliest",
         cpu_cores: float | None = None,
+        replicas: int = 1,
     ) -> None:
         """``name`` names its consumer group and internal topics (not ``lagpilot*``: the
         commits it reads are not its own); ``reset`` where a new group starts;
-        ``cpu_cores``: the tree held to that much CPU (``CpuCap``)."""
+        ``cpu_cores``: the tree held to that much CPU (``CpuCap``); ``replicas``: how many
+        run together (the periodic events of healthy groups are bounded per replica:
+        each of N gets 1/N of the default bounds unless the environment sets them, so N
+        replicas publish what one would, and a phase of two is held to the same output
+        as a phase of one)."""
         self.state = tempfile.mkdtemp(prefix=f"scale-{i}-")
         self.port = _free_port()
         self.log = Path(self.state) / "pipeline.log"
@@ -126,6 +137,8 @@ class Pipeline:
             "LAGPILOT_SAMPLE_INTERVAL_MS": str(SAMPLE_INTERVAL_MS),
             "LAGPILOT_AUTO_OFFSET_RESET": reset,
         }
+        for name_, default in PERIODIC_EVENT_BOUNDS.items():
+            env.setdefault(name_, str(default / replicas))
         if profile:
             env["SCALE_PROFILE"] = f"{profile}.{i}.prof"
         self.cap = CpuCap(f"{name}-r{i}", cpu_cores) if cpu_cores else None
