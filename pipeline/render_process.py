@@ -204,6 +204,9 @@ class RenderProcess:
             del columns
             while True:
                 kind, body = self._reply(self._buf)
+                grown = body.obj  # a frame larger than the buffer came in a new one: keep
+                if isinstance(grown, bytearray) and grown is not self._buf:  # that one
+                    self._buf = grown  # (frames run a little over FRAME_BYTES)
                 if kind == _TEXT:
                     yield body
                     continue

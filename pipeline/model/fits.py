@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-Sums = Sequence[np.ndarray] | np.ndarray  # sums by power of x: a sequence, or the rows of a matrix
+Sums = Sequence[np.ndarray] | Sequence[float] | np.ndarray  # by power of x: a sequence, or matrix rows
 
 
 class Fit:

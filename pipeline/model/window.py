@@ -265,7 +265,7 @@ class RateWindow:
         is_recent = x >= -recent_s
         # the sums of the powers of x over every row: those of every series with a commit
         # in every row (scalars: the fits' arithmetic on them is done once)
-        s = powers.sum(axis=0)
+        s = powers.sum(axis=0).tolist()  # Python floats: the scalar arithmetic is cheaper
         # sums of x^k lag relative to now, from the running sums (x_now = x_ref - d)
         d = (now_ms - self.t_ref) / 1000.0
         y0, y1, y2 = (a[:, :width] for a in self.y)
@@ -277,8 +277,9 @@ class RateWindow:
         r_slots = live[is_recent]
         r_lag = self.lag[r_slots, :, :width]
         xr = x[is_recent]
-        sr = powers[is_recent, :3].sum(axis=0)
-        r0, r1 = r_lag.sum(axis=0), np.tensordot(xr, r_lag, axes=1)
+        sr = powers[is_recent, :3].sum(axis=0).tolist()
+        r0 = r_lag.sum(axis=0)
+        r1 = (xr @ r_lag.reshape(len(xr), groups * width)).reshape(groups, width)
         recent_rate = slope_of(sr, (r0, r1)) if sr[0] >= 4 else np.full((groups, width), np.nan)
         tp = powers[:, :2].T @ np.subtract(self.hw[live, :width], hw_now, dtype=np.float64)
         produce = slope_of(s[:3], tp)
@@ -345,7 +346,7 @@ class RateWindow:
         p: np.ndarray,
         live: np.ndarray,
         powers: np.ndarray,
-        s: np.ndarray,
+        s: list[float],
         committed: np.ndarray,
         consume: np.ndarray,
     ) -> None:
