@@ -86,13 +86,18 @@ def estimate(
 
     The shape's steady step of one replica gives the group-partitions one core holds
     (the shape over the replica's CPU there); the commits one replica takes in are the
-    lower of one alone and half of two together (max held). If one replica did not hold
-    the shape but two did, each counts as half of the two. None when neither held it."""
+    highest rate it held alone. The two-replica phase says how two split the work
+    (``scaling_by_cpu``) and how far two went together; on a host whose cores it shares
+    with the broker and the generator, that is as far as the host went, which is why it
+    does not cap what one replica is counted for (it did, as half of two together, while
+    the two-replica phase began above one's best and never held a step). If one replica
+    did not hold the shape but two did, each counts as half of them. None when neither
+    held it."""
     at_one = next((s for s in one if s["commits_per_s"] == steady and s["sustained"]), None)
     at_two = next((s for s in two if s["commits_per_s"] == steady and s["sustained"]), None)
     one_max, two_max = max_held(one), max_held(two) if two else 0
     if at_one is not None:
-        commits = min(one_max, two_max / 2) if two_max else float(one_max)
+        commits = float(one_max)
         gp_per_core = shape_group_partitions / at_one["cpu_cores"]
         basis = "one replica held the shape"
     elif at_two is not None:

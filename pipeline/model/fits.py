@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-Sums = Sequence[np.ndarray] | Sequence[float] | np.ndarray  # by power of x: a sequence, or matrix rows
+# by power of x: a sequence, or a matrix's rows
+Sums = Sequence[np.ndarray] | Sequence[float] | np.ndarray
 
 
 class Fit:

@@ -55,8 +55,15 @@ def test_estimate_from_one_replica_that_held_the_shape() -> None:
     e = estimate(one, two, 50_000, 250_000, 5.0)
     assert e["replicas_basis"] == "one replica held the shape"
     assert e["replicas_inputs"]["group_partitions_per_core"] == 500_000
-    assert e["replicas_inputs"]["commits_per_replica"] == 100_000  # min(one, two / 2)
+    assert e["replicas_inputs"]["commits_per_replica"] == 100_000  # one alone
     assert e["replicas_for_10k_x_100"] == 3
+    # two replicas that went less far together (the shared host gave out first) do not
+    # make one replica count for less than it held alone
+    host_bound = [step(50_000, True), step(87_500, True), step(100_000, False)]
+    assert (
+        estimate(one, host_bound, 50_000, 250_000, 5.0)["replicas_inputs"]["commits_per_replica"]
+        == 100_000
+    )
 
 
 def test_no_estimate_when_no_replica_set_held_the_shape() -> None:
