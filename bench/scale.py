@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "partitions": args.topics * args.partitions,
         "groups": args.groups,
+        "topics": args.topics,
         "sample_interval_ms": SAMPLE_INTERVAL_MS,
         "steady_commit_rate": steady,
         "one_replica": {
@@ -303,9 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    split = result["scaling_by_cpu"] or {}
     print(
         f"one replica: {one_max:,} commits/s held; two replicas: {two_max}; "
-        f"ratio {result['scaling_ratio']}; 10k x 100 needs {result['replicas_for_10k_x_100']}"
+        f"ratio {result['scaling_ratio']}; by CPU at the shape {split.get('ratio')} "
+        f"(topics {split.get('topics_by_replica')}; if even {split.get('ratio_if_even')}); "
+        f"10k x 100 needs {result['replicas_for_10k_x_100']}"
     )
     return 0
 

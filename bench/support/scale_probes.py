@@ -25,6 +25,7 @@ class Scrape:
     buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
     events: dict[str, float] = field(default_factory=dict)  # "event/status" -> total
     samples_dropped: float = 0.0  # lagpilot_sampler_errors_total{where="align"}
+    topics: float = 0.0  # lagpilot_topics_modelled: the topics this replica models
 
 
 _LINE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? ([-0-9.e+Inf]+)$")
@@ -39,6 +40,7 @@ BENCH_FAMILIES = (
     "lagpilot_sampler_errors_total",
     "lagpilot_lag_events_total",
     "lagpilot_processing_delay_seconds_bucket",
+    "lagpilot_topics_modelled",
 )
 
 
@@ -65,6 +67,8 @@ def scrape(port: int, full: bool = False) -> Scrape:
             out.decoded = value
         elif name == "lagpilot_watermark_samples_total":
             out.samples = value
+        elif name == "lagpilot_topics_modelled":
+            out.topics = value
         elif name == "lagpilot_last_sample_age_seconds":
             out.sample_age_s = value
         elif name == "lagpilot_sampler_errors_total" and 'where="align"' in labels:

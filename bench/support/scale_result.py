@@ -137,14 +137,20 @@ def scaling_by_cpu(one: list[dict[str, Any]], two: list[dict[str, Any]], steady:
     the busier of the two replicas' (each replica's whole process tree). Two replicas
     hold that many times the load of one when each has the cores one had (the busier
     one runs out first); what does not split (each replica's own fixed cost) counts
-    against it. None unless both held the steady rate."""
+    against it; so does an uneven split (topics go to replicas as their names hash:
+    ``topics_by_replica``). ``ratio_if_even``: one's CPU over the two's mean, what two
+    would hold if they split the work evenly (only the fixed cost against it). None
+    unless both held the steady rate."""
     at_one = next((s for s in one if s["commits_per_s"] == steady and s["sustained"]), None)
     at_two = next((s for s in two if s["commits_per_s"] == steady and s["sustained"]), None)
     if at_one is None or at_two is None or not at_two.get("cpu_cores_by_replica"):
         return None
-    busier = max(at_two["cpu_cores_by_replica"])
+    cores = at_two["cpu_cores_by_replica"]
+    busier, mean = max(cores), sum(cores) / len(cores)
     return {
         "one_replica_cores": at_one["cpu_cores"],
-        "two_replicas_cores": at_two["cpu_cores_by_replica"],
+        "two_replicas_cores": cores,
+        "topics_by_replica": at_two.get("topics_by_replica"),
         "ratio": round(at_one["cpu_cores"] / busier, 2) if busier else None,
+        "ratio_if_even": round(at_one["cpu_cores"] / mean, 2) if mean else None,
     }

@@ -129,6 +129,10 @@ def measure_step(
         "cpu_cores_model_process": round(main_ticks / CLK_TCK / elapsed, 3),
         # each replica's process tree: how evenly replicas split the work
         "cpu_cores_by_replica": [round(t / CLK_TCK / elapsed, 3) for t in by_replica],
+        # ...and the topics each models: a topic's samples and commits go to the partition
+        # of the watermarks topic its name hashes to, so N replicas split the topics as
+        # the hash falls, not evenly (50 topics into two halves: typically 25 +/- 3.5)
+        "topics_by_replica": [round(b.topics) for b in s1],
         "rss_mib": round(rss / 2**20, 1),
         "samples_modelled_per_s": round(samples / elapsed, 1),
         "samples_dropped": round(dropped),
@@ -237,7 +241,9 @@ def _brief(s: dict[str, Any]) -> str:
         f"behind {s['behind_commits']:,}, p99 {s['delay_p99_s']} s, "
         f"age {s['last_sample_age_s']} s, scrape {s['scrape_s']} s, "
         f"samples {s['samples_modelled_per_s']}/s ({s['samples_dropped']} dropped), "
-        f"cpu {s['cpu_cores']} ({s['cpu_us_per_commit']} us/commit), rss {s['rss_mib']} MiB, "
+        f"cpu {s['cpu_cores']} ({s['cpu_us_per_commit']} us/commit; by replica "
+        f"{s['cpu_cores_by_replica']}, topics {s.get('topics_by_replica')}), "
+        f"rss {s['rss_mib']} MiB, "
         f"false alarms {s['false_alarms']}, load {s['load_average'][1][0]}"
         f", caught up {s['caught_up_after_s']} s after -> {'held' if s['sustained'] else 'MISSED'}"
     )

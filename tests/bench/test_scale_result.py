@@ -91,15 +91,23 @@ def test_how_two_replicas_split_the_work_is_one_over_the_busier() -> None:
 
     one = [step(50_000, True, cores=0.6)]
     # even: 0.32 and 0.30 cores against 0.6 -> 1.88; the busier replica binds
-    two = [step(50_000, True, cores=0.62, cpu_cores_by_replica=[0.32, 0.30])]
+    two = [
+        step(
+            50_000, True, cores=0.62, cpu_cores_by_replica=[0.32, 0.30], topics_by_replica=[26, 24]
+        )
+    ]
     assert scaling_by_cpu(one, two, 50_000) == {
         "one_replica_cores": 0.6,
         "two_replicas_cores": [0.32, 0.30],
+        "topics_by_replica": [26, 24],
         "ratio": 1.88,
+        "ratio_if_even": 1.94,
     }
-    # uneven: one of the two did most of the work
+    # uneven: one of the two did most of the work; split evenly, the same total would
+    # have scaled by 0.6 / 0.325
     two[0]["cpu_cores_by_replica"] = [0.55, 0.1]
     assert scaling_by_cpu(one, two, 50_000)["ratio"] == 1.09
+    assert scaling_by_cpu(one, two, 50_000)["ratio_if_even"] == 1.85
     # not held by both at the shape: no figure
     assert (
         scaling_by_cpu(one, [step(50_000, False, cpu_cores_by_replica=[0.3, 0.3])], 50_000) is None

@@ -68,3 +68,5 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     )
     assert r["group_partition_ticks_per_core_s"] > 0
     assert len(step["load_average"]) == 2
+    # the one replica models every topic of the load (read from its lagpilot_topics_modelled)
+    assert step["topics_by_replica"] == [r["topics"]], step["topics_by_replica"]
