@@ -37,7 +37,7 @@ PERIODIC_EVENT_BOUNDS = {
 
 #: Runs the real pipeline entry point with this run's internal topic names; with
 #: ``SCALE_PROFILE=<path>`` in its environment, under cProfile (the main thread: the model)
-#: until SIGUSR1 writes the profile.
+#: until SIGUSR2 writes the profile (SIGUSR1 is the pipeline's own: a dump of its stacks).
 _RUNNER = """
 import cProfile, os, signal, sys
 from schemas import topics
@@ -49,7 +49,7 @@ def dump(*_):
     prof.disable()
     prof.dump_stats(out)
 if prof:
-    signal.signal(signal.SIGUSR1, dump)  # the bench sends it before it stops the pipeline
+    signal.signal(signal.SIGUSR2, dump)  # the bench sends it before it stops the pipeline
     prof.enable()
 sys.exit(main(["--log-level", "WARNING"]))
 """
@@ -178,7 +178,7 @@ class Pipeline:
         if self.profile:
             out = Path(f"{self.profile}.{self.i}.prof")
             out.unlink(missing_ok=True)
-            self.proc.send_signal(signal.SIGUSR1)
+            self.proc.send_signal(signal.SIGUSR2)
             deadline = time.monotonic() + 60
             while not out.exists() and time.monotonic() < deadline:
                 time.sleep(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,8 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
             str(out),
             "--bootstrap",
             kafka_bootstrap,
+            "--profile",
+            str(tmp_path / "prof"),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -68,5 +71,7 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     )
     assert r["group_partition_ticks_per_core_s"] > 0
     assert len(step["load_average"]) == 2
+    # --profile: the replica's model process under cProfile, written when it stops
+    assert pstats.Stats(str(tmp_path / "prof.0.prof")).total_calls > 0
     # the one replica models every topic of the load (read from its lagpilot_topics_modelled)
     assert step["topics_by_replica"] == [r["topics"]], step["topics_by_replica"]
