@@ -30,6 +30,10 @@ INTERNAL_TOPICS = r"__.*|lagpilot\..*|repartition__.*|changelog__.*"
 #: error count and the ListOffsets round trip, so a consumer can see the sampler's health.
 STATS_HEADER = "lagpilot-sampler"
 
+#: Errors a deleted topic's partitions answer ListOffsets with (a node that is down fails
+#: its partitions with transport errors instead: not a sign the topic is gone).
+TOPIC_GONE_ERRORS = frozenset({"unknown_topic_or_part", "_unknown_topic", "_unknown_partition"})
+
 #: Errors meaning the cluster's topology moved under us (a topic was deleted or shrank, a
 #: leader moved, a broker the metadata names is unknown): the metadata is refreshed at the
 #: next tick instead of waiting for the refresh period.
@@ -118,25 +122,29 @@ def keep_vanished(
     vanished_since_ms: Mapping[str, int],
     now_ms: int,
     grace_ms: int,
+    answered_ms: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
     """Keep a watched topic that one metadata snapshot left out, with its previous leaders,
-    until it has been missing ``grace_ms``; returns the watch set and when each kept topic
-    was first missed.
+    until it has been missing ``grace_ms`` and has not answered ListOffsets for as long;
+    returns the watch set and when each kept topic was first missed.
 
     A node that has just restarted answers metadata before it has caught up with the
     cluster's, and a topic whose leaders are moving can come back with no partitions: seen
-    in bench-faults row 2, where the sampler dropped a live topic twice for 8-9 s and the
-    pipeline's detection paused. A deleted topic goes at the first tick none of its
-    partitions answers ListOffsets (``HighWatermarkSource._drop_gone``), or after
-    ``grace_ms`` at the latest.
+    in bench-faults row 2, where the sampler dropped a live topic twice for 8-9 s, and in a
+    later run for 32 s (metadata left it out for 47 s while its partitions answered), and
+    the pipeline's detection paused. ``answered_ms``: when a partition of each topic last
+    answered ListOffsets; a topic that answers is there, whatever metadata says. A deleted
+    topic goes at the first tick none of its partitions answers ListOffsets
+    (``HighWatermarkSource._drop_gone``), or ``grace_ms`` after both stopped at the latest.
     """
+    answered = answered_ms or {}
     out = dict(watched)
     since: dict[str, int] = {}
     for topic, leaders in previous.items():
         if topic in watched:
             continue
         first = vanished_since_ms.get(topic, now_ms)
-        if now_ms - first < grace_ms:
+        if now_ms - max(first, answered.get(topic, 0)) < grace_ms:
             out[topic], since[topic] = leaders, first
     return out, since
 

@@ -35,6 +35,7 @@ from pipeline.read.list_offsets_ways import ListOffsetsWays
 from pipeline.read.sampling import (
     NS_PER_MS,
     STATS_HEADER,
+    TOPIC_GONE_ERRORS,
     TOPOLOGY_ERRORS,
     SamplerStats,
     TopicSelector,
@@ -132,6 +133,7 @@ class HighWatermarkSource(Source):
         self._selector: TopicSelector | None = None
         self._watched: dict[str, tuple[int, ...]] = {}
         self._vanished_since_ms: dict[str, int] = {}  # kept topics a snapshot left out
+        self._answered_ms: dict[str, int] = {}  # when a partition of each topic last answered
         self.list_offsets_per_broker = list_offsets_per_broker
         self._ways: ListOffsetsWays | None = None  # per broker, else the AdminClient
         self._refresh_now = True
@@ -264,7 +266,12 @@ class HighWatermarkSource(Source):
         watched = select_watched(cluster_from_metadata(metadata), self._selector)
         grace_ms = max(VANISHED_GRACE_MS, 3 * self.metadata_refresh_ms)
         watched, self._vanished_since_ms = keep_vanished(
-            watched, self._watched, self._vanished_since_ms, int(time.time() * 1000), grace_ms
+            watched,
+            self._watched,
+            self._vanished_since_ms,
+            int(time.time() * 1000),
+            grace_ms,
+            self._answered_ms,
         )
         owns = self.owns_topic
         if owns is not None:  # replicas split the sampling: each topic has one sampler
@@ -281,12 +288,15 @@ class HighWatermarkSource(Source):
         assert self._ways is not None
         self._ways.watch(watched, self._watched)
         self._watched = watched
+        self._answered_ms = {t: ms for t, ms in self._answered_ms.items() if t in watched}
         self._stats.topics = len(watched)
         self._stats.partitions = self._ways.partitions
 
     def _drop_gone(self, hwms: Mapping[str, list[int]]) -> None:
         """A topic kept though metadata left it out (``keep_vanished``) goes at once when
-        none of its partitions answered: deleted, not a snapshot that lagged."""
+        none of its partitions answered and the tick's errors say a topic is unknown:
+        deleted, not a snapshot that lagged (a node that is down fails its partitions
+        with transport errors; those topics wait for the grace)."""
         gone = [t for t in self._vanished_since_ms if max(hwms.get(t) or [-1]) < 0]
         if gone:
             for t in gone:
@@ -340,7 +350,10 @@ class HighWatermarkSource(Source):
                 sum(failed.values()),
                 failed,
             )
-        if self._vanished_since_ms:
+        for topic, topic_hwms in hwms.items():
+            if topic_hwms and max(topic_hwms) >= 0:
+                self._answered_ms[topic] = sampled_at_ms
+        if self._vanished_since_ms and not failed.keys().isdisjoint(TOPIC_GONE_ERRORS):
             self._drop_gone(hwms)
         if self.emit is not None:  # the commits reader aligns and produces them
             stats.samples += 1

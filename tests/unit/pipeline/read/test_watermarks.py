@@ -100,6 +100,24 @@ def test_a_topic_one_snapshot_left_out_is_kept_until_its_grace_ends() -> None:
     assert watched == {"b": (1,)} and since == {}
 
 
+def test_a_topic_metadata_leaves_out_but_that_answers_list_offsets_is_kept() -> None:
+    """bench-faults row 2 again: metadata left a live topic out for 47 s around a node's
+    restart while its partitions answered ListOffsets; dropped at the end of the grace, the
+    topic went unsampled for 32 s. A topic that answers is there, whatever metadata says."""
+    before = {"a": (1, 2), "b": (3,)}
+    fresh = {"b": (3,)}
+    # missing since 10 s, past the 15 s grace, but a partition answered 2 s ago: kept
+    watched, since = keep_vanished(
+        fresh, before, {"a": 10_000}, now_ms=40_000, grace_ms=15_000, answered_ms={"a": 38_000}
+    )
+    assert watched == before and since == {"a": 10_000}
+    # no answer for the grace either (deleted, or its nodes gone for good): dropped
+    watched, since = keep_vanished(
+        fresh, before, {"a": 10_000}, now_ms=54_000, grace_ms=15_000, answered_ms={"a": 38_000}
+    )
+    assert watched == {"b": (3,)} and since == {}
+
+
 # -- building samples
 
 
