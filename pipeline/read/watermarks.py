@@ -133,7 +133,7 @@ class HighWatermarkSource(Source):
         self._selector: TopicSelector | None = None
         self._watched: dict[str, tuple[int, ...]] = {}
         self._vanished_since_ms: dict[str, int] = {}  # kept topics a snapshot left out
-        self._answered_ms: dict[str, int] = {}  # when a partition of each topic last answered
+        self._answered_ms: dict[str, int] = {}  # kept topics: when a partition last answered
         self.list_offsets_per_broker = list_offsets_per_broker
         self._ways: ListOffsetsWays | None = None  # per broker, else the AdminClient
         self._refresh_now = True
@@ -288,7 +288,9 @@ class HighWatermarkSource(Source):
         assert self._ways is not None
         self._ways.watch(watched, self._watched)
         self._watched = watched
-        self._answered_ms = {t: ms for t, ms in self._answered_ms.items() if t in watched}
+        self._answered_ms = {
+            t: ms for t, ms in self._answered_ms.items() if t in self._vanished_since_ms
+        }
         self._stats.topics = len(watched)
         self._stats.partitions = self._ways.partitions
 
@@ -350,11 +352,12 @@ class HighWatermarkSource(Source):
                 sum(failed.values()),
                 failed,
             )
-        for topic, topic_hwms in hwms.items():
-            if topic_hwms and max(topic_hwms) >= 0:
-                self._answered_ms[topic] = sampled_at_ms
-        if self._vanished_since_ms and not failed.keys().isdisjoint(TOPIC_GONE_ERRORS):
-            self._drop_gone(hwms)
+        if self._vanished_since_ms:  # only kept topics need to say they are still there
+            for topic in self._vanished_since_ms:
+                if max(hwms.get(topic) or [-1]) >= 0:
+                    self._answered_ms[topic] = sampled_at_ms
+            if not failed.keys().isdisjoint(TOPIC_GONE_ERRORS):
+                self._drop_gone(hwms)
         if self.emit is not None:  # the commits reader aligns and produces them
             stats.samples += 1
             built = build_watermarks(self._watched, hwms, sampled_at_ms)
