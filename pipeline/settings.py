@@ -91,8 +91,9 @@ class Settings:
     progress_missed_reports: int = 2
     progress_grace_s: float = 0.4
     progress_expire_s: float = 60.0
-    # a healthy worker's pauses (below the WARN threshold, ended in progress) lift its
-    # usual interval; the learned pause halves every this many seconds
+    # a healthy worker's whole pauses (every partition holding work at once, below the WARN
+    # threshold, ended in progress) lift its usual interval; the learned pause halves
+    # every this many seconds
     progress_pause_half_life_s: float = 60.0
     # group health (pipeline/model/group_health.py): a group whose generation moves
     # storm_rebalances times within storm_window_s while no commit advances for

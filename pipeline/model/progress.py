@@ -70,8 +70,9 @@ class ProgressConfig:
     grace_s: float = 0.4
     expire_s: float = 60.0  # a report this old is dropped: commits judge the partition again
     gap_alpha: float = 0.3  # EWMA weight of the newest time-per-message sample
-    # the usual pause of a healthy worker (a report that showed it not advancing while it
-    # held work, below the WARN threshold, and the next report showed it moving again),
+    # the usual pause of a healthy worker (a report that showed every partition holding
+    # work, two at least, not advancing at once, below the WARN threshold, and the next
+    # report showed it moving again),
     # kept as a maximum that halves every pause_half_life_s: part of its usual interval
     pause_half_life_s: float = 60.0
 
@@ -114,6 +115,7 @@ class WorkerProgress:
         than the one held change nothing; a processed offset of -1 releases the partition
         (its worker gave it up). Returns the (group, partition) of the reports taken."""
         a = self.cfg.gap_alpha
+        whole = self._whole_pauses(rows)
         taken: list[tuple[str, int]] = []
         for row in rows:
             try:
@@ -134,7 +136,13 @@ class WorkerProgress:
                 self.reports.pop(key, None)
                 continue
             gap = math.nan if prev is None else prev.gap_s
-            pause = 0.0 if prev is None else self._pause(prev, processed, sent_ms)
+            pause = (
+                0.0
+                if prev is None
+                else self._pause(
+                    prev, processed, sent_ms, whole.get((prev.member, prev.sent_at_ms))
+                )
+            )
             if prev is not None and processed > prev.processed and progress_ms > prev.progress_ms:
                 sample = (progress_ms - prev.progress_ms) / 1000.0 / (processed - prev.processed)
                 gap = sample if math.isnan(gap) else (1 - a) * gap + a * sample
@@ -152,20 +160,47 @@ class WorkerProgress:
             taken.append(key)
         return taken
 
-    def _pause(self, prev: Report, processed: int, sent_ms: int) -> float:
+    def _whole_pauses(self, rows: list[Any]) -> dict[tuple[str, int], float]:
+        """Per (member, sent_at_ms) of the reports held for ``rows``' cells: the pause
+        every partition of that report showed at once (the shortest time since any of
+        them advanced), where two or more held work. A worker reports all its partitions
+        of a topic in one event, so the previous report of each of its cells is that
+        event's; an idle partition advanced long ago and shortens nothing, one that just
+        finished a message shows the process was running."""
+        shown: dict[tuple[str, int], list[float]] = {}
+        holding: dict[tuple[str, int], int] = {}
+        for row in rows:
+            try:
+                prev = self.reports.get((str(row[0]), int(row[1])))
+            except (TypeError, ValueError, IndexError):
+                continue  # counted as skipped by report_many
+            if prev is not None:
+                at = (prev.member, prev.sent_at_ms)
+                shown.setdefault(at, []).append(max(0, at[1] - prev.progress_ms) / 1000.0)
+                holding[at] = holding.get(at, 0) + (prev.in_flight > 0)
+        return {at: min(s) for at, s in shown.items() if holding[at] >= 2}
+
+    def _pause(self, prev: Report, processed: int, sent_ms: int, whole_s: float | None) -> float:
         """``prev``'s usual pause, decayed to ``sent_ms``, raised to the pause ``prev``
         showed if that ended in progress (the worker held work, the prefix has moved
-        since) below the WARN threshold: a healthy worker on a busy host (GC, a starved
-        thread) shows such pauses, and the threshold follows them instead of alarming
-        (at load 11-16 on two cores, whole-process pauses of 170+ ms did). A pause that
-        reached WARN is not learned: a stall that ends does not raise the threshold."""
+        since) below the WARN threshold, and every partition of the worker that held work
+        (two at least) showed it at once (``whole_s``): a healthy worker on a busy host
+        (GC, a starved thread) shows such pauses, and the threshold follows them instead
+        of alarming (at load 11-16 on two cores, whole-process pauses of 170+ ms did).
+
+        Not learned: a pause that reached WARN (a stall that ends does not raise the
+        threshold), and one partition's pause while its siblings move, or on a worker
+        with one partition holding work: that is the partition's own work (a heavy
+        message), what detection is for; its time per message is learned as ``gap_s``.
+        (Learning those raised the threshold at an avalanche's first heavy message:
+        the war story's detection went from ~340 ms to ~650 ms, medians of 3-14 runs.)"""
         half = self.cfg.pause_half_life_s
         if half <= 0:
             return 0.0  # learning off: the floor and the time per message alone
         dt_s = max(0, sent_ms - prev.sent_at_ms) / 1000.0
         pause = prev.pause_s * 0.5 ** (dt_s / half)
-        if prev.in_flight > 0 and processed > prev.processed:
-            shown = max(0, prev.sent_at_ms - prev.progress_ms) / 1000.0
+        if whole_s is not None and prev.in_flight > 0 and processed > prev.processed:
+            shown = min(whole_s, max(0, prev.sent_at_ms - prev.progress_ms) / 1000.0)
             if shown < max(self.cfg.warn_min_s, self.warn_factor * prev.usual_s()):
                 pause = max(pause, shown)
         return pause
@@ -298,15 +333,21 @@ class WorkerProgress:
         low floors; all of them stuck at once is most often the process (GC, a starved
         host: at load 12-34 on two cores the bench's worker paused 170 ms to 0.5 s, every
         partition at once), which either resumes or goes on to STALL/STOP. One partition:
-        no evidence either way, the low floors."""
+        no evidence either way, the low floors.
+
+        A partition of the member that advanced within ``warn_min_s`` (one that had data
+        now and then and just finished it) shows the process running: not a pause of the
+        whole worker, whatever its partitions holding data do (an avalanche's two hot
+        partitions on a worker whose other partitions keep up are a stall: with them taken
+        for the process, the war story's detection waited for the 0.4 s floor)."""
         whole = np.zeros(len(reports), bool)
         by_member: dict[str, list[int]] = {}
         for i, r in enumerate(reports):
-            if waiting[i]:
-                by_member.setdefault(r.member, []).append(i)
+            by_member.setdefault(r.member, []).append(i)
         for cells in by_member.values():
-            if len(cells) >= 2 and float(stuck_s[cells].min()) >= self.cfg.warn_min_s:
-                whole[cells] = True
+            held = [i for i in cells if waiting[i]]
+            if len(held) >= 2 and float(stuck_s[cells].min()) >= self.cfg.warn_min_s:
+                whole[held] = True
         return whole
 
     def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
