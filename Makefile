@@ -110,8 +110,14 @@ bench-model: install
 bench-metrics: install
 	$(PY) -m bench.metrics_render
 
+# The shape on one and two replicas (bench/results/scale.json), then what two replicas hold
+# against one when each gets the same CPU (a cgroup v1 quota of 0.3 core per replica's
+# process tree, at 1,000 x 50 so both fit beside the broker and the generator on two cores:
+# bench/results/scale_capped.json; needs root and a cgroup v1 cpu controller).
+SCALE_CAPPED_ARGS ?= --topics 20 --groups 50 --cpu-per-replica 0.3 --max-steps 8
 bench-scale: install
 	$(PY) -m bench.scale
+	$(PY) -m bench.scale $(SCALE_CAPPED_ARGS) --out bench/results/scale_capped.json
 
 bench-list-offsets: install
 	$(PY) -m bench.list_offsets
