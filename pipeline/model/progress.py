@@ -192,8 +192,8 @@ class WorkerProgress:
         threshold), and one partition's pause while its siblings move, or on a worker
         with one partition holding work: that is the partition's own work (a heavy
         message), what detection is for; its time per message is learned as ``gap_s``.
-        (Learning those raised the threshold at an avalanche's first heavy message:
-        the war story's detection went from ~340 ms to ~650 ms, medians of 3-14 runs.)"""
+        (Learned, such a pause raised the threshold at an avalanche's first heavy
+        message: the war story's detection came later.)"""
         half = self.cfg.pause_half_life_s
         if half <= 0:
             return 0.0  # learning off: the floor and the time per message alone
