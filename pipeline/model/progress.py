@@ -97,6 +97,17 @@ class Report:
         return max(0.0 if math.isnan(self.gap_s) else self.gap_s, self.pause_s)
 
 
+def whole_pause_s(since_progress_s: list[float], holding: list[bool]) -> float | None:
+    """How long a whole worker has not advanced, from one report of its partitions: the
+    shortest time since any of them advanced (an idle partition advanced long ago and
+    shortens nothing; one that just finished a message shows the process running). None
+    unless two or more partitions hold work: one partition alone is no evidence that
+    the process, not its work, paused."""
+    if sum(holding) < 2:
+        return None
+    return min(since_progress_s)
+
+
 class WorkerProgress:
     """The latest progress report per (group, partition) of one topic."""
 
@@ -115,7 +126,7 @@ class WorkerProgress:
         than the one held change nothing; a processed offset of -1 releases the partition
         (its worker gave it up). Returns the (group, partition) of the reports taken."""
         a = self.cfg.gap_alpha
-        whole = self._whole_pauses(rows)
+        whole = self._whole_pauses(rows) if self.cfg.pause_half_life_s > 0 else {}
         taken: list[tuple[str, int]] = []
         for row in rows:
             try:
@@ -168,7 +179,7 @@ class WorkerProgress:
         event's; an idle partition advanced long ago and shortens nothing, one that just
         finished a message shows the process was running."""
         shown: dict[tuple[str, int], list[float]] = {}
-        holding: dict[tuple[str, int], int] = {}
+        holding: dict[tuple[str, int], list[bool]] = {}
         for row in rows:
             try:
                 prev = self.reports.get((str(row[0]), int(row[1])))
@@ -177,8 +188,9 @@ class WorkerProgress:
             if prev is not None:
                 at = (prev.member, prev.sent_at_ms)
                 shown.setdefault(at, []).append(max(0, at[1] - prev.progress_ms) / 1000.0)
-                holding[at] = holding.get(at, 0) + (prev.in_flight > 0)
-        return {at: min(s) for at, s in shown.items() if holding[at] >= 2}
+                holding.setdefault(at, []).append(prev.in_flight > 0)
+        out = {at: whole_pause_s(shown[at], holding[at]) for at in shown}
+        return {at: s for at, s in out.items() if s is not None}
 
     def _pause(self, prev: Report, processed: int, sent_ms: int, whole_s: float | None) -> float:
         """``prev``'s usual pause, decayed to ``sent_ms``, raised to the pause ``prev``
@@ -199,10 +211,14 @@ class WorkerProgress:
             return 0.0  # learning off: the floor and the time per message alone
         dt_s = max(0, sent_ms - prev.sent_at_ms) / 1000.0
         pause = prev.pause_s * 0.5 ** (dt_s / half)
-        if whole_s is not None and prev.in_flight > 0 and processed > prev.processed:
-            shown = min(whole_s, max(0, prev.sent_at_ms - prev.progress_ms) / 1000.0)
-            if shown < max(self.cfg.warn_min_s, self.warn_factor * prev.usual_s()):
-                pause = max(pause, shown)
+        # (whole_s is at most this partition's own pause: it is the shortest of those)
+        if (
+            whole_s is not None
+            and prev.in_flight > 0
+            and processed > prev.processed
+            and whole_s < max(self.cfg.warn_min_s, self.warn_factor * prev.usual_s())
+        ):
+            pause = max(pause, whole_s)
         return pause
 
     def suspects(self, keys: list[tuple[str, int]], hw_now: np.ndarray, warn_factor: float) -> int:
@@ -345,9 +361,9 @@ class WorkerProgress:
         for i, r in enumerate(reports):
             by_member.setdefault(r.member, []).append(i)
         for cells in by_member.values():
-            held = [i for i in cells if waiting[i]]
-            if len(held) >= 2 and float(stuck_s[cells].min()) >= self.cfg.warn_min_s:
-                whole[held] = True
+            paused = whole_pause_s(stuck_s[cells].tolist(), waiting[cells].tolist())
+            if paused is not None and paused >= self.cfg.warn_min_s:
+                whole[[i for i in cells if waiting[i]]] = True
         return whole
 
     def annotate(self, events: list[dict[str, Any]], now_ms: int) -> None:
