@@ -18,9 +18,9 @@ commits message carries every group-partition's latest commit since the last flu
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-import orjson
 from quixstreams import Application
 from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
@@ -31,8 +31,8 @@ from pipeline.model.events import TopicObservation
 from pipeline.model.model_op import LagOperator, lag_key
 from pipeline.model.publish import LagEvents
 from pipeline.model.truth import ReadLimits, RecordTimeReader
-from pipeline.read.commits import RUN_KEY, STATS_HEADER, CommitsSource
-from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
+from pipeline.read.commits import CommitsSource
+from pipeline.read.counters import CounterChannel, RunTotals
 from pipeline.read.sampling import make_selector
 from pipeline.read.watermarks import HighWatermarkSource
 from pipeline.settings import Settings
@@ -55,40 +55,24 @@ def policy_topic_name(consumer_group: str) -> str:
 
 
 class SourceStats:
-    """Folds the sources' counters (carried in a header: they run in another process) into
-    the Prometheus counters, by the increase since the highest total seen.
-
-    Headers arrive out of order (batches go to every partition of the watermarks topic and
-    are consumed interleaved), so a lower total is an older message, not a restart; a new
-    run of the commits source is told by its run id, and its counters count from zero."""
+    """Folds the commits source's counters (and its sampler's) into the Prometheus counters,
+    by the increase since the last totals of the same run (``pipeline.read.counters``: they
+    come from this replica's source alone, on a queue from its process)."""
 
     def __init__(self, metrics: PipelineMetrics) -> None:
         self.metrics = metrics
-        self.seen: dict[str, float] = {}
-        self.run = ""
+        self.totals = RunTotals()
 
-    def __call__(self, value: Any, key: Any, timestamp: int, headers: Any) -> None:
-        if not headers:
-            return
-        for name, raw in headers:
-            if not raw:
-                continue
-            if name == STATS_HEADER:
-                totals = orjson.loads(raw)
-                run = str(totals.pop(RUN_KEY, ""))
-                if run != self.run:
-                    self.run = run
-                    self.seen = {}  # the sampler runs in the same process: it began again too
-            elif name == SAMPLER_HEADER:
-                by_kind = orjson.loads(raw).get("by_kind") or {}
-                totals = {f"sampler|{kind}": n for kind, n in by_kind.items()}
-            else:
-                continue
-            for stat, total in totals.items():
-                delta = total - self.seen.get(stat, 0)
-                if delta > 0:
-                    self.seen[stat] = total
-                    self._count(stat, delta)
+    def fold(self, run: str, totals: dict[str, float]) -> None:
+        for stat, delta in self.totals.increase(run, totals).items():
+            self._count(stat, delta)
+
+    def pump(self, channel: CounterChannel) -> None:
+        """Folds what ``channel`` brings, for the life of the process (a daemon thread)."""
+        while True:
+            got = channel.receive(timeout_s=1.0)
+            if got is not None:
+                self.fold(*got)
 
     def _count(self, stat: str, delta: float) -> None:
         m = self.metrics
@@ -196,21 +180,25 @@ def build_app(
             metadata_refresh_ms=settings.metadata_refresh_ms,
             list_offsets_per_broker=settings.list_offsets_per_broker,
         )
-    app.add_source(
-        CommitsSource(
-            "lagpilot-inputs",
-            settings.broker_config(),
-            consumer_group=f"{settings.consumer_group}.offsets",
-            offsets_topic=settings.offsets_topic,
-            instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
-            flush_ms=settings.commit_flush_ms,
-            auto_offset_reset="earliest",
-            sampler=sampler,
-            model_group=settings.consumer_group,
-            health=settings.health_config(),
-        ),
-        topic=wm_topic,
+    source = CommitsSource(
+        "lagpilot-inputs",
+        settings.broker_config(),
+        consumer_group=f"{settings.consumer_group}.offsets",
+        offsets_topic=settings.offsets_topic,
+        instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
+        flush_ms=settings.commit_flush_ms,
+        auto_offset_reset="earliest",
+        sampler=sampler,
+        model_group=settings.consumer_group,
+        health=settings.health_config(),
     )
+    app.add_source(source, topic=wm_topic)
+    threading.Thread(
+        target=SourceStats(metrics).pump,
+        args=(source.counters,),
+        name="source-counters",
+        daemon=True,
+    ).start()
 
     # 3. the model: one key per topic, samples and commits in one ordered stream
     def on_observations(obs: TopicObservation) -> None:
@@ -246,7 +234,6 @@ def build_app(
         watches=make_selector(settings.include, settings.exclude or None).watches,
     )
     model = app.dataframe(topic=wm_topic)
-    model = model.update(SourceStats(metrics), metadata=True)
     # a message's events as one list, produced by the sink (not one dataframe row each)
     lag_events = model.apply(operator, stateful=True, metadata=True)
     lag_events.sink(LagEvents(settings.broker_config(), lag_topic.name, lag_key))

@@ -43,10 +43,10 @@ from quixstreams.sources import Source
 from pipeline.model.group_health import GroupHealth, HealthConfig
 from pipeline.procs import die_with_parent
 from pipeline.read.coalesce import Coalescer
+from pipeline.read.counters import CounterChannel
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
-from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource
 from schemas import topics
@@ -54,8 +54,6 @@ from schemas.cli import CLIENT_LOG, watch_client_logs
 
 log = logging.getLogger(__name__)
 
-STATS_HEADER = "lagpilot-offsets"
-RUN_KEY = "_run"  # in the stats header: which run of the source its counters belong to
 HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
 FETCH_WAIT_MS = 10
 FETCH_MIN_BYTES = 64 * 1024
@@ -93,14 +91,16 @@ def flush_due(
 
 #: samples dropped because the commits were not read through their time within the timeout
 ALIGN_DROPS = "sampler|align:commits_behind"
+#: the counters go to the main process at most this often (s), and when the source stops
+COUNTERS_EVERY_S = 0.5
 
 
 class CommitsSource(Source):
     """``__consumer_offsets`` -> coalesced ``commits`` events keyed by topic.
 
     The constructor holds plain data only (Quix pickles it into a spawned process); the
-    consumer is built in ``run``. Counters travel to the parent process in the
-    ``lagpilot-offsets`` header of every message (Prometheus lives there).
+    consumer is built in ``run``. Its counters, and its sampler's, go to the main process
+    (Prometheus lives there) on ``counters`` (``pipeline.read.counters``).
     """
 
     def __init__(
@@ -136,6 +136,8 @@ class CommitsSource(Source):
         self.max_pending = max_pending
         self.auto_offset_reset = auto_offset_reset
         self.stats: Counter[str] = Counter()
+        self.counters = CounterChannel()  # made here, in the main process, before the spawn
+        self._sampler_errors: dict[str, int] = {}  # the sampler's, by kind, as of its last tick
         self.sampler = sampler
         self.model_group = model_group
         self.resend_first_s = resend_first_s
@@ -182,14 +184,14 @@ class CommitsSource(Source):
             return
         for tick in self._ticks.take():
             pending.add(tick, now_s)
+            self._sampler_errors = tick[2].get("by_kind") or self._sampler_errors
         dropped = pending.dropped
         due = pending.due(self._read_through_ms, now_s)
         if due:
             flush()
-        for sampled_at_ms, messages, fields in due:
-            header = [(SAMPLER_HEADER, orjson.dumps(fields))]
+        for sampled_at_ms, messages, _fields in due:
             for topic, value in messages:
-                self.produce(key=topic, value=value, headers=header, timestamp=sampled_at_ms)
+                self.produce(key=topic, value=value, timestamp=sampled_at_ms)
         self._wanted_ms = max(self._wanted_ms, pending.wanted_ms)
         if pending.dropped > dropped:  # counted as the sampler's (lagpilot_sampler_errors_total)
             self.stats[ALIGN_DROPS] = pending.dropped
@@ -200,6 +202,13 @@ class CommitsSource(Source):
                 "or overloaded); samples resume when it catches up",
                 pending.dropped,
             )
+
+    def _send_counters(self, run_id: str) -> None:
+        """This run's totals, and its sampler's (``sampler|<where>:<kind>``), to Prometheus."""
+        totals = dict(self.stats)
+        for kind, n in self._sampler_errors.items():
+            totals[f"sampler|{kind}"] = n
+        self.counters.send(run_id, totals)
 
     def _caught_up(self, consumer: Any) -> bool:
         """Has this reader reached the end of every offsets partition it is assigned, as
@@ -331,18 +340,13 @@ class CommitsSource(Source):
         resolver = TopicIdResolver(self.broker_config)
         scans: list[MembershipScan] = []
         next_commit = [time.monotonic() + self.commit_every_s]
+        next_counters = time.monotonic()
 
         def flush(consumer: Any = consumer, commit: bool = False) -> None:
             now_ms = int(time.time() * 1000)
             batches = buffer.drain()
-            header = [(STATS_HEADER, orjson.dumps({**self.stats, RUN_KEY: run_id}))]
             for batch in batches:
-                self.produce(
-                    key=batch["topic"],
-                    value=orjson.dumps(batch),
-                    headers=header,
-                    timestamp=now_ms,
-                )
+                self.produce(key=batch["topic"], value=orjson.dumps(batch), timestamp=now_ms)
             self.stats["batches"] += len(batches)
             if not commit and time.monotonic() < next_commit[0]:
                 return
@@ -453,7 +457,11 @@ class CommitsSource(Source):
                     # and forwarded, ahead of any sample taken before then
                     self._read_through(started_ms - FETCH_WAIT_MS)
                     self._produce_samples(pending, time.monotonic(), flush)
+                if time.monotonic() >= next_counters:
+                    next_counters = time.monotonic() + COUNTERS_EVERY_S
+                    self._send_counters(run_id)
             flush(commit=True)
+            self._send_counters(run_id)
         finally:
             for scan in scans:
                 scan.stop()

@@ -1,49 +1,52 @@
-"""The sources' counters, carried in message headers, folded into Prometheus counters."""
+"""The commits source's counters (and its sampler's), folded into Prometheus counters."""
 
 from __future__ import annotations
 
-import orjson
+import threading
+import time
 
 from pipeline.app import SourceStats
 from pipeline.metrics import PipelineMetrics
-from pipeline.read.commits import ALIGN_DROPS, RUN_KEY, STATS_HEADER
-from pipeline.read.sampling import STATS_HEADER as SAMPLER_HEADER
-
-
-def header(run: str, commits: int) -> list[tuple[str, bytes]]:
-    return [(STATS_HEADER, orjson.dumps({"commit": commits, RUN_KEY: run}))]
+from pipeline.read.commits import ALIGN_DROPS
+from pipeline.read.counters import CounterChannel
 
 
 def decoded(m: PipelineMetrics) -> float:
     return m.records.labels("commit")._value.get()
 
 
-def test_headers_out_of_order_count_each_record_once_and_a_new_run_counts_from_zero():
+def dropped(m: PipelineMetrics, kind: str = "commits_behind") -> float:
+    return m.sampler_errors.labels("align", kind)._value.get()
+
+
+def test_totals_count_by_their_increase_and_a_new_run_counts_from_zero():
     m = PipelineMetrics()
     stats = SourceStats(m)
-    for total in (100, 300, 200, 300, 250, 400):  # batches consumed from several partitions
-        stats(None, None, 0, header("a", total))
+    for total in (100, 300, 300, 400):
+        stats.fold("a", {"commit": total})
     assert decoded(m) == 400
-    for total in (50, 20, 80):  # the source restarted: a new run
-        stats(None, None, 0, header("b", total))
+    for total in (50, 20, 80):  # the source restarted: a new run (a lower total adds nothing)
+        stats.fold("b", {"commit": total})
     assert decoded(m) == 480
 
 
-def test_samples_dropped_while_the_commits_reader_is_behind_are_counted():
+def test_samples_the_commits_reader_dropped_and_the_samplers_errors_are_counted_once():
     m = PipelineMetrics()
     stats = SourceStats(m)
-    for n in (1, 3, 2):
-        raw = orjson.dumps({"tick": 9, "errors": n, "by_kind": {"align:commits_behind": n}})
-        stats(None, None, 0, [(SAMPLER_HEADER, raw)])
-    assert m.sampler_errors.labels("align", "commits_behind")._value.get() == 3
+    for n in (2, 5, 5):
+        stats.fold("a", {ALIGN_DROPS: n, "sampler|align:reader_busy": n - 1})
+    assert dropped(m) == 5
+    assert dropped(m, "reader_busy") == 4
 
 
-def test_samples_the_commits_reader_dropped_are_counted_from_its_own_header():
-    # the reader holds the samples now: its drops reach the metric even when no sample
-    # (whose header would carry them) goes out at all
+def test_the_pump_folds_what_the_channel_brings_from_another_thread():
     m = PipelineMetrics()
-    stats = SourceStats(m)
-    for n in (2, 5, 4):
-        raw = orjson.dumps({"commit": 10, ALIGN_DROPS: n, RUN_KEY: "a"})
-        stats(None, None, 0, [(STATS_HEADER, raw)])
-    assert m.sampler_errors.labels("align", "commits_behind")._value.get() == 5
+    channel = CounterChannel()
+    threading.Thread(target=SourceStats(m).pump, args=(channel,), daemon=True).start()
+    channel.send("a", {"commit": 7, ALIGN_DROPS: 1})
+    channel.send("a", {"commit": 9, ALIGN_DROPS: 1})
+    deadline = time.monotonic() + 10
+    while decoded(m) < 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert decoded(m) == 9
+    assert dropped(m) == 1

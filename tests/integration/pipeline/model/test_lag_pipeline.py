@@ -193,9 +193,41 @@ def test_two_replicas_split_the_work_each_topic_modelled_once(
         assert seen_a | seen_b == want, (seen_a, seen_b, a.log_tail(), b.log_tail())
         assert seen_a and seen_b, "one replica did all the work"
         assert not seen_a & seen_b, "a (group, topic) was modelled twice"
+        # each replica counts the commit records its own source read: together no more
+        # than the offsets topic holds (counting each other's, they had counted each twice)
+        read = _scrape_value(a.metrics_port, _COMMITS_READ) + _scrape_value(
+            b.metrics_port, _COMMITS_READ
+        )
+        held = _offsets_topic_records(kafka_bootstrap)
+        assert 0 < read <= held, (read, held)
     finally:
         a.stop()
         b.stop()
+
+
+_COMMITS_READ = 'lagpilot_coordinator_records_total{kind="commit"}'
+
+
+def _scrape_value(port: int, series: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def _offsets_topic_records(bootstrap: str) -> int:
+    """Offsets in ``__consumer_offsets`` (sum of high - low): at least the records in it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lpt-count-{uuid.uuid4().hex}"})
+    try:
+        md = c.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        total = 0
+        for p in md.partitions:
+            low, high = c.get_watermark_offsets(TopicPartition("__consumer_offsets", p), timeout=10)
+            total += high - low
+        return total
+    finally:
+        c.close()
 
 
 def test_kill_9_and_restart_resumes_the_model_without_a_gap_or_spike(
