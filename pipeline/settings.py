@@ -85,6 +85,9 @@ class Settings:
     # progress_missed_reports of its reports plus progress_grace_s counts as stopped from
     # then on; a report older than progress_expire_s is dropped (commits judge again)
     progress_warn_min_s: float = 0.15
+    # ...or this, where another partition of the same worker advanced this long after the
+    # stuck one last did (the process runs: the partition's own work is slow)
+    progress_moving_worker_min_s: float = 0.1
     # ...or this, where every partition of one worker (two at least) paused at once
     progress_whole_worker_min_s: float = 0.4
     progress_whole_worker_stop_s: float = 1.0  # and STALL/STOP there after this long
@@ -149,6 +152,7 @@ class Settings:
             worst_n=self.worst_n,
             progress=ProgressConfig(
                 warn_min_s=self.progress_warn_min_s,
+                moving_worker_min_s=self.progress_moving_worker_min_s,
                 whole_worker_min_s=self.progress_whole_worker_min_s,
                 whole_worker_stop_s=self.progress_whole_worker_stop_s,
                 missed_reports=self.progress_missed_reports,
@@ -180,6 +184,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "record_read_interval_s": (1, 86_400),
     "worst_n": (1, 100),
     "progress_warn_min_s": (0.02, 60),
+    "progress_moving_worker_min_s": (0.02, 60),
     "progress_whole_worker_min_s": (0.02, 60),
     "progress_whole_worker_stop_s": (0.1, 600),
     "progress_missed_reports": (0, 100),

@@ -57,8 +57,14 @@ class ProgressConfig:
     # 0.1 s raised false alarms on a 2-core host at load 7 (three partitions of one worker
     # at once, a 120+ ms pause of the whole process); 0.15 s did not. Detection pays it once.
     warn_min_s: float = 0.15
+    # ...and where another partition of the same worker advanced at least this long after
+    # this one last did: the process ran meanwhile, so this partition's own work is what is
+    # slow (a heavy message, a hung handler), never a pause of the process (in a pause no
+    # partition advances). The war story's hot partitions, 150 ms documents on a worker
+    # whose 14 other partitions keep moving, are seen within one document
+    moving_worker_min_s: float = 0.1
     # ...and where every partition of a worker (two at least) paused at once: most often the
-    # process (GC, a starved host), not a stall (see WorkerProgress._floors)
+    # process (GC, a starved host), not a stall (see WorkerProgress._whole_worker)
     whole_worker_min_s: float = 0.4
     # ...and the STALL/STOP floor there (LagConfig.stop_min_s, 0.5 s, elsewhere): at load 34
     # the bench's worker paused 0.5+ s, all partitions at once; a worker frozen for a
@@ -106,6 +112,18 @@ def whole_pause_s(since_progress_s: list[float], holding: list[bool]) -> float |
     if sum(holding) < 2:
         return None
     return min(since_progress_s)
+
+
+def moved_since(progress_ms: np.ndarray, gap_ms: float) -> np.ndarray:
+    """Per partition of one worker (when each last advanced, the worker's clock): did
+    another of them advance at least ``gap_ms`` after this one last did? Then the process
+    ran while this partition did not move."""
+    if len(progress_ms) < 2:
+        return np.zeros(len(progress_ms), bool)
+    order = np.argsort(-progress_ms, kind="stable")
+    others = np.full(len(progress_ms), progress_ms[order[0]])
+    others[order[0]] = progress_ms[order[1]]  # the latest partition's others exclude itself
+    return others >= progress_ms + gap_ms
 
 
 class WorkerProgress:
@@ -241,9 +259,22 @@ class WorkerProgress:
             if hw_now[key[1]] <= r.processed and r.in_flight <= 0:
                 continue  # nothing waits, as far as the last sample and the worker know
             usual = warn_factor * r.usual_s()
-            if (r.sent_at_ms - r.progress_ms) / 1000.0 > max(self.cfg.warn_min_s, usual):
+            stuck_s = (r.sent_at_ms - r.progress_ms) / 1000.0
+            if stuck_s > max(self.cfg.warn_min_s, usual) or (
+                stuck_s > max(self.cfg.moving_worker_min_s, usual) and self._sibling_moved(key, r)
+            ):
                 newest = max(newest, r.sent_at_ms)
         return newest
+
+    def _sibling_moved(self, key: tuple[str, int], r: Report) -> bool:
+        """Did another partition of ``r``'s worker advance at least ``moving_worker_min_s``
+        after this one last did (``moved_since``)?"""
+        after_ms = r.progress_ms + self.cfg.moving_worker_min_s * 1000.0
+        return any(
+            o.member == r.member and o.progress_ms >= after_ms
+            for k, o in self.reports.items()
+            if k[0] == key[0] and k != key
+        )
 
     def forget(self, group: str, partition: int | None = None) -> None:
         """Drop a group-partition's report (offset deleted), or all of a group's."""
@@ -325,7 +356,7 @@ class WorkerProgress:
             waiting = (hw_now > processed) | (held > 0)
             whole = self._whole_worker(reports, stuck_report, waiting)
             out["warn_min_s"][gi, pi] = np.where(
-                whole, self.cfg.whole_worker_min_s, self.cfg.warn_min_s
+                whole, self.cfg.whole_worker_min_s, self._moving_floor(reports)
             )
             if isinstance(out.get("stop_min_s"), np.ndarray):
                 stop = out["stop_min_s"][gi, pi]
@@ -336,6 +367,26 @@ class WorkerProgress:
             out["lag_rate"][gi, pi] = 0.0
         if out.get("recent_lag_rate") is not None:
             out["recent_lag_rate"][gi, pi] = np.nan
+        return out
+
+    def _moving_floor(self, reports: list[Report]) -> np.ndarray:
+        """Per reported cell, its WARN floor but for a whole worker's pause: ``warn_min_s``,
+        or ``moving_worker_min_s`` where another partition of the same member advanced at
+        least that long after this one last did (``moved_since``)."""
+        out = np.full(len(reports), self.cfg.warn_min_s)
+        if self.cfg.moving_worker_min_s >= self.cfg.warn_min_s:
+            return out
+        by_member: dict[str, list[int]] = {}
+        for i, r in enumerate(reports):
+            by_member.setdefault(r.member, []).append(i)
+        gap_ms = self.cfg.moving_worker_min_s * 1000.0
+        for cells in by_member.values():
+            if len(cells) > 1:
+                advanced = np.array([reports[c].progress_ms for c in cells], np.float64)
+                moved = moved_since(advanced, gap_ms)
+                out[[c for c, m in zip(cells, moved, strict=True) if m]] = (
+                    self.cfg.moving_worker_min_s
+                )
         return out
 
     def _whole_worker(

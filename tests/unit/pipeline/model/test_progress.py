@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 
 from pipeline.model.config import LagConfig
 from pipeline.model.lag import TopicModel
-from pipeline.model.progress import ProgressConfig, WorkerProgress
+from pipeline.model.progress import ProgressConfig, WorkerProgress, moved_since
 from schemas import LagStatus, validate
 
 CFG = LagConfig()
@@ -528,3 +528,85 @@ def test_a_report_newer_than_the_sample_judged_is_not_taken_for_time_lag():
     )
     obs = w.model.observe(w.model.last_sample_ms, slide=False)
     assert STATUS[int(obs[0].status[0])] == "OK"
+
+
+def _one_hot_partition(stuck_ms: int, sibling_advanced_ms: int | None) -> list[str]:
+    """Partition 0 holds work and has not advanced for ``stuck_ms``; partition 1 of the same
+    worker (None: no partition 1 in its report) keeps up, its last message finished
+    ``sibling_advanced_ms`` ago (nothing waits there)."""
+    m = TopicModel("t", CFG)
+    t = T0
+    for i in range(41):  # 10 s at 200 msgs/s on two partitions, a worker that keeps up
+        t = T0 + i * 250
+        m.add_sample(t, [i * 50, i * 50])
+        m.progress.report_many([["g", p, i * 50, t - 5, t, 125, "w", "h", 1] for p in (0, 1)])
+        m.observe(t)
+    for p in (0, 1):
+        m.commit("g", p, 40 * 50, t)
+    now = t + 250 + 450
+    m.add_sample(t + 250, [41 * 50, 40 * 50])
+    rows = [["g", 0, (now - stuck_ms - T0) // 5, now - stuck_ms, now, 125, "w", "h", 10]]
+    if sibling_advanced_ms is None:
+        del m.progress.reports[("g", 1)]
+    else:
+        rows.append(["g", 1, 40 * 50, now - sibling_advanced_ms, now, 125, "w", "h", 0])
+    m.progress.report_many(rows)
+    return [STATUS[int(s)] for s in m.observe(now)[0].status]
+
+
+@pytest.mark.parametrize(
+    ("stuck_ms", "sibling_advanced_ms", "expected"),
+    [
+        # the sibling finished a message 100+ ms after partition 0 last moved: the process
+        # runs, partition 0's own work is slow (a heavy message): the 0.1 s floor
+        (140, 20, ["WARN", "OK"]),
+        (110, 5, ["OK", "OK"]),  # under that floor (0.1 s + 0.02 s slack) even so
+        # the sibling last moved 60 ms ago, only 80 ms after partition 0: no evidence
+        (140, 60, ["OK", "OK"]),
+        # ...or before partition 0 stopped: what a pause of the whole process shows
+        (140, 150, ["OK", "OK"]),
+        (180, 150, ["WARN", "OK"]),  # past the 0.15 s floor, whatever the sibling did
+    ],
+)
+def test_a_partition_stuck_while_its_worker_moves_elsewhere_warns_at_the_lower_floor(
+    stuck_ms, sibling_advanced_ms, expected
+):
+    assert _one_hot_partition(stuck_ms, sibling_advanced_ms) == expected
+
+
+def test_a_worker_reporting_one_partition_keeps_the_floor_a_process_pause_needs():
+    assert _one_hot_partition(140, None)[0] == "OK"
+    assert _one_hot_partition(180, None)[0] == "WARN"
+
+
+def test_moved_since_compares_each_partition_with_the_latest_of_the_others():
+    advanced = np.array([1000.0, 1150.0, 1090.0])
+    assert moved_since(advanced, 100.0).tolist() == [True, False, False]
+    assert moved_since(advanced, 50.0).tolist() == [True, False, True]
+    assert moved_since(np.array([1000.0]), 1.0).tolist() == [False]
+
+
+def test_a_report_stuck_while_its_sibling_moved_is_judged_as_it_lands():
+    """``suspects`` uses the same lower floor, so detection waits for no sample."""
+    for sibling_at, expected in ((-20, True), (-150, False)):
+        p = WorkerProgress()
+        now = T0 + 10_000
+        p.report_many(
+            [
+                ["g", 0, 100, now - 130, now, 125, "w", "h", 3],
+                ["g", 1, 100, now + sibling_at, now, 125, "w", "h", 0],
+            ]
+        )
+        assert (p.suspects([("g", 0)], np.array([200, 100]), CFG.warn_factor) > 0) is expected
+
+
+def test_the_lower_floor_is_off_when_set_to_the_usual_one():
+    p = WorkerProgress(ProgressConfig(moving_worker_min_s=0.15))
+    now = T0 + 10_000
+    p.report_many(
+        [
+            ["g", 0, 100, now - 130, now, 125, "w", "h", 3],
+            ["g", 1, 100, now - 5, now, 125, "w", "h", 0],
+        ]
+    )
+    assert p.suspects([("g", 0)], np.array([200, 100]), CFG.warn_factor) == 0
