@@ -126,6 +126,14 @@ def moved_since(progress_ms: np.ndarray, gap_ms: float) -> np.ndarray:
     return others >= progress_ms + gap_ms
 
 
+def _by_member(reports: list[Report]) -> list[list[int]]:
+    """The indexes of ``reports``, grouped by the worker (member) that sent them."""
+    cells: dict[str, list[int]] = {}
+    for i, r in enumerate(reports):
+        cells.setdefault(r.member, []).append(i)
+    return list(cells.values())
+
+
 class WorkerProgress:
     """The latest progress report per (group, partition) of one topic."""
 
@@ -376,11 +384,8 @@ class WorkerProgress:
         out = np.full(len(reports), self.cfg.warn_min_s)
         if self.cfg.moving_worker_min_s >= self.cfg.warn_min_s:
             return out
-        by_member: dict[str, list[int]] = {}
-        for i, r in enumerate(reports):
-            by_member.setdefault(r.member, []).append(i)
         gap_ms = self.cfg.moving_worker_min_s * 1000.0
-        for cells in by_member.values():
+        for cells in _by_member(reports):
             if len(cells) > 1:
                 advanced = np.array([reports[c].progress_ms for c in cells], np.float64)
                 moved = moved_since(advanced, gap_ms)
@@ -408,10 +413,7 @@ class WorkerProgress:
         partitions on a worker whose other partitions keep up are a stall: with them taken
         for the process, the war story's detection waited for the 0.4 s floor)."""
         whole = np.zeros(len(reports), bool)
-        by_member: dict[str, list[int]] = {}
-        for i, r in enumerate(reports):
-            by_member.setdefault(r.member, []).append(i)
-        for cells in by_member.values():
+        for cells in _by_member(reports):
             paused = whole_pause_s(stuck_s[cells].tolist(), waiting[cells].tolist())
             if paused is not None and paused >= self.cfg.warn_min_s:
                 whole[[i for i in cells if waiting[i]]] = True
