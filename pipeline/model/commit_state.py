@@ -60,6 +60,9 @@ class CommitState(abc.ABC):
     _limits: Limits | None = None
     #: has any record timestamp been read (``record_read``): until then none can win
     _reads: bool = False
+    #: scratch of one slot per cell, for ``_repeats`` (its contents are never read before
+    #: they are written)
+    _scratch: np.ndarray | None = None
 
     @abc.abstractmethod
     def partition_limit(self) -> int:
@@ -154,7 +157,7 @@ class CommitState(abc.ABC):
             rows = np.asarray(known, np.int64)
         g = rows[gi]
         self._widen(int(p.max()) + 1)
-        if len(np.unique(g * self._width + p)) < len(p):
+        if self._repeats(g * self._width + p, len(self.groups) * self._width):
             for i, partition_, offset_, ts_ in zip(
                 gi.tolist(), p.tolist(), off.tolist(), ts.tolist(), strict=True
             ):
@@ -206,6 +209,18 @@ class CommitState(abc.ABC):
         self.commit_ms[g, p] = ts
         self.committed[g, p] = off
         return touched
+
+    def _repeats(self, cells: np.ndarray, n_cells: int) -> bool:
+        """Does any cell occur twice in ``cells`` (each in ``[0, n_cells)``)? Each position
+        writes its index into the cell's slot: a cell named twice keeps one of the two, so
+        the other reads back another index (without the sort ``np.unique`` does: this is
+        asked of every batch)."""
+        scratch = self._scratch
+        if scratch is None or len(scratch) < n_cells:
+            scratch = self._scratch = np.empty(max(n_cells, 64), np.int64)
+        at = np.arange(len(cells))
+        scratch[cells] = at
+        return bool((scratch[cells] != at).any())
 
     def forget(self, group: str, partition: int) -> None:
         """The offset was deleted (tombstone): stop modelling this partition, and the group

@@ -32,6 +32,8 @@ import numpy as np
 
 CAUGHT_UP, INTERPOLATED, READ, EXTRAPOLATED = 0, 1, 2, 3
 SOURCE_NAMES = ("caught_up", "interpolated", "read", "extrapolated")
+#: ``first_beyond`` looks among the last this many rows (2 s of 250 ms samples) first
+RECENT_ROWS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +124,34 @@ def time_lag_s(
 
 def first_beyond(hw: np.ndarray, pi: np.ndarray, c: np.ndarray) -> np.ndarray:
     """For each (partition ``pi[k]``, offset ``c[k]``): the first row whose HWM is beyond
-    ``c[k]`` (``np.searchsorted(hw[:, pi[k]], c[k], side="right")``), every pair at once: a
-    binary search run in lockstep, ~log2(rows) steps of a few numpy calls whatever the
-    number of partitions (a search per partition was a Python loop over thousands of them).
+    ``c[k]`` (``np.searchsorted(hw[:, pi[k]], c[k], side="right")``), every pair at once.
+
+    The model asks it for offsets that just moved (a commit), which are most often within
+    the last few samples: the last ``RECENT_ROWS`` rows are compared at once, and where the
+    oldest of them is at or below the offset (every older row is too: each column is
+    sorted) the count of those at or below it gives the answer. The others are searched
+    by ``_bisect`` among the rows before them."""
+    n = len(hw)
+    if not n:
+        return np.zeros(len(pi), np.int64)
+    w = min(n, RECENT_ROWS)
+    below = hw[n - w :, pi] <= c  # (w, k)
+    if w == n:
+        return below.sum(axis=0, dtype=np.int64)
+    near = below[0]
+    if near.all():
+        return (n - w) + below.sum(axis=0, dtype=np.int64)
+    pos = np.empty(len(pi), np.int64)
+    pos[near] = (n - w) + below[:, near].sum(axis=0, dtype=np.int64)
+    far = ~near  # beyond row n - w already: the answer is among the rows before it
+    pos[far] = _bisect(hw[: n - w], pi[far], c[far])
+    return pos
+
+
+def _bisect(hw: np.ndarray, pi: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``first_beyond`` by a binary search run in lockstep, ~log2(rows) steps of a few
+    numpy calls whatever the number of partitions (a search per partition was a Python
+    loop over thousands of them).
 
     The count of rows at or below ``c`` is built a power of two at a time, largest first;
     reads past the last row read the last row (the column, padded so, stays sorted), and

@@ -19,7 +19,9 @@ STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
 def usual_interval_s(interval_s: np.ndarray, cfg: LagConfig) -> np.ndarray:
     """The usual progress interval the rules scale by: the learned one, or the initial
     guess where none is learned yet, capped at ``max_interval_s``."""
-    return np.clip(np.nan_to_num(interval_s, nan=cfg.initial_interval_s), 0.0, cfg.max_interval_s)
+    usual = np.where(np.isnan(interval_s), cfg.initial_interval_s, interval_s)
+    np.maximum(usual, 0.0, out=usual)
+    return np.minimum(usual, cfg.max_interval_s, out=usual)
 
 
 @dataclass

@@ -75,6 +75,43 @@ def test_a_commit_batch_does_what_its_commits_do_one_at_a_time(batches):
     assert np.allclose(one.interval_s, many.interval_s, equal_nan=True)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.integers(0, 2),
+            st.integers(0, 50),
+            st.integers(900, 2_600),
+        ),
+        min_size=2,
+        max_size=10,
+    )
+)
+def test_a_batch_naming_a_cell_twice_does_what_its_commits_do_in_order(batch):
+    """A batch that was not coalesced (v1 rows replayed) may name a group-partition more
+    than once: it is found (``_repeats``) and applied one commit at a time, in order."""
+    one, many = TopicModel("t", CFG), TopicModel("t", CFG)
+    for m in (one, many):
+        m.add_sample(1_000, [60, 60, 60])
+        m.observe(1_000)
+    for row in batch:
+        one.commit(*row)
+    many.commit_many([list(r) for r in batch])
+    for k in ("committed", "commit_ms", "progress_ms", "rewind_ms"):
+        assert np.array_equal(getattr(one, k), getattr(many, k)), k
+
+
+def test_repeats_finds_a_cell_named_twice_and_only_then():
+    m = TopicModel("t", CFG)
+    assert not m._repeats(np.array([3, 0, 7, 1]), 8)
+    assert m._repeats(np.array([3, 0, 7, 3]), 8)
+    assert m._repeats(np.array([5, 5]), 8)
+    assert not m._repeats(np.array([], np.int64), 8)
+    assert not m._repeats(np.arange(1_000)[::-1], 1_000)  # the scratch grows with the cells
+    assert m._repeats(np.array([999, 0, 999]), 1_000)
+
+
 def test_commits_to_partitions_the_topic_cannot_have_are_counted_not_allocated():
     """Garbage decoded as a commit to partition ~2**31 once made the model ask for 270 GiB
     (bench/faults.py row 6b): it is dropped and counted; true commits beside it apply."""
