@@ -226,44 +226,25 @@ class LagOperator:
         topic = key
         model = self._model(topic, state)
         if event == "commits":  # a coalesced batch from CommitsSource
-            rejected = model.rejected_commits
-            if "commits" in value:  # v1 rows (a source of an earlier release, replayed)
-                touched = model.commit_many(value["commits"])
-                n_commits = len(value["commits"])
-            else:  # v2: columns
-                touched = model.commit_columns(
-                    value["groups"],
-                    value["group"],
-                    value["partition"],
-                    value["offset"],
-                    value["commit_ts_ms"],
-                )
-                n_commits = len(value["partition"])
-            if self.on_input is not None and model.rejected_commits > rejected:
-                for _ in range(model.rejected_commits - rejected):  # partitions it cannot have
-                    self.on_input("commit_rejected")
-            for group, partition in value.get("deleted", ()):
-                model.forget(group, partition)
-                touched.add(group)
-            # SDK workers' progress reports: kept in memory only (replaced every tick)
-            reported = model.progress.report_many(value.get("progress") or [])
-            if self.on_commits is not None:
-                self.on_commits(n_commits)
-            if touched:
-                self._save_positions(topic, model, state, touched)
-            events = self._report_events(model, reported)
-            if self.on_events is not None and events:
-                self.on_events(events)
-            return events
+            return self._commits(topic, model, value, state)
         if event != "watermarks":
             return []
+        # the commits read before this sample, riding it (the commits source attaches the
+        # batch of the sample's topic it flushes as the sample is released): applied first,
+        # as the batch it would have sent ahead of the sample would have been
+        riding = value.get("commits")
+        before = (
+            self._commits(topic, model, riding, state, riding=True)
+            if isinstance(riding, dict)
+            else []
+        )
         hwms = value.get("high_watermarks") or []
         if not hwms:  # the sampler's mark for a deleted topic: forget it all
             self._drop(topic, model, state)
-            return []
+            return before
         now_ms = int(value["sampled_at_ms"])
         if not model.add_sample(now_ms, hwms, value.get("leaders") or ()):
-            return []  # a replayed or out-of-order sample
+            return before  # a replayed or out-of-order sample
         if self.record_times is not None:
             for group, partition, offset, record_ms in self.record_times.take(topic):
                 model.record_read(group, partition, offset, record_ms)
@@ -275,6 +256,42 @@ class LagOperator:
         events = self._events(model, observations, now_ms)
         if now_ms - self._models[topic][2] >= self.persist_interval_ms:
             self._persist(topic, model, state, now_ms)  # with what was just published
+        if self.on_events is not None and events:
+            self.on_events(events)
+        return before + events if before else events
+
+    def _commits(
+        self, topic: str, model: TopicModel, value: dict[str, Any], state: Any, riding: bool = False
+    ) -> list[dict[str, Any]]:
+        """A ``commits`` event: a batch of its own, or ``riding`` a sample."""
+        if riding and self.on_input is not None:
+            self.on_input("commits")
+        rejected = model.rejected_commits
+        if "commits" in value:  # v1 rows (a source of an earlier release, replayed)
+            touched = model.commit_many(value["commits"])
+            n_commits = len(value["commits"])
+        else:  # v2: columns
+            touched = model.commit_columns(
+                value["groups"],
+                value["group"],
+                value["partition"],
+                value["offset"],
+                value["commit_ts_ms"],
+            )
+            n_commits = len(value["partition"])
+        if self.on_input is not None and model.rejected_commits > rejected:
+            for _ in range(model.rejected_commits - rejected):  # partitions it cannot have
+                self.on_input("commit_rejected")
+        for group, partition in value.get("deleted", ()):
+            model.forget(group, partition)
+            touched.add(group)
+        # SDK workers' progress reports: kept in memory only (replaced every tick)
+        reported = model.progress.report_many(value.get("progress") or [])
+        if self.on_commits is not None:
+            self.on_commits(n_commits)
+        if touched:
+            self._save_positions(topic, model, state, touched)
+        events = self._report_events(model, reported)
         if self.on_events is not None and events:
             self.on_events(events)
         return events

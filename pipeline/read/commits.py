@@ -5,7 +5,9 @@ at the next tick", so this source keeps, per topic, the latest commit of every
 group-partition it has read and forwards them as ONE ``commits`` message per topic, keyed
 by the topic, into the topic the watermark samples go to. At 25,000 commits/s over 20
 topics and a 250 ms flush, that is 80 messages/s instead of 25,000 through the framework; a
-small buffer (a quiet estate) goes out after 50 ms (``flush_due``).
+small buffer (a quiet estate) goes out after 50 ms (``flush_due``). The batch flushed as a
+topic's sample is released rides that sample (its ``commits``: ``riders``,
+``with_commits``), so most ticks of a topic are one message to the model, not two.
 
 It is a Quix Streams Source (its own process: the second core decodes while the first
 models; the watermark sampler runs in a process of its own and hands its samples to this
@@ -34,7 +36,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -48,7 +50,7 @@ from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
 from pipeline.read.topic_ids import TopicIdResolver
-from pipeline.read.watermarks import HighWatermarkSource
+from pipeline.read.watermarks import HighWatermarkSource, Tick
 from schemas import topics
 from schemas.cli import CLIENT_LOG, watch_client_logs
 
@@ -93,6 +95,28 @@ def flush_due(
 ALIGN_DROPS = "sampler|align:commits_behind"
 #: the counters go to the main process at most this often (s), and when the source stops
 COUNTERS_EVERY_S = 0.5
+
+
+def riders(
+    batches: list[dict[str, Any]], samples: Sequence[Tick]
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Which batches ride a sample (by topic: the first sample of that topic in
+    ``samples``) and which go alone (pure). A batch rides instead of going just ahead of
+    its sample: the model applies it before the sample all the same, and takes one
+    message, not two (each costs the framework's per-message work: at 50 topics, 200
+    samples and ~240 batches a second)."""
+    sampled = {topic for _, messages, _ in samples for topic, _ in messages}
+    riding = {b["topic"]: b for b in batches if b["topic"] in sampled}
+    return riding, [b for b in batches if b["topic"] not in riding]
+
+
+def with_commits(sample: bytes, batch: dict[str, Any]) -> bytes | None:
+    """A ``watermarks`` message (a JSON object) with ``batch`` as its ``commits`` (pure;
+    None if ``sample`` is not a non-empty object). The sample is the sampler's bytes: the
+    batch is spliced in, not the sample parsed again."""
+    if not (sample.startswith(b"{") and sample.endswith(b"}")) or sample.endswith(b"{}"):
+        return None
+    return b"".join((sample[:-1], b',"commits":', orjson.dumps(batch), b"}"))
 
 
 class CommitsSource(Source):
@@ -175,11 +199,12 @@ class CommitsSource(Source):
         return SampledTicks(self.sampler, self._offsets_partitions).start()
 
     def _produce_samples(
-        self, pending: PendingSamples, now_s: float, flush: Callable[[], None]
+        self, pending: PendingSamples, now_s: float, flush: Callable[[Sequence[Tick]], None]
     ) -> None:
         """Takes the sampler's new ticks and produces those the commits are read through,
-        after the commits they follow (``flush`` first: one producer keeps them in order,
-        so the model applies every commit read before the sample that follows it)."""
+        after the commits they follow (``flush`` with them: each topic's batch rides its
+        sample, the others go first; one producer keeps them in order, so the model
+        applies every commit read before the sample that follows it)."""
         if self._ticks is None:
             return
         for tick in self._ticks.take():
@@ -188,10 +213,7 @@ class CommitsSource(Source):
         dropped = pending.dropped
         due = pending.due(self._read_through_ms, now_s)
         if due:
-            flush()
-        for sampled_at_ms, messages, _fields in due:
-            for topic, value in messages:
-                self.produce(key=topic, value=value, timestamp=sampled_at_ms)
+            flush(due)
         self._wanted_ms = max(self._wanted_ms, pending.wanted_ms)
         if pending.dropped > dropped:  # counted as the sampler's (lagpilot_sampler_errors_total)
             self.stats[ALIGN_DROPS] = pending.dropped
@@ -342,11 +364,23 @@ class CommitsSource(Source):
         next_commit = [time.monotonic() + self.commit_every_s]
         next_counters = time.monotonic()
 
-        def flush(consumer: Any = consumer, commit: bool = False) -> None:
+        def flush(
+            samples: Sequence[Tick] = (), consumer: Any = consumer, commit: bool = False
+        ) -> None:
             now_ms = int(time.time() * 1000)
             batches = buffer.drain()
-            for batch in batches:
+            riding, alone = riders(batches, samples)
+            for batch in alone:
                 self.produce(key=batch["topic"], value=orjson.dumps(batch), timestamp=now_ms)
+            for sampled_at_ms, messages, _fields in samples:
+                for topic, value in messages:
+                    rider = riding.pop(topic, None)
+                    if rider is not None:
+                        spliced = with_commits(value, rider)
+                        if spliced is None:  # (not an object: the batch goes just ahead)
+                            self.produce(key=topic, value=orjson.dumps(rider), timestamp=now_ms)
+                        value = spliced or value
+                    self.produce(key=topic, value=value, timestamp=sampled_at_ms)
             self.stats["batches"] += len(batches)
             if not commit and time.monotonic() < next_commit[0]:
                 return
@@ -386,7 +420,7 @@ class CommitsSource(Source):
                 ticks.own(self._owned[0])
 
         def on_revoke(c: Any, partitions: Any) -> None:
-            flush(c, commit=True)
+            flush(consumer=c, commit=True)
             self._owned[0] = self._owned[0] - offsets_parts(partitions)
             self._assigned = (self._assigned or set()) - offsets_parts(partitions)
             self._assigned_progress -= progress_parts(partitions)

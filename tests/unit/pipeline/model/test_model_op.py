@@ -140,6 +140,44 @@ def test_commits_as_rows_v1_and_as_columns_v2_model_the_same() -> None:
     assert outs[0] == outs[1] and counted[0] == counted[1] == [4] * 39
 
 
+def test_commits_riding_a_sample_model_what_the_batch_ahead_of_it_did() -> None:
+    """The commits source attaches a topic's batch to the sample it releases with it: the
+    model applies it before the sample, with the same events, state and counts as the
+    batch sent on its own just ahead (and counts it as a ``commits`` input too)."""
+    outs = []
+    for ride in (False, True):
+        seen: list[str] = []  # the input kinds, as counted
+        counted: list[int] = []
+        op = LagOperator(LagConfig(), on_input=seen.append, on_commits=counted.append)
+        state = MemoryState()
+        events = []
+        for i in range(1, 60):
+            t = T0 + i * TICK_MS
+            # group b stalls at tick 30 with data waiting: the tick's events show it
+            rows = [("a", p, i * 10, t - 5) for p in range(3)]
+            rows += [("b", 1, min(i, 30) * 7, t - 9)] if i % 3 else []
+            tick = sample(t, [i * 10 + 3] * 3)
+            if ride:
+                events.append(op(tick | {"commits": commits(rows)}, "t", t, None, state))
+            else:
+                events.append(
+                    op(commits(rows), "t", t, None, state) + op(tick, "t", t, None, state)
+                )
+        outs.append((events, state.data["c:a"], state.data["c:b"], counted))
+        assert Counter(seen) == Counter({"commits": 59, "watermarks": 59})
+    assert outs[0] == outs[1]
+    assert any(e["status"] != "OK" for tick in outs[1][0] for e in tick if e.get("group") == "b")
+
+
+def test_a_replayed_sample_still_applies_the_commits_riding_it() -> None:
+    op, state = LagOperator(LagConfig()), MemoryState()
+    op(sample(T0, [10]), "t", T0, None, state)
+    late = sample(T0 - TICK_MS, [9]) | {"commits": commits([("a", 0, 9, T0 - 1)])}
+    assert op(late, "t", T0, None, state) == []  # the sample is older: not modelled
+    (model, _, _) = op._models["t"]
+    assert model.committed[model._index["a"], 0] == 9
+
+
 def test_topics_another_deployment_samples_are_not_modelled() -> None:
     """Two lagpilot deployments on one cluster share the input topic: each models only the
     topics its include/exclude watches (one once issued spreads for the other's groups)."""
