@@ -27,7 +27,8 @@ utime+stime of the pipeline's process tree (the Quix source and the metrics rend
 in child processes, the sampler in a grandchild) over the window, RSS the sum over the
 tree; each step records the machine's load average (the cores are shared). Like Prometheus, the
 benchmark scrapes each replica's whole ``/metrics`` every ``--prometheus-interval-s``
-(15 s: one or two full scrapes land in each window, and the model pays for them); its own
+(15 s, on a fixed grid; each window starts midway between two scrapes, so a 30 s window
+holds exactly two and the model pays for them at Prometheus' rate); its own
 reads of the counters ask for those families only (``/metrics?name[]=...``). Then the
 same with two replicas (same consumer group, distinct instance ids, state dirs and
 metrics ports), starting at the shape's steady rate: there each replica's CPU says how
@@ -49,6 +50,7 @@ import multiprocessing as mp
 import os
 import platform
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.support import broker
+from bench.support.host_probe import HostProbe
 from bench.support.scale_load import OFFSETS_PARTITIONS, generate
 from bench.support.scale_replicas import SAMPLE_INTERVAL_MS, Pipeline, wait_modelling
 from bench.support.scale_result import (
@@ -85,6 +88,7 @@ def run_phase(
     n_replicas: int,
     start: int,
     fixed: list[int] | None,
+    probe: HostProbe | None = None,
 ) -> list[dict[str, Any]]:
     """Fresh offsets topic and group; generator + replicas; the step ladder."""
     phase = f"{run}-x{n_replicas}"
@@ -135,8 +139,9 @@ def run_phase(
             for i in range(n_replicas)
         ]
         wait_modelling(replicas, 180, args.bootstrap, name, offsets_topic)
+        grid = time.monotonic()  # one scrape grid for the replicas, as one Prometheus
         for r in replicas:
-            r.start_prometheus(args.prometheus_interval_s)
+            r.start_prometheus(args.prometheus_interval_s, grid)
         return replicas
 
     try:
@@ -152,6 +157,7 @@ def run_phase(
             ticks_per_s=args.topics * 1000 / SAMPLE_INTERVAL_MS,  # one sample a topic a tick
             group_partitions=args.topics * args.partitions * args.groups,
             sample_hz=1000 / SAMPLE_INTERVAL_MS,
+            probe=probe.us_per_group_partition if probe is not None else None,
         )
         stop.set()
         gen.join(60)
@@ -199,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     # 40 s: a step starts with the jump to its rate (every group-partition learnt, the
     # backlog of the jump drained); the window measures what follows, the steady state
     ap.add_argument("--warmup-s", type=float, default=40.0)
-    ap.add_argument("--window-s", type=float, default=20.0)
+    # 30 s: two full scrapes at the default 15 s, each inside the window (see
+    # ``scrape_phase``): every window pays for the scrapes at Prometheus' rate, no more
+    ap.add_argument("--window-s", type=float, default=30.0)
     ap.add_argument("--max-steps", type=int, default=5)
     ap.add_argument(
         "--prometheus-interval-s",
@@ -231,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.topics, args.partitions, args.groups = 2, 4, 3
         args.warmup_s, args.window_s, args.no_two = 3.0, 10.0, True
-        args.prometheus_interval_s = 4.0  # full scrapes land in the window
+        args.prometheus_interval_s = 5.0  # two full scrapes in the window
     steady = round(args.topics * args.partitions * args.groups / args.commit_interval_s)
     fixed = [int(x) for x in args.rates.split(",")] if args.rates else None
     if args.smoke:
@@ -246,13 +254,14 @@ def main(argv: list[str] | None = None) -> int:
         f"steady {steady:,} commits/s",
         flush=True,
     )
+    probe = HostProbe()  # the host's speed next to each step (changes no verdict)
     try:
-        one = [] if args.no_one else run_phase(args, run, 1, steady, fixed)
+        one = [] if args.no_one else run_phase(args, run, 1, steady, fixed, probe)
         one_max = max_held(one)
         two: list[dict[str, Any]] = []
         if not args.no_two:
             # from the shape's steady rate (how two replicas split its work), up
-            two = run_phase(args, run, 2, steady, fixed if args.no_one else None)
+            two = run_phase(args, run, 2, steady, fixed if args.no_one else None, probe)
     finally:
         leftovers = [
             t for t in admin.list_topics(timeout=10).topics if t.startswith(run) or run in t
@@ -278,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
             "scrape_s": at_steady.get("scrape_s"),
             "steady_held": at_steady.get("sustained"),
             "false_alarms": at_steady.get("false_alarms"),
+            # bench.model's tick on the host as the shape's window began (the unit of
+            # bench/results/model.json's columnar_us_per_group_partition, an idle host's)
+            "host_probe_us_per_group_partition": at_steady.get("host_probe_us_per_group_partition"),
             "steps": one,
         },
         "two_replicas": {"max_sustained_commits_per_s": two_max, "steps": two},

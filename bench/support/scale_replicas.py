@@ -156,18 +156,29 @@ class Pipeline:
     def scrape(self) -> Scrape:
         return scrape(self.port)
 
-    def start_prometheus(self, interval_s: float) -> None:
-        """Scrape the whole /metrics every ``interval_s`` from now on, as Prometheus does
-        (every lag family rendered: the model pays for it while the step is measured)."""
+    def start_prometheus(self, interval_s: float, grid_t0: float | None = None) -> None:
+        """Scrape the whole /metrics every ``interval_s`` from now on, as Prometheus does:
+        on a fixed grid (``grid_t0 + k * interval_s``, monotonic), whatever a scrape takes,
+        so a measured window can hold a known number of them (``scrape_phase``). Every
+        lag family is rendered: the model pays for it while the step is measured."""
         self._prom_stop = threading.Event()
         self.prom_scrape_s: list[tuple[float, float]] = []  # (when, seconds it took)
+        self.prom_interval_s = interval_s
+        self.prom_grid_t0 = time.monotonic() if grid_t0 is None else grid_t0
 
         def loop() -> None:
-            while not self._prom_stop.wait(interval_s):
+            k = 1
+            while True:
+                due = self.prom_grid_t0 + k * interval_s
+                if self._prom_stop.wait(max(0.0, due - time.monotonic())):
+                    return
                 t0 = time.monotonic()
                 with contextlib.suppress(OSError):
                     scrape(self.port, full=True)
                     self.prom_scrape_s.append((t0, time.monotonic() - t0))
+                # the next point of the grid still ahead (a scrape longer than the
+                # interval skips one, as Prometheus does)
+                k = max(k + 1, int((time.monotonic() - self.prom_grid_t0) // interval_s) + 1)
 
         threading.Thread(target=loop, daemon=True).start()
 

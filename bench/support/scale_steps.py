@@ -37,6 +37,22 @@ def false_alarm_events(events: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in events.items() if v > 0 and not k.endswith("/OK")}
 
 
+def scrape_phase(replicas: list[Pipeline], window_s: float, now: float | None = None) -> float:
+    """Seconds to wait so that a window starts midway between two full scrapes of the
+    replicas' grid (``Pipeline.start_prometheus``): a window of k scrape intervals then
+    holds exactly k of them, each half an interval from its edges, where one started at
+    any time held k or k + 1 (a 20 s window at 15 s: one or two, a sixth of a core-second
+    apart at the shape). 0 without a grid, or with scrapes rarer than the window."""
+    grids = [r for r in replicas if getattr(r, "prom_grid_t0", None) is not None]
+    if not grids:
+        return 0.0
+    interval, t0 = grids[0].prom_interval_s, grids[0].prom_grid_t0
+    if interval <= 0 or interval > window_s:
+        return 0.0
+    now = time.monotonic() if now is None else now
+    return (t0 + interval / 2 - now) % interval
+
+
 #: a step whose generator wrote less than this share of its rate measures the host
 GENERATOR_ON_RATE = 0.97
 
@@ -52,13 +68,17 @@ def measure_step(
     ticks_per_s: float = 0.0,
     group_partitions: int = 0,
     sample_hz: float = 4.0,
+    probe: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
-    """Set the rate, let it settle for ``warmup_s``, then measure ``window_s``.
+    """Set the rate, let it settle for ``warmup_s``, then measure ``window_s`` (``probe``:
+    the host's speed, read at the end of the warm-up: ``bench.support.host_probe``).
 
     ``deficit0``: commits produced but not modelled when the previous step had drained
     (commits coalesced in a backlog, or never caught up): not this step's doing."""
     rate.value = float(commits_per_s)
     time.sleep(warmup_s)
+    host_us = probe() if probe is not None else None
+    time.sleep(scrape_phase(replicas, window_s))
     load0 = load_average()
     trees = [process_tree(r.proc.pid) for r in replicas]
     cpu0 = [cpu_ticks(t) for t in trees]
@@ -145,6 +165,8 @@ def measure_step(
         "false_alarms": round(sum(false.values())),
         "false_alarms_by_kind": {k: round(v) for k, v in sorted(false.items())},
         "load_average": [load0, load_average()],  # 1/5/15 min, at the window's start and end
+        # bench.model's tick on this host just before the window (us per group-partition)
+        "host_probe_us_per_group_partition": host_us,
         "sustained": sustained,
         "lag_events_per_s": {k: round(v / elapsed, 1) for k, v in sorted(events.items()) if v},
     }
@@ -181,6 +203,7 @@ def ladder(
     ticks_per_s: float = 0.0,
     group_partitions: int = 0,
     sample_hz: float = 4.0,
+    probe: Callable[[], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Doubling steps from ``start`` (the shape's steady rate: every group commits every
     ``--commit-interval-s``) until one is missed, then one between the two held and
@@ -207,6 +230,7 @@ def ladder(
                 ticks_per_s,
                 group_partitions,
                 sample_hz,
+                probe,
             )
             steps.append(step)
             step["caught_up_after_s"], missing = drain(replicas, rate, sent, drain_s, deficit)
@@ -239,7 +263,9 @@ def _brief(s: dict[str, Any]) -> str:
     return (
         f"consumed {s['consumed_per_s']:,}/s of {s['produced_per_s']:,}/s, "
         f"behind {s['behind_commits']:,}, p99 {s['delay_p99_s']} s, "
-        f"age {s['last_sample_age_s']} s, scrape {s['scrape_s']} s, "
+        f"age {s['last_sample_age_s']} s, scrape {s['scrape_s']} s "
+        f"({s['full_scrapes']} in the window), host probe "
+        f"{s.get('host_probe_us_per_group_partition')} us, "
         f"samples {s['samples_modelled_per_s']}/s ({s['samples_dropped']} dropped), "
         f"cpu {s['cpu_cores']} ({s['cpu_us_per_commit']} us/commit; by replica "
         f"{s['cpu_cores_by_replica']}, topics {s.get('topics_by_replica')}), "

@@ -58,6 +58,11 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     # commit it produced once committing stopped
     assert step["produced"] >= 0.8 * r["steady_commit_rate"] * r["window_s"]
     assert step["caught_up_after_s"] is not None, step
+    # the window began midway between two full scrapes of the grid (5 s in a 10 s window):
+    # exactly two ran in it, and the host's speed was read before it
+    assert step["full_scrapes"] == 2, step
+    assert step["host_probe_us_per_group_partition"] > 0, step
+    assert one["host_probe_us_per_group_partition"] == step["host_probe_us_per_group_partition"]
     assert step["sustained"], step
     assert step["full_scrapes"] >= 1  # as Prometheus would: every family rendered
     assert one["max_sustained_commits_per_s"] == r["steady_commit_rate"]
