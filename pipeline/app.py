@@ -68,9 +68,13 @@ class SourceStats:
             self._count(stat, delta)
 
     def pump(self, channel: CounterChannel) -> None:
-        """Folds what ``channel`` brings, for the life of the process (a daemon thread)."""
+        """Folds what ``channel`` brings, for the life of the process (a daemon thread),
+        or until the channel closes."""
         while True:
-            got = channel.receive(timeout_s=1.0)
+            try:
+                got = channel.receive(timeout_s=1.0)
+            except EOFError:
+                return  # closed: the process is ending (not an error to print)
             if got is not None:
                 self.fold(*got)
 

@@ -43,12 +43,19 @@ class CounterChannel:
             self._queue.put_nowait((run, dict(totals)))
 
     def receive(self, timeout_s: float) -> tuple[str, dict[str, float]] | None:
-        """The next totals sent, or None if none came within ``timeout_s``."""
+        """The next totals sent, or None if none came within ``timeout_s``. Raises
+        ``EOFError`` once the queue is closed (``close``, or the process ending under a
+        reader that still waits: its pipe goes first)."""
         try:
             run, totals = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return None
+        except (OSError, ValueError) as exc:
+            raise EOFError("the counter channel is closed") from exc
         return str(run), dict(totals)
+
+    def close(self) -> None:
+        self._queue.close()
 
 
 class RunTotals:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from pipeline.app import SourceStats
 from pipeline.metrics import PipelineMetrics
@@ -50,3 +51,31 @@ def test_the_pump_folds_what_the_channel_brings_from_another_thread():
         time.sleep(0.01)
     assert decoded(m) == 9
     assert dropped(m) == 1
+
+
+def test_the_pump_ends_quietly_when_the_channel_closes():
+    # at a process's end the queue closes under the waiting pump: it returns, where it
+    # raised in its thread (a traceback printed as the interpreter exits)
+    m = PipelineMetrics()
+    channel = CounterChannel()
+    errors: list[BaseException] = []
+    thread = threading.Thread(
+        target=lambda: _run_recording(SourceStats(m).pump, channel, errors), daemon=True
+    )
+    thread.start()
+    channel.send("a", {"commit": 3})
+    deadline = time.monotonic() + 10
+    while decoded(m) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    channel.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert errors == []
+    assert decoded(m) == 3
+
+
+def _run_recording(pump: Any, channel: CounterChannel, errors: list[BaseException]) -> None:
+    try:
+        pump(channel)
+    except BaseException as exc:  # the test reports it
+        errors.append(exc)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 
+import pytest
+
 from pipeline.read.counters import MAX_QUEUED, CounterChannel, RunTotals
 
 
@@ -47,3 +49,10 @@ def test_totals_cross_from_a_spawned_process_and_a_full_queue_never_blocks_the_s
     assert 0 < len(got) <= MAX_QUEUED
     assert [t["commit"] for _, t in got] == sorted(t["commit"] for _, t in got)
     assert channel.receive(timeout_s=0.01) is None
+
+
+def test_a_closed_channel_says_so_instead_of_raising_its_queues_error():
+    channel = CounterChannel()
+    channel.close()
+    with pytest.raises(EOFError):
+        channel.receive(timeout_s=0.01)
