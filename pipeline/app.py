@@ -19,6 +19,7 @@ commits message carries every group-partition's latest commit since the last flu
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from quixstreams import Application
@@ -124,6 +125,18 @@ def _skip_and_count(metrics: PipelineMetrics, stage: str) -> Any:
     return callback
 
 
+def quix_connection(config: Mapping[str, Any]) -> tuple[ConnectionConfig, dict[str, Any]]:
+    """``Settings.broker_config()`` as Quix Streams takes it: the settings its
+    ``ConnectionConfig`` knows (bootstrap, TLS, SASL), and the rest, any other librdkafka
+    setting passed as ``LAGPILOT_KAFKA_<NAME>`` (``debug``, ``client.rack``, ...), for its
+    consumer and producer. ``ConnectionConfig`` refuses a setting it does not know:
+    ``LAGPILOT_KAFKA_DEBUG=cgrp`` ended the pipeline at start with a validation error."""
+    known = set(ConnectionConfig.model_fields) | {"sasl_mechanism", "sasl_mechanisms"}
+    connection = {k: v for k, v in config.items() if k.replace(".", "_") in known}
+    extra = {k: v for k, v in config.items() if k not in connection}
+    return ConnectionConfig.from_librdkafka_dict(connection), extra
+
+
 def build_app(
     settings: Settings,
     metrics: PipelineMetrics,
@@ -132,16 +145,17 @@ def build_app(
     app_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Application, LagOperator]:
     """The Application, and its lag operator (the status command and tests read it)."""
+    connection, client_extra = quix_connection(settings.broker_config())
     app = Application(
-        broker_address=ConnectionConfig.from_librdkafka_dict(settings.broker_config()),
+        broker_address=connection,
         consumer_group=settings.consumer_group,
         auto_offset_reset=settings.auto_offset_reset,  # type: ignore[arg-type]
         commit_interval=settings.commit_interval_s,
         state_dir=settings.state_dir,
         processing_guarantee="at-least-once",
         consumer_poll_timeout=0.05,
-        producer_extra_config={"linger.ms": 2},
-        consumer_extra_config=settings.consumer_config(),
+        producer_extra_config={"linger.ms": 2, **client_extra},
+        consumer_extra_config={**client_extra, **settings.consumer_config()},
         loglevel="WARNING",
         on_consumer_error=_skip_and_count(metrics, "read"),
         on_processing_error=_skip_and_count(metrics, "process"),
