@@ -41,8 +41,8 @@ def scrape_phase(replicas: list[Pipeline], window_s: float, now: float | None = 
     """Seconds to wait so that a window starts midway between two full scrapes of the
     replicas' grid (``Pipeline.start_prometheus``): a window of k scrape intervals then
     holds exactly k of them, each half an interval from its edges, where one started at
-    any time held k or k + 1 (a 20 s window at 15 s: one or two, a sixth of a core-second
-    apart at the shape). 0 without a grid, or with scrapes rarer than the window."""
+    any time held k or k + 1 (a 20 s window at 15 s: one or two, each ~0.4 core-second of
+    the tree at the shape). 0 without a grid, or with scrapes rarer than the window."""
     grids = [r for r in replicas if getattr(r, "prom_grid_t0", None) is not None]
     if not grids:
         return 0.0
