@@ -196,10 +196,17 @@ class CommitsSource(Source):
         topic has exactly one sampler and adding replicas divides the work."""
         if self.sampler is None:
             return None
+        # each tick also asks where this topic's partitions end: a sample goes out once
+        # the reader has read that far (``read_up_to``)
+        self.sampler.ends_topic = self.offsets_topic
         return SampledTicks(self.sampler, self._offsets_partitions).start()
 
     def _produce_samples(
-        self, pending: PendingSamples, now_s: float, flush: Callable[[Sequence[Tick]], None]
+        self,
+        pending: PendingSamples,
+        now_s: float,
+        flush: Callable[[Sequence[Tick]], None],
+        consumer: Any = None,
     ) -> None:
         """Takes the sampler's new ticks and produces those the commits are read through,
         after the commits they follow (``flush`` with them: each topic's batch rides its
@@ -211,7 +218,12 @@ class CommitsSource(Source):
             pending.add(tick, now_s)
             self._sampler_errors = tick[2].get("by_kind") or self._sampler_errors
         dropped = pending.dropped
-        due = pending.due(self._read_through_ms, now_s)
+        due = pending.due(
+            self._read_through_ms,
+            now_s,
+            self._positions(consumer) if pending.wanted_ms and consumer is not None else None,
+            self._read_through_ms if self._assigned_progress else None,
+        )
         if due:
             flush(due)
         self._wanted_ms = max(self._wanted_ms, pending.wanted_ms)
@@ -254,6 +266,24 @@ class CommitsSource(Source):
             if at < hi:
                 return False
         return True
+
+    def _positions(self, consumer: Any) -> dict[int, int] | None:
+        """This reader's position on each offsets partition it is assigned (where reading
+        began, for one it has consumed nothing from yet); None before the first
+        assignment."""
+        if self._assigned is None:
+            return None
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self._assigned)]
+        out = {}
+        for tp in consumer.position(tps) if tps else []:
+            if tp.offset >= 0:
+                out[tp.partition] = tp.offset
+            else:
+                low, _ = consumer.get_watermark_offsets(tp, cached=True)
+                out[tp.partition] = self._start_offset(consumer, tp, low)
+        return out
 
     def _start_offset(self, consumer: Any, at: Any, low: int) -> int:
         """Where reading a partition began: its committed offset, else (a new group, which
@@ -467,7 +497,7 @@ class CommitsSource(Source):
                         apply_scans(health, scans)
                     self._publish_health(health, resolver, now_ms, resend)
                 if ticks is not None:  # new samples: held until the commits are read through
-                    self._produce_samples(pending, time.monotonic(), flush)
+                    self._produce_samples(pending, time.monotonic(), flush, consumer)
                 # "caught up" (positions against the watermarks of every assigned
                 # partition) is asked only while a sample waits for it
                 caught_up = (
@@ -490,7 +520,7 @@ class CommitsSource(Source):
                     # what the broker had when this poll began (less its fetch wait) is read
                     # and forwarded, ahead of any sample taken before then
                     self._read_through(started_ms - FETCH_WAIT_MS)
-                    self._produce_samples(pending, time.monotonic(), flush)
+                    self._produce_samples(pending, time.monotonic(), flush, consumer)
                 if time.monotonic() >= next_counters:
                     next_counters = time.monotonic() + COUNTERS_EVERY_S
                     self._send_counters(run_id)

@@ -45,9 +45,11 @@ from schemas.client_log import route_kafka_python_logs
 from schemas.runtime.kafka import KAFKA_PYTHON_NAMES, kafka_python_unsupported
 
 #: ListOffsets' "latest" timestamp (the log end) and read_uncommitted (the high watermark,
-#: not the last stable offset), as the AdminClient's way asks
+#: not the last stable offset), as the AdminClient's way asks; read_committed (the last
+#: stable offset) for the topics a read_committed consumer must read up to
 LATEST = -1
 READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 #: no fencing by leader epoch: a stale epoch would turn an answer into an error
 NO_LEADER_EPOCH = -1
 
@@ -139,15 +141,17 @@ def read_response(topics: Iterable[Any], answer: Answer) -> int:
     return seen
 
 
-def settle(answer: Answer, sent: Mapping[int, tuple[Future, int]]) -> list[int]:
-    """Folds each leader's request (its future, how many partitions it asked) into
-    ``answer`` after the wait; returns the leaders still unanswered (their partitions are
-    -1, ``timed_out``)."""
+def settle(
+    answer: Answer, sent: Mapping[tuple[int, int], tuple[Future, int]]
+) -> list[tuple[int, int]]:
+    """Folds each request (keyed by its leader and isolation level: its future, how many
+    partitions it asked) into ``answer`` after the wait; returns those still unanswered
+    (their partitions are -1, ``timed_out``). ``brokers_answered`` counts requests."""
     late = []
-    for leader, (future, n) in sent.items():
+    for key, (future, n) in sent.items():
         if not future.is_done:
-            late.append(leader)
-            answer.count(TIMED_OUT, n, TimeoutError(f"broker {leader} did not answer in time"))
+            late.append(key)
+            answer.count(TIMED_OUT, n, TimeoutError(f"broker {key[0]} did not answer in time"))
         elif future.exception is not None:
             answer.count(error_kind(future.exception), n, future.exception)
         else:
@@ -189,12 +193,15 @@ class ListOffsetsOnce(ListOffsetsRequest, init=False):  # type: ignore[call-arg]
         return struct.pack(">i", len(data)) + data if framed else data
 
 
-def build_request(topics: Mapping[str, Sequence[int]]) -> ListOffsetsOnce:
+def build_request(
+    topics: Mapping[str, Sequence[int]], isolation_level: int = READ_UNCOMMITTED
+) -> ListOffsetsOnce:
     """One broker's request: the latest offset of each of its partitions (v1 at least: v0
-    answers with a list of offsets)."""
+    answers with a list of offsets; v2 at least for ``READ_COMMITTED``, which v0 and v1
+    cannot say)."""
     return ListOffsetsOnce(
         replica_id=-1,
-        isolation_level=READ_UNCOMMITTED,
+        isolation_level=isolation_level,
         topics=[
             _Topic(
                 name=topic,
@@ -207,7 +214,7 @@ def build_request(topics: Mapping[str, Sequence[int]]) -> ListOffsetsOnce:
             )
             for topic, partitions in topics.items()
         ],
-        min_version=1,
+        min_version=1 if isolation_level == READ_UNCOMMITTED else 2,
     )
 
 
@@ -234,18 +241,28 @@ class BrokerListOffsets:
         self._ready = False
         self._shape: dict[str, int] = {}  # topic -> partitions
         self._leaderless = 0
-        self._requests: dict[int, tuple[ListOffsetsOnce, int]] = {}  # leader -> (req, n)
-        self._unanswered: dict[int, Future] = {}  # leader -> its last request, still out
+        # (leader, isolation level) -> (its request, how many partitions it asks)
+        self._requests: dict[tuple[int, int], tuple[ListOffsetsOnce, int]] = {}
+        self._unanswered: dict[tuple[int, int], Future] = {}  # requests still out
 
-    def set_partitions(self, watched: Mapping[str, Sequence[int]]) -> None:
-        """The watch set (topic -> leader of each partition) changed: one request per leader."""
-        by_leader = group_by_leader(watched)
-        self._leaderless = sum(len(ps) for ps in by_leader.pop(-1, {}).values())
-        self._requests = {
-            leader: (build_request(topics), sum(len(ps) for ps in topics.values()))
-            for leader, topics in by_leader.items()
-        }
-        self._shape = {topic: len(leaders) for topic, leaders in watched.items()}
+    def set_partitions(
+        self,
+        watched: Mapping[str, Sequence[int]],
+        stable: Mapping[str, Sequence[int]] | None = None,
+    ) -> None:
+        """The watch set (topic -> leader of each partition) changed: one request per
+        leader; ``stable`` (the same shape) are topics whose last stable offset is asked
+        (read_committed: what a read_committed consumer can read up to), in a second
+        request to their leaders."""
+        self._requests, self._leaderless = {}, 0
+        stable = stable or {}
+        for isolation, topics_ in ((READ_UNCOMMITTED, watched), (READ_COMMITTED, stable)):
+            by_leader = group_by_leader(topics_)
+            self._leaderless += sum(len(ps) for ps in by_leader.pop(-1, {}).values())
+            for leader, topics in by_leader.items():
+                n = sum(len(ps) for ps in topics.values())
+                self._requests[leader, isolation] = (build_request(topics, isolation), n)
+        self._shape = {topic: len(leaders) for topic, leaders in {**watched, **stable}.items()}
 
     def connect(self) -> bool:
         """Starts or goes on with kafka-python's bootstrap for at most ``BOOTSTRAP_STEP_MS``;
@@ -293,27 +310,27 @@ class BrokerListOffsets:
         answer = Answer.empty(self._shape)
         answer.count(LEADERLESS, self._leaderless)
         client.poll(timeout_ms=0)  # answers that came after the last tick's wait: stale
-        sent: dict[int, tuple[Future, int]] = {}
-        unanswered: dict[int, Future] = {}
-        for leader, (request, n) in self._requests.items():
-            out = self._unanswered.get(leader)
+        sent: dict[tuple[int, int], tuple[Future, int]] = {}
+        unanswered: dict[tuple[int, int], Future] = {}
+        for key, (request, n) in self._requests.items():
+            out = self._unanswered.get(key)
             if out is not None and not out.is_done:
                 answer.count(TIMED_OUT, n)  # still waiting for an earlier tick's answer
-                unanswered[leader] = out
+                unanswered[key] = out
                 continue
             try:
-                sent[leader] = (client.send(leader, request), n)
+                sent[key] = (client.send(key[0], request), n)
             except kafka_errors.KafkaError as exc:  # a broker it does not know; a login refused
                 answer.count(error_kind(exc), n, exc)
                 if isinstance(exc, kafka_errors.UnknownBrokerIdError):
                     client.cluster.request_update()
         self._wait(sent)
-        for leader in settle(answer, sent):
-            unanswered[leader] = sent[leader][0]
+        for key in settle(answer, sent):
+            unanswered[key] = sent[key][0]
         self._unanswered = unanswered
         return answer
 
-    def _wait(self, sent: Mapping[int, tuple[Future, int]]) -> None:
+    def _wait(self, sent: Mapping[tuple[int, int], tuple[Future, int]]) -> None:
         """Until every request is answered or failed, at most ``wait_ms``; past that, while
         none has answered, until the request timeout."""
         futures = [future for future, _ in sent.values()]

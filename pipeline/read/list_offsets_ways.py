@@ -71,6 +71,7 @@ class ListOffsetsWays:
         self._fail = fail
         self._log_limited = log_limited
         self._request: dict[TopicPartition, OffsetSpec] = {}  # the AdminClient's way
+        self._stable: dict[str, tuple[int, ...]] = {}  # asked by the per-broker way only
         self._by_broker_resume_tick = 0
         self._by_broker_pause_ticks = BY_BROKER_PAUSE_TICKS
 
@@ -80,10 +81,15 @@ class ListOffsetsWays:
         return len(self._request)
 
     def watch(
-        self, watched: Mapping[str, tuple[int, ...]], before: Mapping[str, tuple[int, ...]]
+        self,
+        watched: Mapping[str, tuple[int, ...]],
+        before: Mapping[str, tuple[int, ...]],
+        stable: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         """Ask for ``watched`` (topic -> each partition's leader) from the next tick on;
-        ``before`` is the watch set asked until now."""
+        ``before`` is the watch set asked until now. ``stable`` (same shape): topics whose
+        last stable offsets the per-broker way asks too, in the same round (the AdminClient's
+        way asks one isolation level per call: it leaves them out, and they are -1)."""
         if {t: len(v) for t, v in watched.items()} != {t: len(v) for t, v in before.items()}:
             spec = OffsetSpec.latest()
             self._request = {
@@ -91,8 +97,11 @@ class ListOffsetsWays:
                 for t, leaders in watched.items()
                 for p in range(len(leaders))
             }
-        if self.by_broker is not None and watched != before:
-            self.by_broker.set_partitions(watched)  # a request per leader: leaders count
+        stable = dict(stable or {})
+        if self.by_broker is not None and (watched != before or stable != self._stable):
+            # a request per leader (and isolation level): leaders count
+            self.by_broker.set_partitions(watched, stable)
+        self._stable = stable
 
     def per_broker(self) -> BrokerListOffsets | None:
         """The per-broker way (``pipeline.read.list_offsets``), connected; None when it is

@@ -22,10 +22,11 @@ import logging
 import queue
 import threading
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from pipeline.read.coalesce import owns_topic
-from pipeline.read.watermarks import HighWatermarkSource, Tick
+from pipeline.read.watermarks import ENDS_FIELD, HighWatermarkSource, Tick
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,36 @@ def _serve(sampler: HighWatermarkSource, offsets_partitions: int, ctl: Any, out:
     sampler.run_alone(emit)
 
 
+def read_up_to(
+    tick: Tick,
+    read_through_ms: int,
+    positions: Mapping[int, int] | None = None,
+    others_through_ms: int | None = None,
+) -> bool:
+    """Has the reader read every commit written before ``tick``'s samples (pure)?
+
+    Exactly, where the tick carries the end of each offsets partition (``ENDS_FIELD``,
+    asked in the samples' own round) and ``positions`` holds the reader's position on
+    each offsets partition it is assigned: every position has reached its end (and the
+    reader's other topics are read through the tick's time: ``others_through_ms``, None
+    when it reads no other). Otherwise (a tick without them, a partition whose end did not
+    answer) by the time the reader last found itself at the end of what its fetches had
+    seen: ``read_through_ms``. That one can be early: a reader whose fetches pause (its
+    queue full, behind a backlog) reaches the end of an old fetch response while newer
+    commits wait in the broker, and a sample released then shows healthy groups as stopped
+    (an overloaded replica published thousands of such WARNs)."""
+    ends = tick[2].get(ENDS_FIELD)
+    if ends is None or positions is None:
+        return tick[0] <= read_through_ms
+    for partition, at in positions.items():
+        end = ends[partition] if 0 <= partition < len(ends) else -1
+        if end < 0:
+            return tick[0] <= read_through_ms
+        if at < end:
+            return False
+    return others_through_ms is None or tick[0] <= others_through_ms
+
+
 class PendingSamples:
     """Ticks held until the commits before them are forwarded (pure: times passed in).
 
@@ -122,11 +153,19 @@ class PendingSamples:
         """The latest sample time waiting (0: none): what the reader must read through."""
         return self._held[-1][1][0] if self._held else 0
 
-    def due(self, read_through_ms: int, now_s: float) -> list[Tick]:
+    def due(
+        self,
+        read_through_ms: int,
+        now_s: float,
+        positions: Mapping[int, int] | None = None,
+        others_through_ms: int | None = None,
+    ) -> list[Tick]:
+        """The ticks read through, in order (``read_up_to``); those that waited longer
+        than ``timeout_s`` are dropped and counted."""
         ready = []
         while self._held:
             arrived, tick = self._held[0]
-            if tick[0] <= read_through_ms:
+            if read_up_to(tick, read_through_ms, positions, others_through_ms):
                 ready.append(tick)
             elif now_s - arrived > self.timeout_s:
                 self.dropped += 1

@@ -68,6 +68,10 @@ VANISHED_GRACE_MS = 15_000
 
 #: One tick's samples: (sample time ms, [(topic, encoded Watermarks)], header fields).
 Tick = tuple[int, list[tuple[str, bytes]], dict[str, Any]]
+#: A tick's header field: the last stable offset of each partition of ``ends_topic`` (by
+#: partition, -1 where it did not answer), asked in the same round as the samples' high
+#: watermarks: what was written to it before the samples were read is below it
+ENDS_FIELD = "ends"
 
 
 class HighWatermarkSource(Source):
@@ -141,6 +145,11 @@ class HighWatermarkSource(Source):
         # Set by the process that runs this sampler when several replicas share the work:
         # a topic is sampled only where ``owns_topic(topic)`` is true.
         self.owns_topic: Callable[[str], bool] | None = None
+        # Set by the sampler's own process: a topic (``__consumer_offsets``) whose last
+        # stable offsets each tick asks too, in its round (``ENDS_FIELD`` of the tick's
+        # header fields): the commits reader holds the tick until it has read that far
+        self.ends_topic: str | None = None
+        self._ends_leaders: dict[str, tuple[int, ...]] = {}
         self._last_logged_ns: dict[str, int] = {}
         # Set where the sampler runs in a process of its own (``pipeline.read.sampler_process``):
         # each tick's messages go to it, as (sample time, [(topic, value)], header fields),
@@ -263,7 +272,16 @@ class HighWatermarkSource(Source):
         except KafkaException as exc:
             self._fail("metadata", exc, "keeping the previous topic list")
             return False
-        watched = select_watched(cluster_from_metadata(metadata), self._selector)
+        cluster = cluster_from_metadata(metadata)
+        watched = select_watched(cluster, self._selector)
+        ends = self.ends_topic
+        if ends is not None and ends not in watched:  # (a watched one keeps its HWMs)
+            leaders = cluster.get(ends) or {}
+            self._ends_leaders = (
+                {ends: tuple(leaders.get(p, -1) for p in range(max(leaders) + 1))}
+                if leaders
+                else {}
+            )
         grace_ms = max(VANISHED_GRACE_MS, 3 * self.metadata_refresh_ms)
         watched, self._vanished_since_ms = keep_vanished(
             watched,
@@ -286,13 +304,13 @@ class HighWatermarkSource(Source):
 
     def _set_watched(self, watched: dict[str, tuple[int, ...]]) -> None:
         assert self._ways is not None
-        self._ways.watch(watched, self._watched)
+        self._ways.watch(watched, self._watched, self._ends_leaders)
         self._watched = watched
         self._answered_ms = {
             t: ms for t, ms in self._answered_ms.items() if t in self._vanished_since_ms
         }
         self._stats.topics = len(watched)
-        self._stats.partitions = self._ways.partitions
+        self._stats.partitions = self._ways.partitions  # (the watched topics': not the ends)
 
     def _drop_gone(self, hwms: Mapping[str, list[int]]) -> None:
         """A topic kept though metadata left it out (``keep_vanished``) goes at once when
@@ -320,10 +338,13 @@ class HighWatermarkSource(Source):
             return True
         fast = ways.per_broker()
         started_wall, started = time.time_ns(), time.perf_counter_ns()
+        ends: list[int] | None = None
         if fast is not None:
             answer = fast.latest()
             hwms, failed, answered = answer.hwms, answer.failed, answer.answered
             first_exc = answer.first_error
+            if self._ends_leaders:
+                ends = hwms.pop(next(iter(self._ends_leaders)), None)
         else:
             by_partition = ways.by_partition()
             if by_partition is None:
@@ -363,7 +384,10 @@ class HighWatermarkSource(Source):
             built = build_watermarks(self._watched, hwms, sampled_at_ms)
             tick = [(wm.topic, encode(wm)) for wm in built]
             stats.messages += len(tick)
-            self.emit((sampled_at_ms, tick, stats.header_fields()))
+            fields = stats.header_fields()
+            if ends is not None:
+                fields[ENDS_FIELD] = ends
+            self.emit((sampled_at_ms, tick, fields))
             stats.last_tick_ms = round((time.perf_counter_ns() - started) / 1e6, 3)
             return True
         stats.samples += 1

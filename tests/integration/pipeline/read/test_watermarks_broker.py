@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from pipeline.read.list_offsets import BrokerListOffsets
@@ -405,3 +405,89 @@ def test_where_kafka_python_cannot_connect_the_admin_client_samples(
     tries_at = [1 + sum(20 * 2**i for i in range(k)) for k in range(10)]  # 1, 21, 61, 141...
     assert 1 <= attempts <= sum(1 for t in tries_at if t <= stats["ticks"]), stats
     assert ticks >= 10, ticks  # 15 at 100 ms
+
+
+def test_per_broker_stable_offsets_stop_at_an_open_transaction(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """``stable`` topics are asked read_committed: the last stable offset, which an open
+    transaction holds back (the commits reader, read_committed, can read no further);
+    the high watermark is past it until the transaction ends."""
+    admin = _admin(kafka_bootstrap)
+    topic = f"{unique_name}-txn"
+    _create(admin, {topic: 1})
+    _produce(kafka_bootstrap, {(topic, 0): 3})
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-tx"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(2):
+        txn.produce(topic, value=b"t%d" % i, partition=0)
+    assert txn.flush(10) == 0
+    fast = BrokerListOffsets({"bootstrap_servers": kafka_bootstrap}, 5000, wait_ms=250)
+    try:
+        _wait_for(fast.connect, 10, "kafka-python bootstrapped")
+        fast.set_partitions({topic: (leader,)})
+        assert fast.latest().hwms == {topic: [5]}
+        fast.set_partitions({}, {topic: (leader,)})
+        answer = fast.latest()
+        assert answer.hwms == {topic: [3]} and not answer.failed
+        txn.commit_transaction(30)
+        # the coordinator writes the marker (a record) after the commit returns: the stable
+        # offset then moves past it, to the end
+        _wait_for(lambda: fast.latest().hwms == {topic: [6]}, 10, "the transaction's marker")
+        assert _list_offsets(admin, topic, 1) == [6]
+    finally:
+        fast.close()
+
+
+def test_each_tick_says_where_the_offsets_partitions_end(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """A sampler given ``ends_topic`` asks, in each tick's round, the last stable offset of
+    every partition of it: the tick's ``ends``, between what the broker says before the
+    tick and after it (the commits reader holds the tick until it has read that far)."""
+    admin = _admin(kafka_bootstrap)
+    topic = f"{unique_name}-ends"
+    _create(admin, {topic: 1})
+    offsets = "__consumer_offsets"
+    n = len(admin.list_topics(offsets, timeout=10).topics[offsets].partitions)
+
+    def stable_ends() -> list[int]:
+        req = {TopicPartition(offsets, p): OffsetSpec.latest() for p in range(n)}
+        futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
+        got = {tp.partition: f.result(10).offset for tp, f in futures.items()}
+        return [got[p] for p in range(n)]
+
+    group = f"{unique_name}-g"
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    committer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    before = stable_ends()
+    source = HighWatermarkSource(
+        "sampler", {"bootstrap.servers": kafka_bootstrap}, include=re.escape(topic)
+    )
+    source.ends_topic = offsets
+    ticks: list[Any] = []
+    thread = threading.Thread(target=source.run_alone, args=(ticks.append,), daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: any("ends" in t[2] for t in ticks), 15, "a tick with its ends")
+        # a commit while the sampler runs: a later tick's end is past it
+        committer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        committed_at = stable_ends()
+        _wait_for(
+            lambda: any(t[2].get("ends") >= committed_at for t in ticks if "ends" in t[2]),
+            10,
+            "a tick whose ends are past the commit",
+        )
+    finally:
+        source.stop()
+        thread.join(5)
+        committer.close()
+    after = stable_ends()
+    ended = [t for t in ticks if "ends" in t[2]]
+    for _, messages, fields in ended:
+        assert len(fields["ends"]) == n
+        assert all(b <= e <= a for b, e, a in zip(before, fields["ends"], after, strict=True))
+        assert [t for t, _ in messages] == [topic]  # the offsets topic is no sample of its own
+    assert source.stats()["partitions"] == 1  # the sampler's own count: watched topics only

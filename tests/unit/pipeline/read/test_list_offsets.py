@@ -12,6 +12,7 @@ from kafka.future import Future
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from pipeline.read.list_offsets import (
+    READ_COMMITTED,
     Answer,
     build_request,
     group_by_leader,
@@ -87,6 +88,9 @@ def test_a_request_encoded_once_is_the_bytes_kafka_python_encodes_each_time(vers
 def test_a_request_says_the_latest_offset_read_uncommitted_without_fencing() -> None:
     request = build_request({"t": [3]})
     assert (request.replica_id, request.isolation_level) == (-1, 0)
+    assert request._min_version == 1  # (v0 answers with a list of offsets)
+    stable = build_request({"t": [3]}, READ_COMMITTED)  # the last stable offset: v2 at least
+    assert (stable.isolation_level, stable._min_version) == (1, 2)
     (topic,) = request.topics
     (partition,) = topic.partitions
     assert (topic.name, partition.partition_index) == ("t", 3)
@@ -141,17 +145,21 @@ def _done(value: Any = None, exc: BaseException | None = None) -> Future:
 
 
 def test_each_broker_settles_its_own_partitions() -> None:
-    answer = Answer.empty({"a": 4, "b": 1})
+    """Requests are keyed by (leader, isolation level): broker 1 also answers the last
+    stable offsets of ``s``, in a request of their own."""
+    answer = Answer.empty({"a": 4, "b": 1, "s": 2})
     sent = {
-        1: (_done(_response({"a": [(0, 0, 5), (2, 0, 6)]})), 3),  # asked 3, answered 2
-        2: (Future(), 1),  # no answer yet: late
-        3: (_done(exc=kp_errors.KafkaConnectionError("refused")), 1),
+        (1, 0): (_done(_response({"a": [(0, 0, 5), (2, 0, 6)]})), 3),  # asked 3, answered 2
+        (1, 1): (_done(_response({"s": [(0, 0, 7), (1, 0, 8)]})), 2),
+        (2, 0): (Future(), 1),  # no answer yet: late
+        (3, 0): (_done(exc=kp_errors.KafkaConnectionError("refused")), 1),
     }
-    assert settle(answer, sent) == [2]
-    assert answer.hwms == {"a": [5, -1, 6, -1], "b": [-1]}
+    assert settle(answer, sent) == [(2, 0)]
+    assert answer.hwms == {"a": [5, -1, 6, -1], "b": [-1], "s": [7, 8]}
     assert answer.failed == {"not_in_response": 1, "timed_out": 1, "_transport": 1}
-    assert (answer.answered, answer.brokers_answered) == (2, 1)
+    assert (answer.answered, answer.brokers_answered) == (4, 2)
     assert isinstance(answer.first_error, TimeoutError)
+    assert "broker 2 did not answer" in str(answer.first_error)
 
 
 def test_counting_nothing_counts_nothing() -> None:

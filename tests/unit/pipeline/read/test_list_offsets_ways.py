@@ -22,14 +22,17 @@ class FakeByBroker:
         self.failures = list(failures)
         self.closed = False
         self.partitions: dict[str, tuple[int, ...]] | None = None
+        self.stable: dict[str, tuple[int, ...]] | None = None
 
     def connect(self) -> bool:
         if self.failures:
             raise self.failures.pop(0)
         return True
 
-    def set_partitions(self, watched: dict[str, tuple[int, ...]]) -> None:
-        self.partitions = dict(watched)
+    def set_partitions(
+        self, watched: dict[str, tuple[int, ...]], stable: dict[str, tuple[int, ...]]
+    ) -> None:
+        self.partitions, self.stable = dict(watched), dict(stable)
 
     def close(self) -> None:
         self.closed = True
@@ -140,3 +143,19 @@ def test_an_admin_call_that_fails_whole_is_a_failure_of_the_tick() -> None:
     ways.watch({"a": (1,)}, {})
     assert ways.by_partition() is None
     assert logged == [("fail", "list_offsets", "retrying with backoff")]
+
+
+def test_stable_offsets_are_asked_by_the_per_broker_way_only() -> None:
+    """The ends of ``__consumer_offsets`` (the commits reader's alignment) go to the
+    per-broker way; the AdminClient's way asks one isolation level per call and leaves
+    them out; a change of their leaders alone reaches the per-broker way."""
+    fast = FakeByBroker()
+    ways, _, _ = _ways(FakeAdmin({("a", 0): 1}), fast)
+    ways.watch({"a": (1,)}, {}, {"__consumer_offsets": (1, 2)})
+    assert fast.partitions == {"a": (1,)} and fast.stable == {"__consumer_offsets": (1, 2)}
+    assert [(tp.topic, tp.partition) for tp in ways._request] == [("a", 0)]
+    assert ways.partitions == 1
+    ways.watch({"a": (1,)}, {"a": (1,)}, {"__consumer_offsets": (2, 2)})
+    assert fast.stable == {"__consumer_offsets": (2, 2)}
+    ways.watch({"a": (1,)}, {"a": (1,)})
+    assert fast.stable == {}

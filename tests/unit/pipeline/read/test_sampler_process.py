@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.read.sampler_process import PendingSamples
-from pipeline.read.watermarks import Tick
+from pipeline.read.sampler_process import PendingSamples, read_up_to
+from pipeline.read.watermarks import ENDS_FIELD, Tick
 
 
 def tick(ms: int) -> Tick:
@@ -29,3 +29,50 @@ def test_samples_keep_their_order_and_a_stale_one_is_dropped_and_counted() -> No
     assert p.due(read_through_ms=0, now_s=1.2) == []
     assert p.dropped == 1
     assert [t[0] for t in p.due(read_through_ms=1_300, now_s=1.3)] == [1_250]
+
+
+def ended(ms: int, ends: list[int]) -> Tick:
+    """A tick whose round also asked where each offsets partition ends."""
+    sampled_at, messages, fields = tick(ms)
+    return (sampled_at, messages, {**fields, ENDS_FIELD: ends})
+
+
+def test_a_tick_with_ends_waits_for_the_positions_not_for_the_cached_watermarks() -> None:
+    """The overload case: the reader found itself at the end of its last fetch responses
+    (read_through_ms past the tick) while commits written before the sample still wait in
+    the broker. The tick waits until every assigned partition's position reaches its end."""
+    t = ended(1_000, [50, 70, 90])
+    assert read_up_to(t, read_through_ms=2_000, positions={0: 50, 1: 69}) is False
+    assert read_up_to(t, read_through_ms=0, positions={0: 50, 1: 70}) is True  # partition 2
+    assert read_up_to(t, read_through_ms=0, positions={0: 51, 1: 75, 2: 90}) is True  # not ours
+    assert read_up_to(t, read_through_ms=0, positions={}) is True  # no offsets partition
+
+
+def test_without_ends_or_positions_the_time_read_through_decides() -> None:
+    # a partition whose end did not answer (-1), one beyond the list, no positions, no ends
+    for t, positions in (
+        (ended(1_000, [50, -1]), {0: 50, 1: 10}),
+        (ended(1_000, [50]), {0: 50, 1: 10}),
+        (ended(1_000, [50]), None),
+        (tick(1_000), {0: 50}),
+    ):
+        assert read_up_to(t, read_through_ms=999, positions=positions) is False
+        assert read_up_to(t, read_through_ms=1_000, positions=positions) is True
+
+
+def test_the_reader_s_other_topics_must_be_read_through_too() -> None:
+    """Workers' progress reports (another topic of the reader) have no ends: for those, the
+    time the reader was last found at the end of what it fetched."""
+    t = ended(1_000, [5])
+    assert read_up_to(t, 0, {0: 5}, others_through_ms=999) is False
+    assert read_up_to(t, 0, {0: 5}, others_through_ms=1_000) is True
+
+
+def test_pending_samples_release_ticks_in_order_as_positions_reach_their_ends() -> None:
+    p = PendingSamples(timeout_s=1.0)
+    p.add(ended(1_000, [10, 20]), now_s=0.0)
+    p.add(ended(1_250, [15, 20]), now_s=0.25)
+    assert p.due(read_through_ms=5_000, now_s=0.3, positions={0: 9, 1: 20}) == []
+    assert [t[0] for t in p.due(0, 0.3, positions={0: 12, 1: 20})] == [1_000]
+    # behind for longer than the timeout: dropped and counted, never released early
+    assert p.due(5_000, 1.3, positions={0: 12, 1: 20}) == [] and p.dropped == 1
