@@ -262,7 +262,7 @@ class CommitsSource(Source):
             lo, hi = consumer.get_watermark_offsets(tp, cached=True)
             if hi < 0:
                 return False  # no fetch response yet
-            at = tp.offset if tp.offset >= 0 else self._start_offset(consumer, tp, lo)
+            at = tp.offset if tp.offset >= 0 else self._start_offset(consumer, tp, lo, hi)
             if at < hi:
                 return False
         return True
@@ -281,13 +281,18 @@ class CommitsSource(Source):
             if tp.offset >= 0:
                 out[tp.partition] = tp.offset
             else:
-                low, _ = consumer.get_watermark_offsets(tp, cached=True)
-                out[tp.partition] = self._start_offset(consumer, tp, low)
+                low, high = consumer.get_watermark_offsets(tp, cached=True)
+                out[tp.partition] = self._start_offset(consumer, tp, low, high)
         return out
 
-    def _start_offset(self, consumer: Any, at: Any, low: int) -> int:
-        """Where reading a partition began: its committed offset, else (a new group, which
-        reads from the earliest) the log start."""
+    def _start_offset(self, consumer: Any, at: Any, low: int, high: int) -> int:
+        """Where reading a partition began, for one nothing has been consumed from (its
+        position is unknown then): its committed offset; else (a new group) the log start
+        when it reads from the earliest, and when it reads from the latest the end its
+        fetches have seen (``high``, the cached high watermark: what was there when it
+        reset is skipped, not to be read; -1001 before the first fetch response). A
+        reader started at the end of partitions nobody commits to would otherwise wait
+        for their old records forever, and drop every sample."""
         key = (at.topic, at.partition)
         if key not in self._starts:
             from confluent_kafka import TopicPartition
@@ -299,7 +304,9 @@ class CommitsSource(Source):
                 log.debug("committed offset of %s: %s", key, exc)
                 return -1
         start = self._starts[key]
-        return start if start >= 0 else max(low, 0)
+        if start >= 0:
+            return start
+        return high if self.auto_offset_reset == "latest" else max(low, 0)
 
     def _read_through(self, ms: int) -> None:
         self._read_through_ms = max(self._read_through_ms, ms)
