@@ -138,7 +138,12 @@ def run_phase(
             )
             for i in range(n_replicas)
         ]
-        wait_modelling(replicas, 180, args.bootstrap, name, offsets_topic)
+        try:
+            wait_modelling(replicas, 180, args.bootstrap, name, offsets_topic)
+        except BaseException:  # never leave them running: they would load the next benches
+            for r in replicas:
+                r.stop()
+            raise
         grid = time.monotonic()  # one scrape grid for the replicas, as one Prometheus
         for r in replicas:
             r.start_prometheus(args.prometheus_interval_s, grid)
