@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kafka.errors as kafka_errors
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from actuators.errors import ActuatorError, from_kafka
@@ -105,8 +105,31 @@ class PartitionAdmin:
         try:
             futures[topic].result(timeout=self._timeout_s)
         except KafkaException as exc:
+            already = self._already_grown(topic, total, exc)
+            if already is not None:
+                return already
             raise from_kafka(f"CreatePartitions {topic} -> {total}", exc) from None
         return f"{topic}: {current} -> {total} partitions"
+
+    def _already_grown(self, topic: str, total: int, exc: KafkaException) -> str | None:
+        """The no-op reason when CreatePartitions was refused because the topic already has
+        ``total`` partitions, else None. The metadata read before the call can be older than
+        the controller: right after a first growth, a replay of the same action reads the old
+        count, asks again, and the controller answers INVALID_PARTITIONS ("currently has 3,
+        which is equal to the requested 3"). That answer also covers counts that are invalid
+        for other reasons, so the metadata must agree (it is read again until ``timeout_s``)
+        before the replay counts as done."""
+        error = exc.args[0] if exc.args else None
+        if not isinstance(error, KafkaError) or error.code() != KafkaError.INVALID_PARTITIONS:
+            return None
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            current = len(self.partition_meta(topic))
+            if current >= total:
+                return f"{topic} already has {current} partitions (>= {total}); nothing to do"
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.1)
 
     def transfer_leadership(self, topic: str, partition: int, target: int) -> str:
         meta = self.partition_meta(topic)

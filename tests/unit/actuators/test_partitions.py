@@ -135,6 +135,31 @@ def test_add_partitions_grows_a_topic_once_and_then_changes_nothing() -> None:
     assert fake.created == [("t", 4)]
 
 
+class StaleAdmin(FakeAdmin):
+    """Metadata that lags the controller: the first ``stale`` reads still show the old count,
+    and CreatePartitions answers INVALID_PARTITIONS since the topic already has it."""
+
+    def __init__(self, old: _Topic, new: _Topic, stale: int) -> None:
+        refused = KafkaException(KafkaError(KafkaError.INVALID_PARTITIONS, "has 3, equal to 3"))
+        super().__init__({"t": old}, fail=refused)
+        self.new, self.stale = new, stale
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        self.stale -= 1
+        return SimpleNamespace(topics={"t": self.new if self.stale < 0 else self.topics["t"]})
+
+
+def test_a_replay_on_stale_metadata_is_a_noop_once_the_metadata_agrees() -> None:
+    """The broker test's race: a replay read the old count, asked again, and was refused."""
+    old, grown = _Topic({0: (1, [1])}), _Topic({p: (1, [1]) for p in range(3)})
+    admin = _admin({}, admin=StaleAdmin(old, grown, stale=2))
+    assert "already has 3 partitions" in admin.add_partitions("t", 3)
+    never = _admin({}, admin=StaleAdmin(old, grown, stale=10**6))  # the count is wrong for good
+    with pytest.raises(ActuatorError) as caught:
+        never.add_partitions("t", 3)
+    assert (caught.value.code, caught.value.retriable) == ("INVALID_PARTITIONS", False)
+
+
 def test_a_refused_create_partitions_keeps_the_brokers_verdict() -> None:
     refused = KafkaException(KafkaError(KafkaError.POLICY_VIOLATION))
     admin = _admin({}, admin=FakeAdmin({"t": _Topic({0: (1, [1])})}, fail=refused))
