@@ -506,10 +506,12 @@ class CommitsSource(Source):
                 if ticks is not None:  # new samples: held until the commits are read through
                     self._produce_samples(pending, time.monotonic(), flush, consumer)
                 # "caught up" (positions against the watermarks of every assigned
-                # partition) is asked only while a sample waits for it
+                # partition) is asked only while a sample waits for it, and one that
+                # cannot go by its ends alone (``read_up_to``)
                 caught_up = (
                     len(msgs) < 5000
                     and self._read_through_ms < self._wanted_ms
+                    and (bool(self._assigned_progress) or not pending.exact)
                     and self._caught_up(consumer)
                 )
                 if (

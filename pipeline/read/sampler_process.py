@@ -149,6 +149,16 @@ class PendingSamples:
         self._held.append((now_s, tick))
 
     @property
+    def exact(self) -> bool:
+        """Does every held tick carry the end of every offsets partition? Then ``due``
+        decides them all by the reader's positions, without its read-through time."""
+        for _, tick in self._held:
+            ends = tick[2].get(ENDS_FIELD)
+            if ends is None or min(ends, default=-1) < 0:
+                return False
+        return True
+
+    @property
     def wanted_ms(self) -> int:
         """The latest sample time waiting (0: none): what the reader must read through."""
         return self._held[-1][1][0] if self._held else 0

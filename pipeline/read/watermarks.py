@@ -20,6 +20,7 @@ the ``lagpilot sample`` command is ``pipeline.read.sample_cli``.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -65,6 +66,10 @@ logger = logging.getLogger(__name__)
 TOPOLOGY_REFRESH_MIN_MS = 1000
 #: How long a topic missing from metadata snapshots is still sampled (at least 3 refreshes).
 VANISHED_GRACE_MS = 15_000
+
+#: Selects any topic, internal ones too: the ends topic (``__consumer_offsets``) is chosen by
+#: name, its leaders built as a watched topic's are.
+EVERY_TOPIC = TopicSelector(include=re.compile(".*"))
 
 #: One tick's samples: (sample time ms, [(topic, encoded Watermarks)], header fields).
 Tick = tuple[int, list[tuple[str, bytes]], dict[str, Any]]
@@ -275,13 +280,11 @@ class HighWatermarkSource(Source):
         cluster = cluster_from_metadata(metadata)
         watched = select_watched(cluster, self._selector)
         ends = self.ends_topic
-        if ends is not None and ends not in watched:  # (a watched one keeps its HWMs)
-            leaders = cluster.get(ends) or {}
-            self._ends_leaders = (
-                {ends: tuple(leaders.get(p, -1) for p in range(max(leaders) + 1))}
-                if leaders
-                else {}
-            )
+        if ends is not None:
+            # its leaders, as a watched topic's are; none while it is itself watched (the
+            # high watermarks are asked for it then, not its ends: ticks go by the old rule)
+            mine = {} if ends in watched else {ends: cluster.get(ends) or {}}
+            self._ends_leaders = select_watched(mine, EVERY_TOPIC)
         grace_ms = max(VANISHED_GRACE_MS, 3 * self.metadata_refresh_ms)
         watched, self._vanished_since_ms = keep_vanished(
             watched,

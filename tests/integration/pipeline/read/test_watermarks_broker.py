@@ -491,3 +491,32 @@ def test_each_tick_says_where_the_offsets_partitions_end(
         assert all(b <= e <= a for b, e, a in zip(before, fields["ends"], after, strict=True))
         assert [t for t, _ in messages] == [topic]  # the offsets topic is no sample of its own
     assert source.stats()["partitions"] == 1  # the sampler's own count: watched topics only
+
+
+def test_an_ends_topic_that_is_watched_is_sampled_and_asked_no_ends(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """Watched itself (internal topics included), the offsets topic is a sample like any
+    other and its high watermarks are asked, not its ends: ticks carry none (the commits
+    reader then goes by its read-through time)."""
+    admin = _admin(kafka_bootstrap)
+    topic = f"{unique_name}-own"
+    _create(admin, {topic: 1})
+    offsets = "__consumer_offsets"
+    source = HighWatermarkSource(
+        "sampler",
+        {"bootstrap.servers": kafka_bootstrap},
+        include=f"{re.escape(topic)}|{offsets}",
+        exclude_internal=False,
+    )
+    source.ends_topic = offsets
+    ticks: list[Any] = []
+    thread = threading.Thread(target=source.run_alone, args=(ticks.append,), daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: len(ticks) >= 3, 15, "three ticks")
+    finally:
+        source.stop()
+        thread.join(5)
+    assert all("ends" not in fields for _, _, fields in ticks)
+    assert all({t for t, _ in messages} == {topic, offsets} for _, messages, _ in ticks[1:])

@@ -76,3 +76,18 @@ def test_pending_samples_release_ticks_in_order_as_positions_reach_their_ends() 
     assert [t[0] for t in p.due(0, 0.3, positions={0: 12, 1: 20})] == [1_000]
     # behind for longer than the timeout: dropped and counted, never released early
     assert p.due(5_000, 1.3, positions={0: 12, 1: 20}) == [] and p.dropped == 1
+
+
+def test_held_ticks_are_exact_only_while_each_carries_every_end() -> None:
+    """Exact ticks need no read-through time: the reader skips that check while they wait."""
+    p = PendingSamples(timeout_s=1.0)
+    assert p.exact  # nothing held
+    p.add(ended(1_000, [10, 20]), now_s=0.0)
+    assert p.exact
+    p.add(ended(1_250, [10, -1]), now_s=0.25)  # a partition whose end did not answer
+    assert not p.exact
+    p.due(0, 0.3, positions={0: 10, 1: 20})  # the first goes; the second waits
+    assert not p.exact
+    p.due(1_250, 0.3, positions={0: 10, 1: 20})
+    p.add((1_500, [], {}), now_s=0.5)  # a tick with no ends at all
+    assert not p.exact
