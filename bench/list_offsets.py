@@ -47,7 +47,7 @@ from bench.support.scale_steps import load_average
 from pipeline.read.list_offsets import BrokerListOffsets
 from pipeline.read.sampling import SamplerStats, build_watermarks, hwms_by_topic
 from pipeline.read.watermarks import HighWatermarkSource
-from schemas import encode
+from schemas import encode, topics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,8 +79,9 @@ def measure(tick: Callable[[], object], ticks: int) -> dict[str, Any]:
 
 
 def run_sampler(bootstrap: str, prefix: str, seconds: float) -> dict[str, Any]:
-    """The sampler as the pipeline runs it, ``seconds`` long: CPU of this process per tick
-    (the sampler's thread, its clients' threads, the pipe's feeder thread)."""
+    """The sampler as the pipeline runs it, ``seconds`` long, asking the offsets
+    partitions' ends each tick too: CPU of this process per tick (the sampler's thread, its
+    clients' threads, the pipe's feeder thread)."""
     ctx = multiprocessing.get_context("spawn")
     pipe: Any = ctx.Queue(16)
     source = HighWatermarkSource(
@@ -89,6 +90,9 @@ def run_sampler(bootstrap: str, prefix: str, seconds: float) -> dict[str, Any]:
         include=rf"{re.escape(prefix)}-.*",
         sample_interval_ms=250,
     )
+    # as the commits source sets it: each tick also asks where the offsets partitions end
+    # (read_committed, one more request per leader)
+    source.ends_topic = topics.CONSUMER_OFFSETS
     taken = [0]
     drain_stop = threading.Event()
 
