@@ -122,6 +122,10 @@ def read_up_to(
     ends = tick[2].get(ENDS_FIELD)
     if ends is None or positions is None:
         return tick[0] <= read_through_ms
+    if not positions and tick[1]:
+        # assigned no offsets partition (a rebalance took them all): nothing is read, so
+        # no sample is read up to (every position "reached its end" would release them all)
+        return False
     for partition, at in positions.items():
         end = ends[partition] if 0 <= partition < len(ends) else -1
         if end < 0:

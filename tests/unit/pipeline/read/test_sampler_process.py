@@ -45,7 +45,6 @@ def test_a_tick_with_ends_waits_for_the_positions_not_for_the_cached_watermarks(
     assert read_up_to(t, read_through_ms=2_000, positions={0: 50, 1: 69}) is False
     assert read_up_to(t, read_through_ms=0, positions={0: 50, 1: 70}) is True  # partition 2
     assert read_up_to(t, read_through_ms=0, positions={0: 51, 1: 75, 2: 90}) is True  # not ours
-    assert read_up_to(t, read_through_ms=0, positions={}) is True  # no offsets partition
 
 
 def test_without_ends_or_positions_the_time_read_through_decides() -> None:
@@ -91,3 +90,14 @@ def test_held_ticks_are_exact_only_while_each_carries_every_end() -> None:
     p.due(1_250, 0.3, positions={0: 10, 1: 20})
     p.add((1_500, [], {}), now_s=0.5)  # a tick with no ends at all
     assert not p.exact
+
+
+def test_a_reader_assigned_no_offsets_partition_releases_no_sample() -> None:
+    """A rebalance that takes every partition leaves no position: no commit is read, so a
+    held sample waits (and is dropped), rather than every one going out at once."""
+    assert read_up_to(ended(1_000, [10, 20]), read_through_ms=5_000, positions={}) is False
+    assert read_up_to((1_000, [], {ENDS_FIELD: [10]}), 0, positions={}) is True  # no samples
+    p = PendingSamples(timeout_s=1.0)
+    p.add(ended(1_000, [10, 20]), now_s=0.0)
+    assert p.due(5_000, 0.5, positions={}) == []
+    assert p.due(5_000, 1.5, positions={}) == [] and p.dropped == 1
