@@ -22,7 +22,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pipeline.read.coalesce import owns_topic
@@ -106,33 +106,62 @@ def read_up_to(
     read_through_ms: int,
     positions: Mapping[int, int] | None = None,
     others_through_ms: int | None = None,
+    *,
+    ends: Sequence[int] | None = None,
+    unknown_waits: Collection[int] = (),
 ) -> bool:
     """Has the reader read every commit written before ``tick``'s samples (pure)?
 
     Exactly, where the tick carries the end of each offsets partition (``ENDS_FIELD``,
-    asked in the samples' own round) and ``positions`` holds the reader's position on
-    each offsets partition it is assigned: every position has reached its end (and the
-    reader's other topics are read through the tick's time: ``others_through_ms``, None
-    when it reads no other). Otherwise (a tick without them, a partition whose end did not
-    answer) by the time the reader last found itself at the end of what its fetches had
-    seen: ``read_through_ms``. That one can be early: a reader whose fetches pause (its
-    queue full, behind a backlog) reaches the end of an old fetch response while newer
-    commits wait in the broker, and a sample released then shows healthy groups as stopped
-    (an overloaded replica published thousands of such WARNs)."""
-    ends = tick[2].get(ENDS_FIELD)
+    asked in the samples' own round; ``ends`` stands in for them when given) and
+    ``positions`` holds the reader's position on each offsets partition it is assigned:
+    every position has reached its end (and the reader's other topics are read through the
+    tick's time: ``others_through_ms``, None when it reads no other). A partition whose end
+    is unknown (it did not answer) holds the tick while it is in ``unknown_waits`` (its
+    ends have been missing only briefly: a later round's will stand in). Otherwise, and for
+    a tick without ends, by the time the reader last found itself at the end of what its
+    fetches had seen: ``read_through_ms``. That one can be early: a reader whose fetches
+    pause (its queue full, behind a backlog) reaches the end of an old fetch response while
+    newer commits wait in the broker, and a sample released then shows healthy groups as
+    stopped (an overloaded replica published thousands of such WARNs)."""
+    ends = tick[2].get(ENDS_FIELD) if ends is None else ends
     if ends is None or positions is None:
         return tick[0] <= read_through_ms
     if not positions and tick[1]:
         # assigned no offsets partition (a rebalance took them all): nothing is read, so
         # no sample is read up to (every position "reached its end" would release them all)
         return False
+    by_time = False
     for partition, at in positions.items():
         end = ends[partition] if 0 <= partition < len(ends) else -1
         if end < 0:
-            return tick[0] <= read_through_ms
-        if at < end:
+            if partition in unknown_waits:
+                return False
+            by_time = True
+        elif at < end:
             return False
+    if by_time and tick[0] > read_through_ms:
+        return False
     return others_through_ms is None or tick[0] <= others_through_ms
+
+
+def later_ends(ticks: Sequence[Tick]) -> list[list[int] | None]:
+    """Each tick's ends, with an end that did not answer (-1) taken from the next later
+    tick that has it (pure). Ends only grow, so a later round's end is at or past the
+    tick's own: a reader that reached it has read every commit before the tick. None for a
+    tick without ends."""
+    out: list[list[int] | None] = [None] * len(ticks)
+    later: list[int] = []
+    for i in range(len(ticks) - 1, -1, -1):
+        ends = ticks[i][2].get(ENDS_FIELD)
+        if ends is None:
+            continue
+        if len(later) < len(ends):
+            later += [-1] * (len(ends) - len(later))
+        filled = [e if e >= 0 else later[p] for p, e in enumerate(ends)]
+        out[i] = filled
+        later[: len(filled)] = [f if f >= 0 else old for f, old in zip(filled, later, strict=False)]
+    return out
 
 
 class PendingSamples:
@@ -148,9 +177,16 @@ class PendingSamples:
         self.timeout_s = timeout_s
         self._held: deque[tuple[float, Tick]] = deque()
         self.dropped = 0
+        self._missing_since: dict[int, float] = {}  # partition -> first tick without its end
 
     def add(self, tick: Tick, now_s: float) -> None:
         self._held.append((now_s, tick))
+        ends = tick[2].get(ENDS_FIELD)
+        for partition, end in enumerate(ends or ()):
+            if end < 0:
+                self._missing_since.setdefault(partition, now_s)
+            else:
+                self._missing_since.pop(partition, None)
 
     @property
     def exact(self) -> bool:
@@ -177,9 +213,15 @@ class PendingSamples:
         """The ticks read through, in order (``read_up_to``); those that waited longer
         than ``timeout_s`` are dropped and counted."""
         ready = []
-        while self._held:
+        filled = later_ends([tick for _, tick in self._held])
+        # an end missing for less than the timeout waits for a later round's; one missing
+        # longer (a broker that does not answer read_committed) goes by the time read through
+        waits = {p for p, since in self._missing_since.items() if now_s - since <= self.timeout_s}
+        for ends in filled:
             arrived, tick = self._held[0]
-            if read_up_to(tick, read_through_ms, positions, others_through_ms):
+            if read_up_to(
+                tick, read_through_ms, positions, others_through_ms, ends=ends, unknown_waits=waits
+            ):
                 ready.append(tick)
             elif now_s - arrived > self.timeout_s:
                 self.dropped += 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.read.sampler_process import PendingSamples, read_up_to
+from pipeline.read.sampler_process import PendingSamples, later_ends, read_up_to
 from pipeline.read.watermarks import ENDS_FIELD, Tick
 
 
@@ -101,3 +101,33 @@ def test_a_reader_assigned_no_offsets_partition_releases_no_sample() -> None:
     p.add(ended(1_000, [10, 20]), now_s=0.0)
     assert p.due(5_000, 0.5, positions={}) == []
     assert p.due(5_000, 1.5, positions={}) == [] and p.dropped == 1
+
+
+def test_a_missing_end_is_taken_from_the_next_later_round_that_has_it() -> None:
+    ticks = [ended(1_000, [5, -1]), ended(1_250, [6, -1]), tick(1_400), ended(1_500, [7, 30])]
+    assert later_ends(ticks) == [[5, 30], [6, 30], None, [7, 30]]
+    assert later_ends([ended(1_000, [5, -1])]) == [[5, -1]]  # nothing later: still unknown
+
+
+def test_a_sample_whose_end_did_not_answer_waits_for_a_later_round_not_the_cached_time() -> None:
+    """Under load a read_committed answer can miss the round's wait. The cached rule would
+    release such a tick as soon as the reader reached its last fetch responses' ends (the
+    rule that showed healthy groups as stopped); it waits for the next round's end."""
+    p = PendingSamples(timeout_s=1.0)
+    p.add(ended(1_000, [10, -1]), now_s=0.0)
+    assert p.due(read_through_ms=5_000, now_s=0.1, positions={0: 10, 1: 20}) == []
+    p.add(ended(1_250, [11, 25]), now_s=0.25)
+    assert p.due(5_000, 0.3, positions={0: 11, 1: 24}) == []  # 25 not reached yet
+    assert [t[0] for t in p.due(0, 0.3, positions={0: 11, 1: 25})] == [1_000, 1_250]
+    assert p.dropped == 0
+
+
+def test_an_end_missing_longer_than_the_timeout_goes_by_the_time_read_through() -> None:
+    """A broker that never answers read_committed must not stop every sample."""
+    p = PendingSamples(timeout_s=1.0)
+    for i in range(6):
+        p.add(ended(1_000 + 250 * i, [10, -1]), now_s=0.25 * i)
+    released = p.due(2_250, 1.3, positions={0: 10, 1: 20})
+    assert [t[0] for t in released] == [1_000 + 250 * i for i in range(6)]
+    p.add(ended(2_500, [10, -1]), now_s=1.5)
+    assert p.due(2_000, 1.6, positions={0: 10, 1: 20}) == []  # not read through its time yet
