@@ -160,7 +160,7 @@ def later_ends(ticks: Sequence[Tick]) -> list[list[int] | None]:
             later += [-1] * (len(ends) - len(later))
         filled = [e if e >= 0 else later[p] for p, e in enumerate(ends)]
         out[i] = filled
-        later[: len(filled)] = [f if f >= 0 else old for f, old in zip(filled, later, strict=False)]
+        later[: len(filled)] = filled  # (a -1 in it was already -1 in later)
     return out
 
 
