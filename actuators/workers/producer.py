@@ -7,9 +7,15 @@ thread publishes one ``producer_rates`` event per topic written in that second t
 to the client ids whose rate rose and throttles exactly those; a producer that does not embed
 this wrapper is throttled only through the policy file's client-id map.
 
+Each event also says whether the producer pushes against a throttle: ``throttle_ms``, the
+time the brokers delayed it for its quota in that second (librdkafka's throttle events,
+delivered by ``poll``), and ``queued``, the records waiting in its own queue. The policy
+releases a throttle only once its producer stops pushing against it.
+
 ``RateCounter`` is the pure part (counts in, events out, ``now`` passed in), tested without a
 broker. A topic that stops being written gets one more event at rate 0, so a reader sees the
-drop instead of a last non-zero rate that never changes.
+drop instead of a last non-zero rate that never changes; while the client still holds
+records or is throttled, its topics keep getting events (at rate 0 if nothing was accepted).
 """
 
 from __future__ import annotations
@@ -59,6 +65,12 @@ class RateCounter:
         self._lock = threading.Lock()
         self._windows: dict[str, _Window] = {}
         self._since_ms = start_ms  # None: the first add starts the first window
+        self._throttle_ms = 0.0
+
+    def throttled(self, ms: float) -> None:
+        """The brokers delayed this client ``ms`` for its quota (one throttle event)."""
+        with self._lock:
+            self._throttle_ms += max(0.0, ms)
 
     def add(self, topic: str, nbytes: int, now_ms: int, records: int = 1) -> None:
         with self._lock:
@@ -68,16 +80,19 @@ class RateCounter:
             window.records += records
             window.bytes += nbytes
 
-    def flush(self, now_ms: int) -> list[ProducerRate]:
+    def flush(self, now_ms: int, queued: int = 0) -> list[ProducerRate]:
         """One event per topic counted since the last flush (a topic counted last time and not
-        this time gets one event at 0, then none), and a new window from ``now_ms``. A flush
-        with no time elapsed returns nothing and keeps the counts."""
+        this time gets one event at 0, then none, unless the client is under pressure:
+        ``queued`` records wait in its queue or it was throttled), and a new window from
+        ``now_ms``. A flush with no time elapsed returns nothing and keeps the counts."""
         with self._lock:
             since = self._since_ms
             if since is None or now_ms <= since:
                 return []
             windows = self._windows
-            self._windows = {t: _Window() for t, w in windows.items() if w.records}
+            throttle_ms, self._throttle_ms = self._throttle_ms, 0.0
+            pressure = queued > 0 or throttle_ms > 0
+            self._windows = {t: _Window() for t, w in windows.items() if w.records or pressure}
             self._since_ms = now_ms
         window_s = (now_ms - since) / 1000.0
         return [
@@ -90,6 +105,8 @@ class RateCounter:
                 at_ms=now_ms,
                 host=self.host,
                 instance=self.instance,
+                throttle_ms=round(throttle_ms, 1),
+                queued=max(0, int(queued)),
             )
             for topic, w in sorted(windows.items())
         ]
@@ -128,16 +145,25 @@ class RateProducer:
             raise ConfigError(f"interval_s={interval_s!r}: must be > 0 (1.0 is the contract)")
         self.client_id = client_id
         self.rates_topic = rates_topic
-        self.producer = producer if producer is not None else Producer(config)
+        self.counter = RateCounter(
+            client_id, host=socket.gethostname(), instance=str(os.getpid()), start_ms=_now_ms()
+        )
+        own_cb = config.get("throttle_cb")
+
+        def on_throttle(event: Any) -> None:  # from poll(): the broker held a response
+            self.counter.throttled(float(getattr(event, "throttle_time", 0.0)) * 1000)
+            if callable(own_cb):
+                own_cb(event)
+
+        self.producer = (
+            producer if producer is not None else Producer({**config, "throttle_cb": on_throttle})
+        )
         if reporter is None and producer is not None:
             reporter = producer
         elif reporter is None:
             own = {"client.id": f"lagpilot-rates.{client_id}", "message.timeout.ms": 10_000}
-            reporter = Producer({**config, **own})
+            reporter = Producer({**{k: v for k, v in config.items() if k != "throttle_cb"}, **own})
         self.reporter = reporter
-        self.counter = RateCounter(
-            client_id, host=socket.gethostname(), instance=str(os.getpid()), start_ms=_now_ms()
-        )
         self.reports_sent = 0
         self.report_errors = 0
         self._interval_s = interval_s
@@ -163,7 +189,8 @@ class RateProducer:
 
     def report(self, now_ms: int | None = None) -> list[ProducerRate]:
         """Publish the rates since the last report (the thread calls this every interval)."""
-        rates = self.counter.flush(_now_ms() if now_ms is None else now_ms)
+        queued = len(self.producer) if self.reporter is not self.producer else 0
+        rates = self.counter.flush(_now_ms() if now_ms is None else now_ms, queued=queued)
         for rate in rates:
             if rate.topic == self.rates_topic:
                 continue  # our own reports are not the agent's traffic

@@ -1,20 +1,29 @@
 """Why a group lags: one cause per incident, with its evidence as numbers (pure, no clock).
 
 ``diagnose`` reads what is already on lagpilot's topics: the ``group_lag`` summary (its
-worst partitions' lag, rates, time lag and leader), the group's latest ``group_health``
-event, and the per-client producer rates of the topic (``producer_rates``, folded by
-``ProducerView``). The rules, in severity order (the first that holds wins):
+worst partitions' lag, rates, time lag, status and leader), the group's latest
+``group_health`` event, and the per-client producer rates of the topic (``producer_rates``,
+folded by ``ProducerView``). A partition is *behind* when its time lag is at the exit level
+and the model judges it late against its own cadence (``min_status``: ``behind``). The
+rules, in severity order (the first that holds wins):
 
 1. ``stalled``: the group lags and none of its partitions is consumed (members or not);
 2. ``rebalance_storm``: group health says STORM (generation churn while commits stall);
-3. ``inflow_burst``: the produce rate is ``burst_ratio`` times its usual level while the
+3. ``rebalancing``: the group's generation moved within ``settle_s``: its lag is the
+   rebalance's own (partitions wait while they move); nothing acts until it settles;
+4. ``inflow_burst``: the produce rate is ``burst_ratio`` times its usual level while the
    consumers hold at least ``hold_ratio`` of their usual rate (the producers changed, not
    the consumers);
-4. ``broker_skew``: one broker leads at least ``skew_min_partitions`` of the lagging
-   partitions, and the partitions other brokers lead keep up (below the exit level);
-5. ``hotspot``: a few partitions far behind their siblings (``policy.hot_partitions``);
-6. ``slow_group``: the group consumes slower than the topic is produced;
-7. ``draining``: none of the above: lag is high but shrinking; nothing to do.
+5. ``broker_skew``: one broker leads at least ``skew_min_partitions`` of the partitions
+   behind, and the partitions other brokers lead keep up;
+6. ``hotspot``: a few partitions far behind their siblings while the rest keep up
+   (``rules.hot_partitions``);
+7. ``slow_group``: more than a few partitions are behind (a quarter of the topic's, or
+   every partition the summary names) and the group consumes slower than the topic is
+   produced;
+8. ``watching``: a few partitions behind, not (yet) far beyond the rest: nothing to do
+   until it is a hotspot or a slow group;
+9. ``draining``: none of the above: lag is high but shrinking; nothing to do.
 
 "Usual" is a ``Baseline``: an exponential mean of the per-partition produce and consume
 rates (over the summary's worst partitions) taken while the group is not in an incident.
@@ -29,20 +38,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import GroupLag
+from schemas import GroupLag, LagStatus
+from schemas.lag import SEVERITY as STATUS_SEVERITY
 from schemas.lag import WorstPartition
 
-STALLED, STORM, BURST, SKEW, HOTSPOT, SLOW, DRAINING = (
+STALLED, STORM, REBALANCING, BURST, SKEW, HOTSPOT, SLOW, WATCHING, DRAINING = (
     "stalled",
     "rebalance_storm",
+    "rebalancing",
     "inflow_burst",
     "broker_skew",
     "hotspot",
     "slow_group",
+    "watching",
     "draining",
 )
 #: Causes in severity order; a cause may be replaced during an incident only by one before it.
-CAUSES: tuple[str, ...] = (STALLED, STORM, BURST, SKEW, HOTSPOT, SLOW, DRAINING)
+CAUSES: tuple[str, ...] = (STALLED, STORM, REBALANCING, BURST, SKEW, HOTSPOT, SLOW, WATCHING,
+                           DRAINING)  # fmt: skip
+#: causes that change nothing: they never replace a ladder that acted (pipeline.decide.remedies)
+PASSIVE: frozenset[str] = frozenset({STALLED, REBALANCING, WATCHING, DRAINING})
 SEVERITY = {c: i for i, c in enumerate(CAUSES)}
 BASELINE_ALPHA = 0.1
 #: summaries a usual rate needs before it can name a burst (the model's rates ramp up over
@@ -59,12 +74,23 @@ class DiagnosisConfig:
     hold_ratio: float = 0.7
     skew_min_partitions: int = 2
     hot_ratio: float = 4.0
+    min_status: str = "OK"
+    settle_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
     cause: str
     evidence: dict[str, Any]
+
+
+def behind(w: WorstPartition, level_s: float, min_status: str = "OK") -> bool:
+    """Partition ``w`` is at least ``level_s`` behind and the model judges it at least
+    ``min_status`` late (``OK``: any partition at that time lag)."""
+    return (
+        w.time_lag_s >= level_s
+        and STATUS_SEVERITY[w.status] >= STATUS_SEVERITY[LagStatus(min_status)]
+    )
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -105,11 +131,13 @@ def diagnose(
     health: Mapping[str, Any] | None = None,
     baseline: Sequence[float] | None = None,
     producers: Mapping[str, Sequence[float]] | None = None,
+    now_ms: int | None = None,
 ) -> Diagnosis:
-    """The cause of ``s``'s lag. ``hot`` is ``policy.hot_partitions(s, ...)``;
-    ``producers`` maps client id -> ``[bytes_per_s now, usual bytes_per_s]`` for the topic."""
+    """The cause of ``s``'s lag. ``hot`` is ``rules.hot_partitions(s, ...)``;
+    ``producers`` maps client id -> ``[bytes_per_s now, usual bytes_per_s]`` for the topic;
+    ``now_ms`` (the summary's time when not given) dates the group's last rebalance."""
     produce, consume = rates(s)
-    lagging = [w for w in s.worst if w.time_lag_s >= exit_time_lag_s]
+    lagging = [w for w in s.worst if behind(w, exit_time_lag_s, cfg.min_status)]
     # 1. stalled
     # (a group with no members that still commits is consumed by assign(), not stalled)
     members = None if health is None else health.get("members")
@@ -135,22 +163,35 @@ def diagnose(
             "client_id": storm.get("client_id", ""), "client_host": storm.get("client_host", ""),
             "leaves": storm.get("leaves", 0), "partitions": sorted(parts),
         })  # fmt: skip
-    # 3. inflow burst: from producer rates when known, else from the partitions' rates
+    # 3. rebalancing: the lag of partitions that wait while they move
+    moved_ms = None if health is None else health.get("generation_ms")
+    now = s.observed_at_ms if now_ms is None else now_ms
+    if cfg.settle_s > 0 and isinstance(moved_ms, int) and now - moved_ms < cfg.settle_s * 1000:
+        return Diagnosis(REBALANCING, {"generation": (health or {}).get("generation"),
+                                       "since_rebalance_s": _r((now - moved_ms) / 1000),
+                                       "settle_s": cfg.settle_s,
+                                       "lagging_partitions": len(lagging)})  # fmt: skip
+    # 4. inflow burst: from producer rates when known, else from the partitions' rates
     burst = _burst(produce, consume, None if hot else baseline, producers, cfg)
     if burst is not None:
         return Diagnosis(BURST, burst)
-    # 4. broker skew
+    # 5. broker skew
     skew = _skew(s, exit_time_lag_s, cfg)
     if skew is not None:
         return Diagnosis(SKEW, skew)
-    # 5. hotspot
+    # 6. hotspot
     if hot:
         return Diagnosis(HOTSPOT, hotspot_evidence(s, hot, cfg.hot_ratio))
-    # 6. slow group
+    # 7. slow group: more than a few partitions behind, consumed slower than produced
     evidence = {"lagging_partitions": len(lagging), "topic_partitions": s.topic_partitions,
                 "produce_rate_per_s": _r(produce), "consume_rate_per_s": _r(consume)}  # fmt: skip
-    if consume < produce or s.lag_rate_per_s > 0:
+    few = max(1, s.topic_partitions // 4)
+    many = len(lagging) > few or (len(lagging) == len(s.worst) and len(lagging) > 1)
+    if many and (consume < produce or s.lag_rate_per_s > 0):
         return Diagnosis(SLOW, evidence)
+    # 8. a few partitions behind, not (yet) far beyond the rest
+    if lagging and not many:
+        return Diagnosis(WATCHING, {**evidence, "hot_ratio": cfg.hot_ratio})
     return Diagnosis(DRAINING, evidence)
 
 
@@ -215,13 +256,13 @@ def culprits_of(producers: Mapping[str, Sequence[float]]) -> list[str]:
 
 def _skew(s: GroupLag, exit_time_lag_s: float, cfg: DiagnosisConfig) -> dict[str, Any] | None:
     led = [w for w in s.worst if w.leader >= 0]
-    lagging = [w for w in led if w.time_lag_s >= exit_time_lag_s]
+    lagging = [w for w in led if behind(w, exit_time_lag_s, cfg.min_status)]
     counts = Counter(w.leader for w in lagging)
     if not counts or len({w.leader for w in led}) < 2:
         return None
     broker, n = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
-    others = [w.time_lag_s for w in led if w.leader != broker]
+    others = [w for w in led if w.leader != broker]
     if n < cfg.skew_min_partitions or len(counts) > 1 or not others:
         return None
     return {"broker": broker, "lagging_partitions_led": n, "lagging_partitions": len(lagging),
-            "others_max_time_lag_s": _r(max(others))}  # fmt: skip
+            "others_max_time_lag_s": _r(max(w.time_lag_s for w in others))}  # fmt: skip

@@ -51,12 +51,16 @@ def fold_health(state: PolicyState, event: dict[str, Any]) -> PolicyState:
     if not isinstance(group, str) or not group:
         return state
     s = state.copy()
+    at = event.get("observed_at_ms", 0)
+    moved_ms = event.get("last_rebalance_ms")  # the record that last moved the generation
     s.health[group] = {
         "status": event.get("status"),
         "members": len(event.get("members") or ()),
         "rebalances_per_min": event.get("rebalances_per_min", 0.0),
         "commits_stalled": bool(event.get("commits_stalled")),
-        "storm": event.get("storm"), "at": event.get("observed_at_ms", 0),
+        "storm": event.get("storm"), "at": at,
+        "generation": event.get("generation"),
+        "generation_ms": moved_ms if isinstance(moved_ms, int) else None,
     }  # fmt: skip
     return s
 
@@ -87,8 +91,33 @@ def fold_producer_rate(
         usual = (usual * seen + float(rate)) / (seen + 1)
     elif old is not None and rate <= burst_ratio * max(usual, 1.0):
         usual = (1 - dg.BASELINE_ALPHA) * usual + dg.BASELINE_ALPHA * float(rate)
-    s.producer_rates[key] = [float(rate), usual, at, min(seen + 1, 1_000_000)]
+    s.producer_rates[key] = [float(rate), usual, at, min(seen + 1, 1_000_000),
+                             _pushing(event)]  # fmt: skip
     return s
+
+
+def _pushing(event: dict[str, Any]) -> float:
+    """1.0 if the report shows its producer pushing against a quota (the brokers delayed it,
+    or at least a second of its own rate waits in its queue), 0.0 if not, -1.0 if the
+    report cannot say (a v1 report has neither field)."""
+    throttle_ms, queued = event.get("throttle_ms"), event.get("queued")
+    if not isinstance(throttle_ms, int | float) or not isinstance(queued, int):
+        return -1.0
+    per_s = event.get("records_per_s")
+    backlog = queued > 0 and queued >= (per_s if isinstance(per_s, int | float) else 0)
+    return 1.0 if throttle_ms > 0 or backlog else 0.0
+
+
+def pressure(c: Ctx, client_id: str) -> bool | None:
+    """Whether ``client_id`` pushes against its quota by its freshest report (any topic: a
+    quota is the client's), or None when no fresh report can say."""
+    stale_ms = c.config.rates_stale_s * 1000
+    best: list[float] | None = None
+    for key, entry in c.state.producer_rates.items():
+        mine = key.rpartition("|")[0] == client_id and len(entry) > 4 and entry[4] >= 0
+        if mine and c.now - entry[2] <= stale_ms and (best is None or entry[2] > best[2]):
+            best = entry
+    return None if best is None else best[4] > 0
 
 
 def topic_producers(c: Ctx) -> dict[str, list[float]]:

@@ -32,7 +32,18 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.decide.diagnosis import BURST, CAUSES, DRAINING, HOTSPOT, SKEW, SLOW, STALLED, STORM
+from pipeline.decide.diagnosis import (
+    BURST,
+    CAUSES,
+    DRAINING,
+    HOTSPOT,
+    REBALANCING,
+    SKEW,
+    SLOW,
+    STALLED,
+    STORM,
+    WATCHING,
+)
 
 STEPS: dict[str, str] = {
     "spread_partition": "the hot partition's time lag falls",
@@ -67,6 +78,8 @@ DEFAULT_LADDER: dict[str, tuple[Step, ...]] = {
     STORM: (Step("handoff_member", 60.0),),
     SKEW: (Step("transfer_leadership", 120.0),),
     STALLED: (Step("alert", 0.0),),
+    REBALANCING: (),
+    WATCHING: (),
     DRAINING: (),
 }
 

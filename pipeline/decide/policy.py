@@ -36,6 +36,7 @@ from typing import Any
 
 from pipeline.decide import remedies
 from pipeline.decide.context import Ctx, accel
+from pipeline.decide.diagnosis import behind
 from pipeline.decide.policy_config import PolicyConfig, Thresholds
 from pipeline.decide.rules import (
     RULES,
@@ -97,13 +98,16 @@ def _well_formed(s: GroupLag) -> bool:
 
 
 def level(s: GroupLag, t: Thresholds) -> str:
-    """ABOVE the enter level, BELOW the exit level, or BETWEEN (the dead band)."""
-    above_exit = (
-        s.max_time_lag_s >= t.time_lag_s * t.exit_ratio
-        or s.total_lag_offsets >= t.offset_lag * t.exit_ratio
-    )
+    """ABOVE the enter level, BELOW the exit level, or BETWEEN (the dead band). A partition's
+    time lag counts while the model judges it at least ``t.min_status`` late."""
+    exit_s = t.time_lag_s * t.exit_ratio
+    gated = t.min_status != LagStatus.OK
+    worst_s = max(
+        (w.time_lag_s for w in s.worst if behind(w, 0.0, t.min_status)), default=0.0
+    ) if gated else s.max_time_lag_s  # fmt: skip
+    above_exit = worst_s >= exit_s or s.total_lag_offsets >= t.offset_lag * t.exit_ratio
     if (
-        s.max_time_lag_s >= t.time_lag_s
+        worst_s >= t.time_lag_s
         or s.total_lag_offsets >= t.offset_lag
         or (accel(s) >= t.accel_per_s2 and above_exit)
     ):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.decide.diagnosis import CAUSES
 from pipeline.decide.ladder import parse_ladders
 from pipeline.decide.policy_types import (
     DEFAULT_COOLDOWNS_S,
@@ -45,7 +46,7 @@ from pipeline.decide.policy_types import (
     Thresholds,
 )
 from pipeline.decide.table_reader import TableReader
-from schemas import ActionType, ConfigError
+from schemas import ActionType, ConfigError, LagStatus
 from schemas.policy_file import parse_allow, parse_mode, read_policy_file
 from schemas.runtime.env import parse_list
 
@@ -134,11 +135,21 @@ def _thresholds(r: TableReader, base: Thresholds, *, partial: bool) -> dict[str,
         "exit_windows": lambda: r.integer(
             "exit_windows", base.exit_windows, unit="number of consecutive summaries"
         ),
+        "min_status": lambda: _status(r, "min_status", base.min_status),
     }
     values = {k: read() for k, read in readers.items() if not partial or k in r.table}
     r.used.update(readers)
     r.done()
     return values
+
+
+def _status(r: TableReader, key: str, default: str) -> str:
+    value = r.get(key, default)
+    if value not in {s.value for s in LagStatus}:
+        raise r.fail(key, f"unknown status {value!r}",
+                     f"use one of {', '.join(s.value for s in LagStatus)} (WARN: the model's "
+                     "judgement against each partition's own cadence)")  # fmt: skip
+    return str(value)
 
 
 def _override(key: str, table: Any, base: Thresholds, origins: Mapping[str, str]) -> Override:
@@ -342,8 +353,23 @@ def _diagnosis(raw: Any, p: _Parse) -> Fields:
             "hold_ratio", d.hold_ratio, maximum=1.0, unit="fraction of the usual rate"
         ),
         "rates_stale_s": r.number("rates_stale_s", d.rates_stale_s, unit="number of seconds"),
+        "settle_s": r.number("settle_s", d.settle_s, strict=False, unit="number of seconds"),
+        "confirm_s": _confirm(r, d.confirm_s),
     }
     r.done()
+    return out
+
+
+def _confirm(r: TableReader, default: Mapping[str, float]) -> dict[str, float]:
+    """``confirm_s = { slow_group = 3.0 }``: seconds a cause must hold before it acts."""
+    table = r.get("confirm_s", dict(default))
+    if not isinstance(table, dict):
+        raise r.fail("confirm_s", f"must be a table of cause = seconds (got {table!r})",
+                     "write confirm_s = { slow_group = 3.0 }")  # fmt: skip
+    sub = TableReader(table, f"{r.path}.confirm_s", r.origins)
+    out = {cause: sub.number(cause, 0.0, strict=False, unit="number of seconds")
+           for cause in table if cause in CAUSES}  # fmt: skip
+    sub.done(known=CAUSES)
     return out
 
 
@@ -351,8 +377,9 @@ def _verify(raw: Any, p: _Parse) -> Fields:
     r = p.reader(raw, "verify")
     improve = r.number("improve_ratio", p.d.verify_improve_ratio, maximum=1.0,
                        unit="fraction of the time lag at apply")  # fmt: skip
+    hold = r.number("hold_s", p.d.verify_hold_s, strict=False, unit="number of seconds")
     r.done()
-    return {"verify_improve_ratio": improve}
+    return {"verify_improve_ratio": improve, "verify_hold_s": hold}
 
 
 def _ladders(raw: Any, p: _Parse) -> Fields:

@@ -43,6 +43,10 @@ class Thresholds:
     ``accel_per_s2`` while the lag is above the exit level). Exit: time lag and offset lag
     both below ``exit_ratio`` times their enter level. ``enter_windows`` consecutive
     summaries above enter open an incident; ``exit_windows`` below exit close it.
+
+    ``min_status``: a partition's time lag counts only while the model judges it at least
+    this late against its own progress cadence (``WARN``: a consumer that commits every 5 s
+    shows up to 5 s of time lag while it keeps up, and is OK). ``OK`` counts any partition.
     """
 
     time_lag_s: float = 30.0
@@ -51,6 +55,7 @@ class Thresholds:
     exit_ratio: float = 0.5
     enter_windows: int = 3
     exit_windows: int = 8
+    min_status: str = "OK"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,13 @@ class PolicyConfig:
     hold_ratio: float = 0.7
     rates_stale_s: float = 5.0
     verify_improve_ratio: float = 0.8
+    # a verdict of verified needs the effect to last this long (0: one summary is enough)
+    verify_hold_s: float = 0.0
+    # a group whose generation moved this recently is rebalancing: its lag is the
+    # rebalance's own, and no remedy acts on it until the group settles (0: off)
+    settle_s: float = 0.0
+    # per cause, how long it must hold before its ladder's first step acts
+    confirm_s: Mapping[str, float] = field(default_factory=dict)
     ladders: Ladders = field(default_factory=Ladders)
 
     def thresholds_for(self, group: str, topic: str) -> Thresholds:

@@ -125,21 +125,23 @@ def run(c: Ctx) -> None:
     t = c.thresholds
     exit_s = t.time_lag_s * t.exit_ratio
     hot = hot_partitions(c.summary, t, c.config.hot_ratio)
-    cfg = dg.DiagnosisConfig(c.config.burst_ratio, c.config.hold_ratio,
-                             c.config.leadership_min_partitions, c.config.hot_ratio)  # fmt: skip
-    d = dg.diagnose(c.summary, exit_s, hot, cfg, health=s.health.get(c.summary.group),
-                    baseline=s.baselines.get(key), producers=topic_producers(c))  # fmt: skip
+    d = dg.diagnose(c.summary, exit_s, hot, diagnosis_config(c), now_ms=c.now,
+                    health=s.health.get(c.summary.group), baseline=s.baselines.get(key),
+                    producers=topic_producers(c))  # fmt: skip
     if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
         for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
             del s.ladders[sub_key]
         lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
                                 "phase": "ready", "since_ms": c.incident.since_ms,
+                                "cause_since_ms": c.now,
                                 "group": c.summary.group, "topic": c.summary.topic}  # fmt: skip
     else:
         lad = s.ladders[key] = dict(lad)
     c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
     _upkeep(c, lad)
     steps = c.config.ladders.for_group(c.summary.group, lad["cause"])
+    if not _confirmed(c, lad):
+        return  # the cause has not held long enough to act on (``diagnosis.confirm_s``)
     if lad["cause"] == dg.HOTSPOT:
         _per_partition(c, lad, steps, exit_s, hot)
         c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
@@ -147,6 +149,22 @@ def run(c: Ctx) -> None:
     _judge(c, lad, steps, exit_s)
     if lad["phase"] == "ready" and lad["step"] < len(steps):
         _act(c, lad, steps[lad["step"]], hot)
+
+
+def diagnosis_config(c: Ctx) -> dg.DiagnosisConfig:
+    cfg, t = c.config, c.thresholds
+    return dg.DiagnosisConfig(cfg.burst_ratio, cfg.hold_ratio, cfg.leadership_min_partitions,
+                              cfg.hot_ratio, t.min_status, cfg.settle_s)  # fmt: skip
+
+
+def _confirmed(c: Ctx, lad: dict[str, Any]) -> bool:
+    """A ladder that has not acted waits until its cause has held ``confirm_s`` (per cause):
+    a slow group's first seconds may still turn out a burst (its producers' next report) or
+    a rebalance's backlog that drains. Once it acted, it is judged whatever the cause does."""
+    if lad.get("acted"):
+        return True
+    wait_ms = c.config.confirm_s.get(lad["cause"], 0.0) * 1000
+    return c.now - lad.get("cause_since_ms", lad["since_ms"]) >= wait_ms
 
 
 # -- a hotspot climbs the ladder once per hot partition --------------------------------------
@@ -214,15 +232,16 @@ def _replaces(lad: dict[str, Any], d: dg.Diagnosis, since_ms: int) -> bool:
     Until the ladder has acted, the diagnosis follows the evidence: an incident that opens
     while a group is still joining (no consumption yet: ``stalled``, which only alerts) is
     a hotspot a second later, and must not stay an alert. Once it acted, only a more severe
-    cause replaces it, and never ``stalled``: an alert changes nothing, and dropping the
-    watch of a standing remedy (one summary with every worker busy) would leave it unjudged.
+    cause replaces it, and never a passive one (``stalled``, ``rebalancing``, ...): they
+    change nothing, and dropping the watch of a standing remedy (one summary with every
+    worker busy, the rebalance a scale-up makes) would leave it unjudged.
     A burst read from partition rates alone never replaces a cause (``_unattributed_burst``).
     """
     if d.cause == lad["cause"] or lad["since_ms"] != since_ms or _unattributed_burst(d):
         return False
     if not lad.get("acted"):
         return True
-    return dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]] and d.cause != dg.STALLED
+    return dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]] and d.cause not in dg.PASSIVE
 
 
 def _unattributed_burst(d: dg.Diagnosis) -> bool:
@@ -246,13 +265,19 @@ def _judge(c: Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float) 
     if phase == "issued":
         lad["last_lag_s"] = lag_now  # the reference once an outcome says applied
     if phase == "watching":
-        ref = lad["lag_at_apply_s"]
-        if lag_now <= c.config.verify_improve_ratio * ref or lag_now < exit_s:
-            c.actions.append(verification_event(lad, "verified", lag_now, c.now,
-                f"time lag {lag_now:.3f} s <= {c.config.verify_improve_ratio:g} x "
-                f"{ref:.3f} s at apply, or below the exit level {exit_s:g} s"))  # fmt: skip
-            lad["phase"] = "verified"
-            return
+        ref, ratio = lad["lag_at_apply_s"], c.config.verify_improve_ratio
+        if lag_now <= ratio * ref or lag_now < exit_s:
+            # the effect must last ``verify.hold_s``: one good summary may be a lull
+            since = lad.setdefault("better_since_ms", c.now)
+            if c.now - since >= c.config.verify_hold_s * 1000:
+                why = (
+                    f"time lag <= {ratio:g} x {ref:.3f} s at apply, or below the exit level "
+                    f"{exit_s:g} s, for {(c.now - since) / 1000:g} s (now {lag_now:.3f} s)"
+                )
+                c.actions.append(verification_event(lad, "verified", lag_now, c.now, why))
+                lad["phase"] = "verified"
+            return  # holding: judged when the hold completes or breaks, past the deadline too
+        lad.pop("better_since_ms", None)
     if phase != "failed" and c.now < lad["deadline_ms"]:
         return
     why = lad.get("why") or (
@@ -263,7 +288,15 @@ def _judge(c: Ctx, lad: dict[str, Any], steps: tuple[Step, ...], exit_s: float) 
     _undo(c, lad, steps)
     lad["step"] += 1
     lad["phase"] = "ready" if lad["step"] < len(steps) else "exhausted"
-    for k in ("ids", "lag_at_apply_s", "applied_ms", "why", "partition", "last_lag_s"):
+    for k in (
+        "ids",
+        "lag_at_apply_s",
+        "applied_ms",
+        "why",
+        "partition",
+        "last_lag_s",
+        "better_since_ms",
+    ):
         lad.pop(k, None)
 
 

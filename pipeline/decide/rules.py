@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pipeline.decide.context import Ctx
+from pipeline.decide.diagnosis import behind
+from pipeline.decide.inputs import pressure
 from pipeline.decide.policy_config import Producer, Thresholds
 from pipeline.decide.state import Throttle
 from schemas import ActionType, GroupLag
@@ -28,13 +30,20 @@ def rule_throttle(
     open_new: bool = True,
     start_rates: dict[str, int] | None = None,
 ) -> None:
-    """Throttle allow-listed producers of the lagging topic; renew, step down, release.
+    """Throttle allow-listed producers of the lagging topic; renew, step, release.
 
     ``producers``: the policy file's map unless given (the ladder passes the attributed
-    client ids); ``open_new`` false only renews, steps down and releases what is held;
+    client ids); ``open_new`` false only renews, steps and releases what is held;
     ``start_rates``: a first rate per target (else ``throttle.start_bytes_per_s``).
-    A release waits until the cooldown has passed since the last throttle action, so a
-    throttle and its release never flap inside one cooldown (the lease still ends it).
+
+    A producer that reports its pressure (``producer_rates`` v2: ``inputs.pressure``) is
+    released once it no longer pushes against its throttle (its inflow is back under its
+    budget) for ``QUIET_MS``, whatever the incident does; while it still pushes the throttle
+    is kept (renewed) after the incident clears, and stepped up at each renewal while the
+    consumers keep up, so the records it queued drain at what the consumers absorb. Without
+    such reports, the throttle is released when the incident clears. A release waits until
+    the cooldown has passed since the last throttle action, so a throttle and its release
+    never flap inside one cooldown (the lease still ends it).
     """
     cfg, s = c.config, c.state
     cooldown_ms = cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000
@@ -42,13 +51,20 @@ def rule_throttle(
         if not p.writes(c.summary.topic) or not cfg.may_throttle(p.name, p.entity):
             continue
         th = s.throttles.get(p.target)
+        push = _track_pressure(c, p, th)
+        if th is not None and th.pushed and th.quiet_ms >= 0 and c.now - th.quiet_ms >= QUIET_MS:
+            if c.now - th.issued_ms >= cooldown_ms:
+                release_throttle(c, p.target, th, "its producer no longer pushes against it")
+            continue
         if not c.incident.active:
+            if th is not None and c.key in th.holders and th.pushed and push is not None:
+                _renew(c, p, th, step_up=True)  # it still pushes: keep it, let it drain
+                continue
             if th is not None and c.key in th.holders:
                 th.holders.remove(c.key)
             if th is not None and not th.holders and c.now - th.issued_ms >= cooldown_ms:
                 release_throttle(c, p.target, th, "incident cleared")
             continue
-        lease_ms = int(cfg.throttle_lease_s * 1000)
         if th is None:
             if not open_new:
                 continue
@@ -56,22 +72,54 @@ def rule_throttle(
             if c.now - released < cooldown_ms:
                 continue  # released recently: wait out the cooldown, do not flap
             start = (start_rates or {}).get(p.target, cfg.throttle_start_bytes_per_s)
+            lease_ms = int(cfg.throttle_lease_s * 1000)
             th = Throttle(start, c.now, 0, c.now, c.now + lease_ms, [c.key])
             if _throttle(c, p, th, th.rate, budgeted=True, why="incident open"):
                 s.throttles[p.target] = th
             continue
         if c.key not in th.holders:
             th.holders = sorted([*th.holders, c.key])
-        if c.now < th.issued_ms + max(cooldown_ms, lease_ms / 2):
-            continue  # not due for renewal yet
-        lower = max(cfg.throttle_floor_bytes_per_s, int(th.rate * cfg.throttle_step_ratio))
-        if (
-            c.summary.lag_rate_per_s > 0
-            and lower < th.rate
-            and _throttle(c, p, th, lower, budgeted=True, why="lag still growing: step down")
-        ):
-            continue
-        _throttle(c, p, th, th.rate, budgeted=False, why="incident continues: renew lease")
+        _renew(c, p, th, step_up=False)
+
+
+#: a producer that pushed against its throttle and has not for this long is released
+QUIET_MS = 3000
+
+
+def _track_pressure(c: Ctx, p: Producer, th: Throttle | None) -> bool | None:
+    """Fold the producer's latest pressure report into its throttle; None when it does not
+    report pressure (no fresh v2 report, or a prefix entity: many clients)."""
+    if th is None or p.entity != "client-id":
+        return None
+    push = pressure(c, p.name)
+    if push:
+        th.pushed, th.quiet_ms = True, -1
+    elif push is not None and th.quiet_ms < 0:
+        th.quiet_ms = c.now
+    return push
+
+
+def _renew(c: Ctx, p: Producer, th: Throttle, *, step_up: bool) -> None:
+    """At its renewal time: step down while the lag grows (budgeted), step up while the
+    consumers keep up and the producer still pushes (``step_up``), else renew the lease."""
+    cfg = c.config
+    due = max(cfg.cooldown_s(ActionType.THROTTLE_PRODUCER) * 1000, cfg.throttle_lease_s * 500)
+    if c.now < th.issued_ms + due:
+        return  # not due for renewal yet
+    if step_up and th.quiet_ms < 0:
+        higher = int(th.rate / cfg.throttle_step_ratio)
+        _throttle(c, p, th, higher, budgeted=False,
+                  why="consumers keep up and the producer still pushes: step up")  # fmt: skip
+        return
+    lower = max(cfg.throttle_floor_bytes_per_s, int(th.rate * cfg.throttle_step_ratio))
+    if (
+        not step_up
+        and c.summary.lag_rate_per_s > 0
+        and lower < th.rate
+        and _throttle(c, p, th, lower, budgeted=True, why="lag still growing: step down")
+    ):
+        return
+    _throttle(c, p, th, th.rate, budgeted=False, why="incident continues: renew lease")
 
 
 def _throttle(c: Ctx, p: Producer, th: Throttle, rate: int, *, budgeted: bool, why: str) -> bool:
@@ -105,19 +153,22 @@ def release_throttle(c: Ctx, target: str, th: Throttle, why: str) -> None:
 def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartition]:
     """The partitions far worse than the rest: a hotspot, not a slow group.
 
-    Hot: above the enter level and at least ``ratio`` times the time lag of the worst
-    partition that is not above it (the "rest" baseline). At most a quarter of the topic's
-    partitions (and at least one) may be hot: when more lag, the group is slow, and
-    spreading is not the fix (scale_consumers is). ``worst`` comes ordered by status first,
-    so it is re-ordered by time lag here.
+    Hot: above the enter level (``behind`` it, with the thresholds' ``min_status``) and at
+    least ``ratio`` times the time lag of the worst partition that is not above it (the
+    "rest"), while that rest keeps up: it is not behind at the exit level. At most a
+    quarter of the topic's partitions (and at least one) may be hot. When more lag, or the
+    rest lags too, the group is slow, and spreading is not the fix (scale_consumers is).
+    ``worst`` comes ordered by status first, so it is re-ordered by time lag here.
     """
     if s.topic_partitions < 2 or len(s.worst) < 2:
         return []
     ranked = sorted(s.worst, key=lambda w: -w.time_lag_s)
-    above = [w for w in ranked if w.time_lag_s >= t.time_lag_s]
-    rest = ranked[len(above)] if len(above) < len(ranked) else None
+    above = [w for w in ranked if behind(w, t.time_lag_s, t.min_status)]
+    rest = next((w for w in ranked if w not in above), None)
     if rest is None or len(above) > max(1, s.topic_partitions // 4):
         return []
+    if behind(rest, t.time_lag_s * t.exit_ratio, t.min_status):
+        return []  # the rest lags too: a slow group, not a hotspot
     return [w for w in above if w.time_lag_s >= ratio * rest.time_lag_s]
 
 
@@ -204,9 +255,20 @@ def rule_leadership(c: Ctx) -> None:
            (c.incident.since_ms,), also_cools=(f"topic:{topic}",))  # fmt: skip
 
 
-def replicas_needed(s: GroupLag, lag_per_replica: int) -> int:
-    """KEDA's rule: total lag / lag per replica, rounded up (not yet capped)."""
-    return max(1, math.ceil(s.total_lag_offsets / lag_per_replica))
+#: scale for this much more throughput than the inflow: capacity to drain the backlog too
+DRAIN_HEADROOM = 1.5
+
+
+def replicas_needed(s: GroupLag, lag_per_replica: int, members: int | None = None) -> int:
+    """The larger of KEDA's rule (total lag / lag per replica, rounded up) and the rate rule:
+    ``members`` x produce / consume rate (the group's worst partitions' means) x
+    ``DRAIN_HEADROOM``, when the group consumes slower than it is produced; not yet capped."""
+    by_lag = max(1, math.ceil(s.total_lag_offsets / lag_per_replica))
+    produce = sum(w.produce_rate_per_s for w in s.worst)
+    consume = sum(w.consume_rate_per_s for w in s.worst)
+    if not members or consume <= 0 or produce <= consume:
+        return by_lag
+    return max(by_lag, math.ceil(members * produce / consume * DRAIN_HEADROOM))
 
 
 def rule_scale(c: Ctx) -> None:
@@ -220,13 +282,18 @@ def rule_scale(c: Ctx) -> None:
         return
     if c.summary.topic_partitions < 1:
         return
-    needed = replicas_needed(c.summary, c.config.lag_per_replica)
+    members = (s.health.get(g) or {}).get("members")
+    members = members if isinstance(members, int) and members > 0 else None
+    needed = replicas_needed(c.summary, c.config.lag_per_replica, members)
     replicas = min(needed, c.summary.topic_partitions)
-    if replicas <= s.scale_hints.get(g, 0):
+    if replicas <= max(s.scale_hints.get(g, 0), members or 0):
         return
     params = {"group": g, "replicas": replicas, "partitions": c.summary.topic_partitions}
     reason = c.reason(
-        "scale_consumers", replicas_needed=needed, lag_per_replica=c.config.lag_per_replica
+        "scale_consumers",
+        replicas_needed=needed,
+        lag_per_replica=c.config.lag_per_replica,
+        members=members,
     )
     if c.emit(
         ActionType.SCALE_CONSUMERS, f"group:{g}", params, reason, (c.incident.since_ms, replicas)

@@ -45,6 +45,10 @@ class Throttle:
     issued_ms: int
     lease_until_ms: int
     holders: list[str] = field(default_factory=list)  # incident keys that want it
+    # its producer's pressure reports (producer_rates v2): ``pushed`` once a report showed
+    # it pushing against the throttle, ``quiet_ms`` since when none has (-1: it pushes)
+    pushed: bool = False
+    quiet_ms: int = -1
 
 
 @dataclass(slots=True)
@@ -87,7 +91,8 @@ class PolicyState:
                           for k, i in self.incidents.items()},
             "throttles": {k: {"rate": t.rate, "since_ms": t.since_ms, "seq": t.seq,
                               "issued_ms": t.issued_ms, "lease_until_ms": t.lease_until_ms,
-                              "holders": list(t.holders)} for k, t in self.throttles.items()},
+                              "holders": list(t.holders), "pushed": t.pushed,
+                              "quiet_ms": t.quiet_ms} for k, t in self.throttles.items()},
         }  # fmt: skip
 
     @classmethod

@@ -403,8 +403,11 @@ def test_two_hot_partitions_are_both_hot_but_a_slow_group_is_not_a_hotspot() -> 
     )  # fmt: skip
     assert [w.partition for w in hot_partitions(two_hot, t, 4.0)] == [4, 11]
     # only what stands `ratio` times above the rest is hot
-    close = replace(two_hot, worst=(wp(4, 20.0), wp(11, 19.0), wp(0, 4.9)))
+    close = replace(two_hot, worst=(wp(4, 20.0), wp(11, 9.0), wp(0, 2.4)))
     assert [w.partition for w in hot_partitions(close, t, 4.0)] == [4]
+    # the rest is behind too (above the exit level, 2.5 s): a slow group, not a hotspot
+    rest_behind = replace(two_hot, worst=(wp(4, 20.0), wp(11, 19.0), wp(0, 4.9)))
+    assert hot_partitions(rest_behind, t, 4.0) == []
     # everything lags: a slow group (scale it), not a hotspot to spread
     slow = replace(two_hot, topic_partitions=4, worst=tuple(wp(p, 20.0) for p in range(4)))
     assert hot_partitions(slow, t, 4.0) == []
