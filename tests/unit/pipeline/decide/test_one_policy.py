@@ -1,0 +1,166 @@
+"""The rules that let one policy serve every incident (pure, no broker): lag counts only where
+the model judges a partition late, a rebalance's own lag and a few partitions not yet far
+behind change nothing, a cause must hold before it acts, a verdict needs a lasting effect,
+scale hints follow the rates, and a throttle follows its producer's pressure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from pipeline.decide import inputs
+from pipeline.decide.policy import level
+from pipeline.decide.policy_config import load_policy_config
+from pipeline.decide.policy_types import Thresholds
+from schemas import LagStatus, validate
+from tests.support.decide import CALM, Loop, cfg, gl, kinds, wp
+
+ROOT = Path(__file__).resolve().parents[4]
+
+GATED = {"default": {"time_lag_s": 1.0, "offset_lag": 10**9, "accel_per_s2": 10**9,
+                     "exit_ratio": 0.5, "enter_windows": 2, "exit_windows": 4,
+                     "min_status": "WARN"}}  # fmt: skip
+
+
+def ok(p: int, lag_s: float, **kw: Any) -> Any:
+    return replace(wp(p, lag_s, **kw), status=LagStatus.OK)
+
+
+def health(loop: Loop, group: str = "workers", *, members: int = 2,
+           moved_ms: int | None = None) -> None:  # fmt: skip
+    """A group_health event as the model publishes it (the fields diagnosis reads)."""
+    e = {"event": "group_health", "group": group, "observed_at_ms": loop.now, "status": "OK",
+         "members": [f"m{i}" for i in range(members)], "generation": 3,
+         "rebalances_per_min": 0.0, "commits_stalled": False, "storm": None,
+         "last_rebalance_ms": moved_ms}  # fmt: skip
+    loop.state = inputs.fold_health(loop.state, e)
+
+
+def pressure(loop: Loop, cid: str, rate: float, *, throttle_ms: float, queued: int = 0) -> None:
+    e = {"event": "producer_rates", "v": 2, "client_id": cid, "topic": "docs",
+         "records_per_s": rate / 100, "bytes_per_s": rate, "window_s": 1.0,
+         "at_ms": loop.now, "throttle_ms": throttle_ms, "queued": queued}  # fmt: skip
+    validate(e)
+    loop.state = inputs.fold_producer_rate(loop.state, e, loop.config.burst_ratio)
+
+
+def test_the_shipped_policy_loads_with_every_remedy_in_act_mode() -> None:
+    c = load_policy_config(ROOT / "deploy" / "policy.default.toml", env={})
+    assert c.mode.value == "act" and c.diagnose
+    assert {"throttle_producer", "spread_partition", "scale_consumers", "add_partitions",
+            "transfer_leadership"} <= c.enabled  # fmt: skip
+    assert c.default_thresholds.min_status == "WARN"
+
+
+def test_a_slow_committer_within_its_cadence_is_no_incident_a_late_one_is() -> None:
+    t = Thresholds(time_lag_s=1.0, exit_ratio=0.5, offset_lag=10**9, accel_per_s2=10**9,
+                   min_status="WARN")  # fmt: skip
+    # commits every 5 s: 4 s of time lag, judged OK by the model against its cadence
+    assert level(gl([ok(0, 4.0), ok(1, 3.0)]), t) == "below"
+    assert level(gl([wp(0, 4.0), ok(1, 3.0)]), t) == "above"  # late against its cadence
+    assert level(gl([wp(0, 0.6), ok(1, 3.0)]), t) == "between"
+    # OK counts every partition (the behaviour without the gate)
+    assert level(gl([ok(0, 4.0)]), replace(t, min_status="OK")) == "above"
+
+
+def test_a_few_partitions_behind_but_not_far_beyond_the_rest_change_nothing() -> None:
+    loop = Loop(cfg(thresholds=GATED))
+    near = [wp(3, 2.0), wp(1, 0.9), ok(2, 0.3), ok(0, 0.2), ok(4, 0.1)]  # 2.2x: not hot
+    loop.feed(gl(near, parts=16), 20)
+    assert loop.actions == []
+    assert loop.state.ladders and all(
+        lad["cause"] == "watching" for lad in loop.state.ladders.values()
+    )
+
+
+def test_a_rebalance_is_waited_out_then_a_lasting_slow_group_is_scaled() -> None:
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"settle_s": 5.0}))
+    slow = [wp(p, 5.0, produce=200.0, consume=100.0) for p in range(4)]
+    health(loop, members=2, moved_ms=loop.now)  # the group just rebalanced
+    loop.feed(gl(slow, parts=4), 16)  # 4 s: within settle_s
+    assert loop.actions == []
+    assert next(iter(loop.state.ladders.values()))["cause"] == "rebalancing"
+    loop.feed(gl(slow, parts=4), 8)  # settled, still slow
+    assert kinds(loop.actions) == ["scale_consumers"]
+    # 2 members x 200/100 x 1.5 = 6, capped at the 4 partitions
+    assert loop.actions[0]["params"]["replicas"] == 4
+    assert loop.actions[0]["reason"]["members"] == 2
+
+
+def test_a_slow_group_waits_its_confirmation_and_a_burst_named_meanwhile_wins() -> None:
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"confirm_s": {"slow_group": 3.0}}))
+    for _ in range(20):  # usual rates learnt while calm
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl([ok(p, 0.1) for p in range(4)], parts=4))
+    lagging = [wp(p, 5.0, produce=400.0, consume=100.0) for p in range(4)]
+    loop.feed(gl(lagging, parts=4), 6)  # slow, by the summaries alone: not yet 3 s
+    assert loop.actions == []
+    loop.rates(**{"ingest-a": 900_000.0, "ingest-b": 100_000.0})  # the report arrives
+    loop.feed(gl(lagging, parts=4), 2)
+    assert [(a["type"], a["target"]) for a in loop.actions] == [
+        ("throttle_producer", "client-id:ingest-a")
+    ]
+
+
+def test_verified_only_once_the_effect_lasts_hold_s() -> None:
+    loop = Loop(cfg(verify={"hold_s": 2.0}))
+    hot = [wp(3, 40.0, consume=0.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    loop.feed(gl(hot), 3)
+    assert kinds(loop.actions) == ["spread_partition"]
+    better = [wp(3, 20.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    loop.feed(gl(better), 4)  # 1 s better, then a relapse: no verdict yet
+    loop.feed(gl(hot), 1)
+    loop.feed(gl(better), 6)  # 1.5 s: the hold restarted at the relapse
+    assert loop.verdicts == []
+    loop.feed(gl(better), 3)
+    assert [v["result"] for v in loop.verdicts] == ["verified"]
+    assert "for 2" in loop.verdicts[0]["why"]
+
+
+def _flooded(loop: Loop) -> None:
+    for _ in range(20):
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(CALM))
+    flood = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
+    for _ in range(3):
+        loop.rates(**{"ingest-a": 900_000.0, "ingest-b": 101_000.0})
+        loop.feed(gl(flood))
+    assert kinds(loop.actions) == ["throttle_producer"]
+
+
+def test_a_throttle_is_kept_while_its_producer_pushes_then_stepped_up_then_released() -> None:
+    loop = Loop(cfg())  # lease 20 s, cooldown 5 s: renewals every 10 s
+    _flooded(loop)
+    first = loop.actions[0]["params"]["producer_byte_rate"]
+    # the consumers catch up (the incident clears) while the flooder still pushes
+    for _ in range(200):  # 50 s
+        pressure(loop, "ingest-a", 100_000.0, throttle_ms=400.0, queued=50_000)
+        loop.feed(gl(CALM))
+    throttles = [a for a in loop.actions if a["type"] == "throttle_producer"]
+    assert "release_producer" not in kinds(loop.actions)
+    rates = [a["params"]["producer_byte_rate"] for a in throttles]
+    assert rates[0] == first and rates[-1] > first  # stepped up while the consumers keep up
+    assert all(b >= a for a, b in pairwise(rates))
+    # it stops pushing (its queue drained): released after the quiet period
+    for _ in range(20):
+        pressure(loop, "ingest-a", 100_000.0, throttle_ms=0.0, queued=0)
+        loop.feed(gl(CALM))
+    assert kinds(loop.actions)[-1] == "release_producer"
+    assert loop.actions[-1]["reason"]["why"] == "its producer no longer pushes against it"
+    assert loop.state.throttles == {}
+
+
+def test_a_throttle_whose_producer_stops_pushing_is_released_mid_incident() -> None:
+    loop = Loop(cfg())
+    _flooded(loop)
+    flood = [wp(p, 20.0, produce=100.0, consume=100.0) for p in range(4)]
+    for _ in range(4):
+        pressure(loop, "ingest-a", 100_000.0, throttle_ms=300.0)
+        loop.feed(gl(flood))
+    assert "release_producer" not in kinds(loop.actions)
+    for _ in range(28):  # 7 s quiet, past the cooldown: the backlog still drains
+        pressure(loop, "ingest-a", 100_000.0, throttle_ms=0.0)
+        loop.feed(gl(flood))
+    assert kinds(loop.actions)[-1] == "release_producer"
