@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scaler": ("pipeline.keda.server", "KEDA external scaler (gRPC) on lagpilot.lag"),
     "mcp": ("pipeline.mcp.server", "MCP server for agents: lag, explain, actions, requests"),
     "actuate": ("actuators.__main__", "run the actuator: lagpilot.control -> cluster -> outcomes"),
+    "workers": (
+        "actuators.workers.supervisor",
+        "run agent worker processes, scaled by lagpilot's scale_consumers",
+    ),
     "keys": ("pipeline.keys", "make an Ed25519 role key pair: keys new --role R --out DIR"),
     "doctor": (
         "pipeline.doctor",
