@@ -1,10 +1,5 @@
 """``lagpilot workers``: the pure scale rules, which control events are obeyed, and a real
-supervisor keeping real child processes (a sleeping Python), fed actions from a queue.
-
-The supervisor module is imported inside the tests (``sv()``), not at collection: importing
-a submodule adds it to ``actuators.workers``' namespace, and test_exported_members checks
-that namespace against the SDK's public names and its known submodules.
-"""
+supervisor keeping real child processes (a sleeping Python), fed actions from a queue."""
 
 from __future__ import annotations
 
@@ -14,23 +9,17 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from actuators.workers import supervisor as sv
 from schemas import Keyring, SigningKey, encode, sign, stable_id, validate
 
 KEY = b"supervisor-unit-test-signing-key-0123"
 GROUP = "doc-parsers"
 T0_MS = 1_800_000_000_000
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-
-def sv() -> ModuleType:
-    import actuators.workers.supervisor as module
-
-    return module
 
 
 def action(replicas: int = 4, *, group: str = GROUP, now_ms: int = T0_MS, key: Any = KEY,
@@ -48,11 +37,11 @@ def action(replicas: int = 4, *, group: str = GROUP, now_ms: int = T0_MS, key: A
 
 
 def bounds(lo: int = 1, hi: int = 8, lease_s: float = 60.0, step_s: float = 10.0) -> Any:
-    return sv().Bounds(lo, hi, lease_s, step_s)
+    return sv.Bounds(lo, hi, lease_s, step_s)
 
 
 def hint(replicas: int, at_ms: int = T0_MS) -> Any:
-    return sv().Hint("a" * 32, replicas, at_ms)
+    return sv.Hint("a" * 32, replicas, at_ms)
 
 
 # --------------------------------------------------------------------------- the pure rules
@@ -60,13 +49,13 @@ def hint(replicas: int, at_ms: int = T0_MS) -> Any:
 
 def plan(h: Any, current: int, now_ms: int, b: Any = None, last_down_ms: int | None = None) -> int:
     b = b or bounds()
-    return int(sv().desired_replicas(h, current=current, now_ms=now_ms, bounds=b,
+    return int(sv.desired_replicas(h, current=current, now_ms=now_ms, bounds=b,
                                      last_down_ms=last_down_ms).replicas)  # fmt: skip
 
 
 def test_a_hint_scales_up_at_once_and_never_above_max() -> None:
     assert plan(hint(5), current=1, now_ms=T0_MS) == 5
-    got = sv().desired_replicas(hint(50), current=2, now_ms=T0_MS, bounds=bounds(hi=8),
+    got = sv.desired_replicas(hint(50), current=2, now_ms=T0_MS, bounds=bounds(hi=8),
                                 last_down_ms=None)  # fmt: skip
     assert got.replicas == 8 and "capped at --max" in got.why
 
@@ -102,12 +91,12 @@ def test_after_the_lease_one_process_per_interval_down_to_min() -> None:
 
 
 def test_bad_bounds_name_the_flag_and_the_variable() -> None:
-    with pytest.raises(sv().ConfigError, match=r"--max \(LAGPILOT_WORKERS_MAX\) = 1: .*--min"):
-        sv().check_bounds(bounds(lo=2, hi=1))
-    with pytest.raises(sv().ConfigError, match=r"--lease-s \(LAGPILOT_WORKERS_LEASE_S\) = 0"):
-        sv().check_bounds(bounds(lease_s=0))
-    with pytest.raises(sv().ConfigError, match="LAGPILOT_WORKERS_STOP_GRACE_S"):
-        sv().check_bounds(bounds(), stop_grace_s=-1)
+    with pytest.raises(sv.ConfigError, match=r"--max \(LAGPILOT_WORKERS_MAX\) = 1: .*--min"):
+        sv.check_bounds(bounds(lo=2, hi=1))
+    with pytest.raises(sv.ConfigError, match=r"--lease-s \(LAGPILOT_WORKERS_LEASE_S\) = 0"):
+        sv.check_bounds(bounds(lease_s=0))
+    with pytest.raises(sv.ConfigError, match="LAGPILOT_WORKERS_STOP_GRACE_S"):
+        sv.check_bounds(bounds(), stop_grace_s=-1)
 
 
 # --------------------------------------------------------------------------- which events
@@ -115,7 +104,7 @@ def test_bad_bounds_name_the_flag_and_the_variable() -> None:
 
 def read(event: dict[str, Any] | bytes, now_ms: int = T0_MS + 1, key: Any = KEY) -> Any:
     payload = event if isinstance(event, bytes) else encode(event)
-    return sv().read_hint(payload, group=GROUP, key=key, now_ms=now_ms)
+    return sv.read_hint(payload, group=GROUP, key=key, now_ms=now_ms)
 
 
 def test_a_signed_act_hint_for_our_group_is_read() -> None:
@@ -124,7 +113,7 @@ def test_a_signed_act_hint_for_our_group_is_read() -> None:
 
 
 def test_other_groups_expired_recommend_and_other_actions_are_not_obeyed() -> None:
-    m = sv()
+    m = sv
     assert read(action(group="crawlers")) == m.OTHER_GROUP
     assert read(action(), now_ms=T0_MS + 30_001) == m.EXPIRED
     assert read(action(mode="recommend")) == m.RECOMMEND
@@ -214,7 +203,7 @@ def make() -> Any:
 
     def build(cmd: list[str] = SLEEPER, lo: int = 1, hi: int = 3, grace_s: float = 5.0) -> Any:
         source, sink, clock = QueueSource(), ListSink(), Clock()
-        sup = sv().Supervisor(group=GROUP, cmd=cmd, bounds=bounds(lo, hi), source=source,
+        sup = sv.Supervisor(group=GROUP, cmd=cmd, bounds=bounds(lo, hi), source=source,
                               key=KEY, sink=sink, instance="sup-1", stop_grace_s=grace_s,
                               env={**os.environ, "LAGPILOT_WORKER_INSTANCE_ID": "host-a"},
                               poll_s=0.02, clock=clock)  # fmt: skip
@@ -314,7 +303,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(make: Any, tmp_p
 
 
 def test_the_command_line_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
-    main = sv().main
+    main = sv.main
     assert main(["--group", "g", "--max", "2"]) == 64  # no CMD
     assert "put it after --" in capsys.readouterr().err
     assert main(["--group", "g", "--", "true"]) == 78  # no --max
