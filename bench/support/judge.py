@@ -16,7 +16,11 @@ mode, the actuator's or workers' outcome and the product's own verdict (its
 
 ``wrong_actions`` counts interventions that do not fit, once per (type, target): renewals of
 one wrong throttle are one wrong decision. ``applied_actions`` counts actions the loop
-applied (act mode, and an ``applied``/``recorded``/``delegated`` outcome).
+applied: act mode, and an ``applied`` or ``recorded`` outcome from the actuator, or, for a
+consumer-side action the actuator ``delegated`` to the SDK workers, a ``worker_outcome``
+from at least one worker instance that did it (``applied_by``): ``delegated`` alone says
+the actuator passed it on, not that any worker obeyed (a spread addressed to a group no
+worker runs is delegated and changes nothing).
 ``verified`` is True when every fitting intervention that was applied was judged
 ``verified`` by the product (a verdict of ``no_effect`` followed by an undo is reported as
 ``undone``, never as verified), None when nothing was applied.
@@ -43,8 +47,10 @@ UNDO: dict[str, str] = {
     "restore_partition": "spread_partition",
     "release_producer": "throttle_producer",
 }
-#: outcomes that mean the action took effect (the workers report ``delegated`` consumer-side)
-APPLIED = frozenset({"applied", "recorded", "delegated"})
+#: the actuator's outcomes that mean the action took effect by its hand
+APPLIED = frozenset({"applied", "recorded"})
+#: the actuator's outcome of a consumer-side action: applied once a worker reports it
+DELEGATED = "delegated"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,16 @@ def _verdicts(verifications: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
+def partition_targets(
+    group: str, topic: str, partitions: Iterable[int], pool: str | None = None
+) -> tuple[str, ...]:
+    """The action targets of ``partitions`` of ``topic`` in ``group`` and, with ``pool``, in
+    the group a hand-off to that pool consumes them in (``<group>.pool.<pool>``, the SDK's
+    ``pool_group_id``): a partition handed off to the pool is judged there from then on."""
+    groups = [group] + ([f"{group}.pool.{pool}"] if pool else [])
+    return tuple(f"group:{g}/topic:{topic}/{p}" for g in groups for p in partitions)
+
+
 def ledger(
     actions: Sequence[dict[str, Any]],
     outcomes: Iterable[dict[str, Any]],
@@ -79,10 +95,16 @@ def ledger(
     injected: Sequence[Injected],
 ) -> list[dict[str, Any]]:
     """Every action (the control topic's ``action`` events, as issued) with its outcome, the
-    product's verdict and whether it fits what was injected (see the module)."""
+    product's verdict and whether it fits what was injected (see the module). ``outcomes``:
+    the outcomes topic's ``outcome`` events and the workers' ``worker_outcome`` events."""
     results: dict[str, list[str]] = {}
+    instances: dict[str, set[str]] = {}
     for o in outcomes:
-        if isinstance(o.get("action_id"), str) and o.get("result"):
+        if not isinstance(o.get("action_id"), str):
+            continue
+        if o.get("event") == "worker_outcome":
+            instances.setdefault(o["action_id"], set()).add(str(o.get("instance")))
+        elif o.get("result"):
             results.setdefault(o["action_id"], []).append(str(o["result"]))
     verdicts = _verdicts(verifications)
     ordered = sorted(actions, key=lambda a: a.get("issued_at", 0))
@@ -99,12 +121,17 @@ def ledger(
                 fitting_targets.add((kind, target))
         got = results.get(str(a.get("id")), [])
         said = verdicts.get(str(a.get("id")), [])
+        by = len(instances.get(str(a.get("id")), ()))
+        took = any(r in APPLIED for r in got) or (DELEGATED in got and by > 0)
         rows.append({
             "at_ms": a.get("issued_at"), "id": a.get("id"), "type": kind, "target": target,
             "mode": a.get("mode"), "cause": reason.get("cause"), "fits": fits,
-            "outcome": next((r for r in got if r in APPLIED), got[0] if got else None),
-            "applied": a.get("mode") == "act" and any(r in APPLIED for r in got),
+            "outcome": next((r for r in got if r in APPLIED or r == DELEGATED),
+                            got[0] if got else None),
+            "applied_by": by, "applied": a.get("mode") == "act" and took,
             "verdict": "verified" if "verified" in said else (said[-1] if said else None),
+            "rule": reason.get("rule"), "params": a.get("params"),
+            "evidence": reason.get("evidence"),
         })  # fmt: skip
     _mark_undone(rows)
     return rows
@@ -154,3 +181,22 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "applied_actions": applied_actions(rows),
         "verified": verified(rows),
     }
+
+
+def judge_run(
+    actions: Sequence[dict[str, Any]],
+    reported: Iterable[dict[str, Any]],
+    injected: Sequence[Injected],
+    start_ms: int = 0,
+) -> dict[str, Any]:
+    """``summary`` of one run from what it published: the control topic's ``action`` events
+    and everything on its outcomes topic (``outcome``, ``worker_outcome``, ``verification``
+    events); each row's ``at_ms`` counted from ``start_ms``."""
+    events = list(reported)
+    done = [e for e in events if e.get("event") in ("outcome", "worker_outcome")]
+    said = [e for e in events if e.get("event") == "verification"]
+    rows = ledger(actions, done, said, injected)
+    for row in rows:
+        if isinstance(row["at_ms"], int):
+            row["at_ms"] -= start_ms
+    return summary(rows)
