@@ -1,12 +1,13 @@
 """``make demo``: the incident lagpilot exists for, live, on a laptop, in about two minutes.
 
 Starts the local Kafka broker if none answers (and stops it at the end), then runs an agent
-swarm (bench/support/swarm.py) into ``agent-perception-stream``, lagpilot's pipeline in ``act``
-mode (deploy/policy.demo.toml) and its actuator. Halfway through warm-up an avalanche of
-heavy documents hits partitions 4 and 11; the screen shows every partition's lag, time lag
-and status, the worker lanes, and each action lagpilot takes with its outcome, then a
-summary. Ctrl-C, closing the terminal (SIGHUP) or a SIGTERM stop everything cleanly: the
-swarm, the pipeline, the actuator and the broker if the demo started it.
+swarm (bench/support/swarm.py) into ``agents.perception``, lagpilot's pipeline under the
+shipped policy (deploy/policy.default.toml, as it is) and its actuator. After the warm-up
+an avalanche of heavy documents hits partitions 4 and 11; the screen shows every
+partition's lag, time lag and status, the worker lanes, and each action lagpilot takes
+with its outcome, then a summary. Ctrl-C, closing the terminal (SIGHUP) or a SIGTERM stop
+everything cleanly: the swarm, the pipeline, the actuator and the broker if the demo
+started it.
 
     .venv/bin/python -m bench.demo [--avalanche-s 30] [--no-screen]
 """

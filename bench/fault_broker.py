@@ -1,7 +1,7 @@
 """Fault row 1: the single broker killed (-9) mid-run and restarted 10 s later, while the
-swarm produces at a moderate rate, its SDK workers consume, the pipeline runs in ``act`` mode
-(``deploy/policy.demo.toml``) and the actuator (Kafka backend) runs. No lagpilot process and
-no worker is restarted.
+swarm produces at a moderate rate, its SDK workers consume, the pipeline runs the shipped
+policy (``deploy/policy.default.toml``, act mode) and the actuator (Kafka backend) runs. No
+lagpilot process and no worker is restarted.
 
 The broker is this benchmark's own (``bench.support.broker.OwnBroker``: ``deploy/local/kafka.sh``
 with its own port and run folder); only the PID that ``kafka.sh`` recorded for it is killed.
@@ -39,10 +39,9 @@ from actuators.quotas import QuotaClient
 from bench.fault_doc import RECOVER_TARGET_S
 from bench.support.actuator_harness import throttle
 from bench.support.broker import OwnBroker
-from bench.support.control_loop import DEMO_KEY, read_topic, wait_modelling
+from bench.support.control_loop import DEFAULT_POLICY, DEMO_KEY, read_topic, wait_modelling
 from bench.support.harness import LagReader, PipelineProcess, free_port
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
-from bench.war_story import DEMO_POLICY
 from schemas import encode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,7 +156,7 @@ def under_load(
     runs 10 s in; recovery is measured from each time it clears. The pipeline and the
     workers may reach the broker by other addresses (a cutting proxy, row 3). The swarm's
     group is ``agent-workers-<run_id>``. ``hot_partition``: from 8 s in, heavy documents on
-    that partition (an incident: the demo policy spreads it over lanes). ``replication``: the
+    that partition (an incident: the shipped policy spreads it over lanes). ``replication``: the
     replication factor of the swarm's, the control and the pipeline's topics (3 on a
     3-node cluster, as one is run: a node's restart then moves leaders, not stops them)."""
     run_id = run_id or uuid.uuid4().hex[:6]
@@ -186,7 +185,7 @@ def under_load(
         f"{cfg.topic}$",
         workdir / f"state-{run_id}",
         LAGPILOT_RUN_POLICY="true",
-        LAGPILOT_POLICY_FILE=str(DEMO_POLICY),
+        LAGPILOT_POLICY_FILE=str(DEFAULT_POLICY),
         LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
         LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
         LAGPILOT_REPLICATION_FACTOR=str(replication),

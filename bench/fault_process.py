@@ -123,7 +123,7 @@ def actuator_kill(bootstrap: str, tmp: Path, n: int) -> dict[str, Any]:
 def pipeline_kill(bootstrap: str, tmp: Path, run_s: float = 50.0) -> dict[str, Any]:
     """Row 4a: ``lagpilot run`` (act) SIGKILLed mid-incident, a replacement started on the
     same state folder and consumer group. The load is row 1's (``fault_broker.under_load``)
-    with one hot partition (heavy documents from 8 s in: the demo policy spreads it); the
+    with one hot partition (heavy documents from 8 s in: the shipped policy spreads it); the
     pipeline is killed as soon as its first action is on the control topic. Counted:
     ``published_again`` (action ids the replacement published again: its input since the
     last checkpoint is replayed, and the ids are stable), ``duplicate_actions`` (ids applied

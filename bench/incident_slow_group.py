@@ -1,13 +1,14 @@
 """The ``slow_group`` incident: inflow rises above the group's capacity on every partition.
 
-A topic of ``partitions`` partitions is written evenly at ``base_per_s`` records/s; from
+A topic (``agents.slow_group.<arm>-<run>``) of ``partitions`` partitions is written evenly
+by one producer (``agent-<run>-0``) at ``base_per_s`` records/s; from
 ``warmup_s`` the inflow ramps over ``ramp_s`` to ``peak_per_s`` (above what even one worker
 per partition can process), holds it for ``peak_s``, then falls back to ``base_per_s``.
 Each worker (worker SDK, one handler thread: a pod with one CPU) processes
 ``1000 / work_ms`` records/s; the group starts with one worker.
 
 Off: the pipeline models lag, the policy is off; the group keeps its one worker. On: the
-policy runs in act mode (diagnosis on; ladder ``slow_group = [scale_consumers,
+shipped policy runs as it is (ladder ``slow_group = [scale_consumers,
 add_partitions:recommend]``), the actuator records the ``scale_consumers`` hint, and a
 scripted autoscaler (``Autoscaler``) adds one worker every ``scale_period_s`` while the
 group has fewer workers than the latest hint, as an HPA fed by lagpilot's KEDA metric
@@ -15,8 +16,9 @@ would (an HPA adds pods per period; never above the partition count, as lagpilot
 hint there). Once the hint reached the partition count and the lag still grows, the
 ladder's next step recommends ``add_partitions``.
 
-Reported per run: p50/p99/max latency, lost and duplicates, the worst time lag, workers
-over time, and for the on run the actions, outcomes and verdicts.
+Reported per run: p50/p99/max latency, dropped, lost and duplicates, the worst time lag,
+workers over time, and for the on run every action judged against the injected slow
+group (bench/support/judge.py), its outcomes and the product's verdicts.
 """
 
 from __future__ import annotations
@@ -34,18 +36,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from actuators.workers import Worker
 from bench.support.control_loop import ControlLoop, both_arms
-from bench.support.control_loop import policy_toml as policy_toml_of
 from bench.support.harness import LagReader
+from bench.support.judge import Injected, judge_run
 from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import (
-    action_row,
-    outcome_rows,
-    remedy_of,
-    timeline,
-    verdict_rows,
-)
-from bench.support.verdicts import verified_of as suite_verified_of
+from bench.support.verdicts import outcome_rows, remedy_of, timeline, verdict_rows
 
 
 @dataclass(frozen=True)
@@ -59,21 +54,6 @@ class SlowShape:
     peak_s: float = 12.0
     cooldown_s: float = 4.0
     scale_period_s: float = 2.0  # the autoscaler adds at most one worker this often
-    time_lag_s: float = 1.0  # the policy's entry threshold
-    scale_deadline_s: float = 8.0  # the scale_consumers step's deadline
-
-
-def policy_toml(shape: SlowShape, topic: str) -> str:
-    extra = f"""
-[scale]
-lag_per_replica = 20
-
-[ladders.default]
-slow_group = ["scale_consumers:{shape.scale_deadline_s:g}", "add_partitions:30:recommend"]
-"""
-    return policy_toml_of(version="incident-slow-group", time_lag_s=shape.time_lag_s,
-                          enabled=["scale_consumers", "add_partitions"],
-                          partition_topics=[topic], extra=extra)  # fmt: skip
 
 
 def inflow_per_s(shape: SlowShape, t_s: float) -> float:
@@ -132,9 +112,9 @@ class Autoscaler:
 
 def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> dict[str, Any]:
     run = f"sg{uuid.uuid4().hex[:6]}"
-    topic, group = f"incident-slow.{'on' if on else 'off'}-{run}", f"slow-workers-{run}"
+    topic, group = f"agents.slow_group.{'on' if on else 'off'}-{run}", f"slow-workers-{run}"
     ensure_topic(bootstrap, topic, shape.partitions)
-    loop = ControlLoop.start(bootstrap, topic, run, workdir, policy_toml(shape, topic), on=on)
+    loop = ControlLoop.start(bootstrap, topic, run, workdir, on=on)
     control, outcomes = loop.control, loop.outcomes
     reader = LagReader(bootstrap, {group}).start()
     ledger = Ledger(workdir / f"effects-{run}.sqlite")
@@ -166,6 +146,12 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         else None
     )
     ids: set[str] = set()
+    acked: set[str] = set()
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.add(orjson.loads(msg.value().split(b"\n", 1)[0])["id"])
+
     drained = False
     start_ms = 0
     try:
@@ -178,8 +164,8 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
             scaler.start()
         # idempotent: a retried produce on a loaded broker must not write a record twice (a
         # second copy has its own offset, so the workers would apply it a second time)
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                             "enable.idempotence": True})  # fmt: skip
+        producer = Producer({"bootstrap.servers": bootstrap, "client.id": f"agent-{run}-0",
+                             "linger.ms": 5, "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)  # the ramp begins
         end_s = shape.warmup_s + shape.ramp_s + shape.peak_s + shape.cooldown_s
@@ -191,7 +177,7 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
                 mid = f"{run}-{n}"
                 head = {"id": mid, "produced_ms": int(time.time() * 1000)}
                 producer.produce(topic, orjson.dumps(head) + b"\n" + b"x" * 256,
-                                 partition=n % shape.partitions)  # fmt: skip
+                                 partition=n % shape.partitions, on_delivery=delivered)  # fmt: skip
                 ids.add(mid)
                 n += 1
             producer.poll(0)
@@ -199,7 +185,7 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         producer.flush(30)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            if ids <= {r[0] for r in ledger.rows()}:
+            if acked <= {r[0] for r in ledger.rows()}:
                 drained = True
                 break
             time.sleep(0.5)
@@ -216,13 +202,16 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
     latency = np.array([r[4] - r[3] for r in rows], dtype=np.float64)
     events = reader.select(lambda e: e["event"] == "partition_lag")
     detected = [e for e in events if e["status"] != "OK" and e["observed_at_ms"] >= start_ms]
-    actions = loop.actions()
     reported = loop.reported() if on else []
+    # what was injected: inflow above the whole group's capacity, on every partition
+    slow = Injected("slow_group", (f"group:{group}", f"topic:{topic}"))
     return {
+        "policy_sha256": loop.policy_sha256,
         "drained": drained,
-        "produced": len(ids),
+        "produced": len(acked),
+        "dropped": len(ids - acked),  # never acknowledged: the harness gave them up
         "processed": len(set(done)),
-        "lost": len(ids - set(done)),
+        "lost": len(acked - set(done)),
         "duplicates": len(done) - len(set(done)),
         "p50_ms": round(float(np.percentile(latency, 50)), 1) if len(latency) else None,
         "p99_ms": round(float(np.percentile(latency, 99)), 1) if len(latency) else None,
@@ -232,22 +221,11 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
         "workers": len(workers),
         "workers_at_ms": [[t - start_ms, k] for t, k in workers_at],
         "hints_at_ms": [[t - start_ms, r] for t, r in scaler.hints] if scaler else [],
-        "actions": [action_row(a, start_ms) for a in actions],
+        **judge_run(loop.actions(), reported, [slow], start_ms),
         "outcomes": outcome_rows(reported),
         "verdicts": verdict_rows(reported, start_ms),
         "timeline": timeline(events, start_ms),
     }
-
-
-def verified_of(run: dict[str, Any]) -> bool | None:
-    """The suite's rule (``bench.support.verdicts``) over the actions applied in act mode
-    (applied, recorded or delegated: not a recommendation): every target they changed
-    ended verified, or was undone (a restore is an undo, not a change to verify); None if
-    nothing was applied."""
-    acted = {o["action_id"] for o in run["outcomes"]
-             if o["result"] in ("applied", "recorded", "delegated")}  # fmt: skip
-    applied = [a for a in run["actions"] if a["id"] in acted and a["mode"] == "act"]
-    return suite_verified_of(applied, run["verdicts"])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -266,13 +244,19 @@ def slow_group(
         "causes": sorted({a["cause"] for a in on["actions"] if a["cause"]}),
         "detection_ms": on["detection_ms"],
         "first_action_ms": min((a["at_ms"] for a in on["actions"]), default=None),
-        "verified": verified_of(on),
+        "policy_sha256": on["policy_sha256"],
+        "actions": on["actions"],
+        "wrong_actions": on["wrong_actions"],
+        "wrong_undos": on["wrong_undos"],
+        "applied_actions": on["applied_actions"],
+        "verified": on["verified"],
         "verdicts": on["verdicts"],
         "off_p99_ms": off["p99_ms"],
         "on_p99_ms": on["p99_ms"],
         "ratio": _ratio(off["p99_ms"], on["p99_ms"]),
         "off_max_time_lag_s": off["max_time_lag_s"],
         "on_max_time_lag_s": on["max_time_lag_s"],
+        "dropped": off["dropped"] + on["dropped"],  # either arm's: its figures lack them
         "lost": on["lost"],
         "duplicates": on["duplicates"],
         "workers_off": off["workers"],
@@ -285,12 +269,13 @@ def slow_group(
         "add_partitions_at_partition_count": bool(adds)
         and on["workers"] >= shape.partitions
         and all(a["params"]["current"] == shape.partitions for a in adds),
-        "off": {k: v for k, v in off.items() if k != "timeline"},
-        "on": {k: v for k, v in on.items() if k != "timeline"},
+        "off": {k: v for k, v in off.items() if k not in ("timeline", "actions")},
+        "on": {k: v for k, v in on.items() if k not in ("timeline", "actions")},
         "shape": {k: getattr(shape, k) for k in shape.__dataclass_fields__},
         "targets": {
             "remedy": ["scale_consumers", "add_partitions"],
             "add_partitions_mode": "recommend",
+            "wrong_actions": 0,
             "lost": 0,
             "duplicates": 0,
         },

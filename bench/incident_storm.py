@@ -1,19 +1,26 @@
 """The ``storm`` incident: every member that takes the heavy partition dies on it.
 
 ``members`` worker processes (worker SDK, dynamic membership as in a Deployment, client id
-``<run>-m<i>``) share a topic of ``partitions`` partitions written at ``rate_per_s``. From
+``<run>-m<i>``) share a topic (``agents.storm.<arm>-<run>``) of ``partitions`` partitions
+written at ``rate_per_s`` by one producer (``agent-<run>-0``). From
 ``warmup_s``, partition ``heavy_partition`` also carries a heavy document every
 ``heavy_every_s``: a member that starts one dies at once (``os._exit(137)``, the stand-in
 for the out-of-memory kill of a pod too small for it), without a commit or a LeaveGroup.
-A supervisor restarts a dead member after ``restart_s`` (the kubelet). The coordinator
-notices the death after ``session_timeout_ms``; the partition goes to another member, which
-dies on the same document: a rebalance storm that never ends by itself.
+A restarter (bench/support/restarter.py) starts a dead member again after ``restart_s``
+(the kubelet). The coordinator notices the death after ``session_timeout_ms``; the partition
+goes to another member, which dies on the same document: a rebalance storm that never ends
+by itself. The storm begins after ``warmup_s``, longer than the pipeline's storm window,
+so the members' first joins are out of the window by then.
 
-Off: the pipeline models lag and group health, the policy is off. On: the policy runs in
-act mode with diagnosis on and ``hotspot.pool = "highmem"``; a ``PoolWorker`` (the dedicated
-high-memory pool, which processes heavy documents without dying) runs beside the group.
-Expected: ``rebalance_storm`` diagnosed, the heavy partition handed off to the pool (the
-``handoff_member`` step), rebalances stop, nothing lost or repeated.
+Both arms run the shipped policy and the pipeline's defaults (storm window, stall time,
+group health interval: nothing overridden), and a ``PoolWorker`` of the policy's pool
+(``hotspot.pool``: a dedicated pool that processes heavy documents without dying) beside
+the group. Off: the pipeline models lag and group health, the policy is off. On: the policy
+acts. Expected: ``rebalance_storm`` diagnosed, the partitions of the member that keeps
+leaving handed off to the pool (the ``handoff_member`` step), rebalances stop, nothing lost
+or repeated. What was injected, for the judge: a rebalance storm whose targets are the
+partitions the dead members held when they died (bench/support/health_reads.py), in the
+group and in the pool's group.
 
 Reported per run: rebalances (generation moves seen in the group's ``group_health``) and
 rebalances per minute over the storm, member deaths, p50/p99/max latency, lost and
@@ -25,9 +32,6 @@ A member process is ``python -m bench.storm_member ...`` (a small module: it sta
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -39,23 +43,22 @@ import orjson
 from confluent_kafka import Producer
 
 from actuators.workers import PoolWorker
-from bench.incident_slow_group import verified_of
 from bench.storm_member import record
-from bench.support.control_loop import ControlLoop, both_arms
-from bench.support.control_loop import policy_toml as policy_toml_of
+from bench.support.control_loop import ControlLoop, both_arms, policy_config
 from bench.support.harness import LagReader
+from bench.support.health_reads import held_at_death, rebalances
+from bench.support.judge import Injected, judge_run, partition_targets
 from bench.support.plots import action_lines, pyplot, time_lag_lines
+from bench.support.restarter import Restarter
 from bench.support.swarm import Ledger, ensure_topic
-from bench.support.verdicts import (
-    action_row,
-    outcome_rows,
-    remedy_of,
-    timeline,
-    verdict_rows,
-)
+from bench.support.verdicts import outcome_rows, remedy_of, timeline, verdict_rows
+from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-POOL = "highmem"
+#: the pipeline's storm rules, run at their shipped defaults (nothing overridden); the
+#: results record them with the shape
+PIPELINE_STORM_SETTINGS = ("storm_rebalances", "storm_window_s", "group_stall_s",
+                           "group_health_interval_ms")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,106 +70,62 @@ class StormShape:
     work_ms: float = 5.0
     heavy_every_s: float = 4.0
     heavy_work_ms: float = 400.0  # in the pool
-    warmup_s: float = 30.0  # the members' joins leave the storm window before it starts
+    # the members' joins leave the pipeline's storm window (its default) before it starts
+    warmup_s: float = Settings.storm_window_s + 5.0
     storm_s: float = 180.0
     restart_s: float = 1.0
     session_timeout_ms: int = 6000  # the broker's group.min.session.timeout.ms
-    time_lag_s: float = 2.0
-    stall_s: float = 10.0  # the pipeline's group_stall_s (its default)
-    storm_window_s: float = 30.0  # the pipeline's storm_window_s (default 60)
     drain_s: float = 60.0  # on: how long to wait for every message once the storm ends
 
 
-def policy_toml(shape: StormShape) -> str:
-    extra = f"""
-[hotspot]
-ratio = 3.0
-lanes = 4
-pool = "{POOL}"
+class _Producer:
+    """The storm's one agent (``agent-<run>-0``): the normal records, and from ``warmup_s``
+    a heavy document on the heavy partition every ``heavy_every_s``; every record it meant
+    to send is kept, with the broker's acknowledgement (idempotent: a retried produce on a
+    loaded broker never writes a record twice, which the workers would apply twice)."""
 
-[ladders.default]
-rebalance_storm = ["handoff_member:30"]
-"""
-    return policy_toml_of(version="incident-storm", time_lag_s=shape.time_lag_s, cooldown_s=5,
-                          actions_per_minute=30, ttl_s=60, extra=extra,
-                          enabled=["spread_partition", "restore_partition"])  # fmt: skip
+    def __init__(self, bootstrap: str, topic: str, run: str, shape: StormShape) -> None:
+        self.topic, self.run_id, self.shape = topic, run, shape
+        self.ids: dict[str, tuple[int, int]] = {}  # id -> (produced ms, partition)
+        self.acked: set[str] = set()
+        self._p = Producer({"bootstrap.servers": bootstrap, "client.id": f"agent-{run}-0",
+                            "linger.ms": 5, "enable.idempotence": True})  # fmt: skip
 
+    def _send(self, mid: str, heavy: bool, partition: int, pad: int) -> None:
+        produced_ms = int(time.time() * 1000)
+        head = {"id": mid, "heavy": heavy, "produced_ms": produced_ms}
+        value = orjson.dumps(head) + b"\n" + b"x" * pad
+        self._p.produce(self.topic, value, partition=partition, on_delivery=self._acked(mid))
+        self.ids[mid] = (produced_ms, partition)
 
-class Supervisor:
-    """Keeps ``members`` member processes running: a dead one is restarted after
-    ``restart_s`` (with the same client id, as a restarted container keeps its pod)."""
+    def _acked(self, mid: str) -> Any:
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is None:
+                self.acked.add(mid)
 
-    def __init__(self, args: list[str], members: int, run: str, restart_s: float,
-                 logdir: Path) -> None:  # fmt: skip
-        self.args, self.run, self.restart_s, self.logdir = args, run, restart_s, logdir
-        self.procs: list[subprocess.Popen[bytes] | None] = [None] * members
-        self.deaths: list[tuple[int, int]] = []  # (ms, member)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        return delivered
 
-    def _spawn(self, i: int) -> None:
-        log = open(self.logdir / f"member-{self.run}-{i}.log", "ab")  # noqa: SIM115
-        self.procs[i] = subprocess.Popen(
-            [sys.executable, "-m", "bench.storm_member", *self.args,
-             "--client-id", f"{self.run}-m{i}"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-    def start(self) -> Supervisor:
-        for i in range(len(self.procs)):
-            self._spawn(i)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        dead_since: dict[int, float] = {}
-        while not self._stop.is_set():
-            for i, p in enumerate(self.procs):
-                if p is None or p.poll() is None:
-                    continue
-                if i not in dead_since:
-                    dead_since[i] = time.monotonic()
-                    self.deaths.append((int(time.time() * 1000), i))
-                elif time.monotonic() - dead_since[i] >= self.restart_s:
-                    del dead_since[i]
-                    self._spawn(i)
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for p in self.procs:
-            if p is not None and p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            if p is not None:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-
-
-def _rebalances(health: list[dict[str, Any]], start_ms: int, end_ms: int) -> int:
-    """Generation moves the coordinator made between ``start_ms`` and ``end_ms``."""
-    gens = sorted((e["observed_at_ms"], e["generation"]) for e in health if e["generation"] >= 0)
-    before = [g for t, g in gens if t <= start_ms]
-    within = [g for t, g in gens if start_ms < t <= end_ms]
-    if not within:
-        return 0
-    return max(within) - (before[-1] if before else min(within))
+    def run(self) -> None:
+        s, t0 = self.shape, time.monotonic()
+        n = heavy = 0
+        while (now_s := time.monotonic() - t0) < s.warmup_s + s.storm_s:
+            while n < int(now_s * s.rate_per_s):
+                self._send(f"{self.run_id}-{n}", False, n % s.partitions, 256)
+                n += 1
+            if now_s >= s.warmup_s and heavy <= (now_s - s.warmup_s) / s.heavy_every_s:
+                self._send(f"{self.run_id}-doc-{heavy}", True, s.heavy_partition, 4096)
+                heavy += 1
+            self._p.poll(0)
+            time.sleep(0.01)
+        self._p.flush(30)
 
 
 def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> dict[str, Any]:
     run = f"st{uuid.uuid4().hex[:6]}"
-    topic, group = f"incident-storm.{'on' if on else 'off'}-{run}", f"storm-workers-{run}"
+    topic, group = f"agents.storm.{'on' if on else 'off'}-{run}", f"storm-workers-{run}"
     ensure_topic(bootstrap, topic, shape.partitions)
-    loop = ControlLoop.start(
-        bootstrap, topic, run, workdir, policy_toml(shape), on=on,
-        LAGPILOT_GROUP_STALL_S=str(shape.stall_s),
-        LAGPILOT_STORM_WINDOW_S=str(shape.storm_window_s),
-        LAGPILOT_GROUP_HEALTH_INTERVAL_MS="1000",
-    )  # fmt: skip
-    control, outcomes = loop.control, loop.outcomes
+    loop = ControlLoop.start(bootstrap, topic, run, workdir, on=on)
+    pool_name = policy_config(loop.policy).spread_pool
     reader = LagReader(bootstrap, {group}).start()
     ledger = Ledger(workdir / f"effects-{run}.sqlite")
 
@@ -175,70 +134,49 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
         time.sleep((shape.heavy_work_ms if head["heavy"] else shape.work_ms) / 1000)
         record(ctx, head, msg.partition())
 
+    # the dedicated pool a team that ships ``hotspot.pool`` runs, in both arms (it idles
+    # unless lagpilot hands a partition off)
     pool = (
         PoolWorker(
-            pool=POOL,
+            pool=pool_name,
             bootstrap=bootstrap,
             group=group,
             handler=pool_handle,
             max_workers=4,
             dedupe=ledger.path,
-            control_topic=control,
-            outcomes_topic=outcomes,
+            control_topic=loop.control,
+            outcomes_topic=loop.outcomes,
             commit_interval_s=0.2,
         )
-        if on
+        if pool_name
         else None
     )
     member_args = ["--bootstrap", bootstrap, "--topic", topic, "--group", group,
-                   "--control", control, "--outcomes", outcomes if on else "",
+                   "--control", loop.control, "--outcomes", loop.outcomes if on else "",
                    "--ledger", str(ledger.path), "--work-ms", str(shape.work_ms),
                    "--session-timeout-ms", str(shape.session_timeout_ms)]  # fmt: skip
-    supervisor = Supervisor(member_args, shape.members, run, shape.restart_s, workdir)
-    ids: dict[str, tuple[int, int]] = {}  # id -> (produced ms, partition)
+    members = Restarter("bench.storm_member", member_args, shape.members, run, shape.restart_s,
+                        workdir)  # fmt: skip
+    agent = _Producer(bootstrap, topic, run, shape)
     start_ms = end_ms = 0
     drained = False
     try:
         loop.wait_modelling()
         if pool is not None:
             pool.start()
-        supervisor.start()
+        members.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not reader.select(
             lambda e: e["event"] == "group_health" and len(e["members"]) == shape.members
         ):
             time.sleep(0.2)  # the clock starts once every member joined
-        # idempotent: a retried produce on a loaded broker must not write a record twice (a
-        # second copy has its own offset, so the workers would apply it a second time)
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                             "enable.idempotence": True})  # fmt: skip
-        t0 = time.monotonic()
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)
-        end_s = shape.warmup_s + shape.storm_s
-        n = heavy = 0
-        while (now_s := time.monotonic() - t0) < end_s:
-            while n < int(now_s * shape.rate_per_s):
-                mid = f"{run}-{n}"
-                head = {"id": mid, "heavy": False, "produced_ms": int(time.time() * 1000)}
-                producer.produce(topic, orjson.dumps(head) + b"\n" + b"x" * 256,
-                                 partition=n % shape.partitions)  # fmt: skip
-                ids[mid] = (head["produced_ms"], n % shape.partitions)
-                n += 1
-            if now_s >= shape.warmup_s and heavy <= (now_s - shape.warmup_s) / shape.heavy_every_s:
-                mid = f"{run}-doc-{heavy}"
-                head = {"id": mid, "heavy": True, "produced_ms": int(time.time() * 1000)}
-                producer.produce(topic, orjson.dumps(head) + b"\n" + b"x" * 4096,
-                                 partition=shape.heavy_partition)  # fmt: skip
-                ids[mid] = (head["produced_ms"], shape.heavy_partition)
-                heavy += 1
-            producer.poll(0)
-            time.sleep(0.01)
-        producer.flush(30)
+        agent.run()
         end_ms = int(time.time() * 1000)
         if on:  # off, the heavy partition never drains: nothing to wait for
             deadline = time.monotonic() + shape.drain_s
             while time.monotonic() < deadline:
-                if set(ids) <= {r[0] for r in ledger.rows()}:
+                if agent.acked <= {r[0] for r in ledger.rows()}:
                     drained = True
                     break
                 time.sleep(0.5)
@@ -246,66 +184,96 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
             time.sleep(3.0)
         time.sleep(1.0)
     finally:
-        supervisor.stop()
+        members.stop()
         if pool is not None:
             pool.stop()
         reader.close()
         loop.stop()
+    health = reader.select(lambda e: e["event"] == "group_health")
+    reported = loop.reported() if on else []
+    # what was injected: a poisoned partition that kills each member taking it. A fitting
+    # remedy hands off the partitions of the member that keeps leaving: those the dead
+    # members held when they died (the heavy one always). In the pool's group the same
+    # partitions fit too: a handed-off partition arrives there with the backlog the storm
+    # left, and spreading that backlog over the pool's lanes drains what the injected
+    # incident caused, on partitions lagpilot already moved, touching nothing else.
+    deaths = [d for d in members.deaths if start_ms <= d[0] <= end_ms]
+    poisoned = {shape.heavy_partition} | held_at_death(health, topic, deaths)
+    storm = Injected("rebalance_storm", partition_targets(group, topic, sorted(poisoned),
+                                                          pool_name))  # fmt: skip
+    return {
+        "policy_sha256": loop.policy_sha256,
+        "pool": pool_name,
+        "drained": drained,
+        "injected_partitions": sorted(poisoned),
+        **_latencies(agent, ledger, shape.partitions),
+        **_storm_figures(health, reported, members.deaths, start_ms, end_ms),
+        **judge_run(loop.actions(), reported, [storm], start_ms),
+        "outcomes": outcome_rows(reported),
+        "verdicts": verdict_rows(reported, start_ms),
+        "timeline": timeline(reader.select(lambda e: e["event"] == "partition_lag"), start_ms),
+    }
+
+
+def _latencies(agent: _Producer, ledger: Ledger, partitions: int) -> dict[str, Any]:
+    """Latency, lost and duplicates of the records the agent got written (``dropped``: the
+    ones the broker never acknowledged); a record never processed counts at its age when
+    the run stopped (a lower bound, flagged ``p99_lower_bound``)."""
     stopped_ms = int(time.time() * 1000)
     rows = ledger.rows()
     done = [r[0] for r in rows]
-    missing = set(ids) - set(done)
-    # a message never processed waited at least until the run stopped
+    missing = agent.acked - set(done)
+    ids = agent.ids
     latency = np.array([r[4] - r[3] for r in rows] + [stopped_ms - ids[m][0] for m in missing],
                        dtype=np.float64)  # fmt: skip
-    health = reader.select(lambda e: e["event"] == "group_health")
-    events = reader.select(lambda e: e["event"] == "partition_lag")
-    storms = [e for e in health if e["status"] == "STORM" and e["observed_at_ms"] >= start_ms]
-    actions = loop.actions()
-    reported = loop.reported() if on else []
-    rebalances = _rebalances(health, start_ms, end_ms)
-    minutes = max((end_ms - start_ms) / 60_000, 1e-9)
-    handed_ms = sorted(
-        o["at"]
-        for o in reported
-        if o.get("event") == "worker_outcome" and o.get("did") == "handoff_started"
-    )
-    after = _rebalances(health, handed_ms[0], end_ms) if handed_ms else None
-    handed = [o for o in reported if o.get("event") == "worker_outcome"
-              and o.get("did") == "handoff_started"]  # fmt: skip
     return {
-        "drained": drained,
-        "produced": len(ids),
+        "produced": len(agent.acked),
+        "dropped": len(set(ids) - agent.acked),
         "processed": len(set(done)),
         "lost": len(missing),
         "lost_by_partition": {
-            str(p): n
-            for p in range(shape.partitions)
-            if (n := sum(1 for m in missing if ids[m][1] == p))
+            str(p): n for p in range(partitions) if (n := sum(ids[m][1] == p for m in missing))
         },
         "duplicates": len(done) - len(set(done)),
         "p50_ms": round(float(np.percentile(latency, 50)), 1) if len(latency) else None,
         "p99_ms": round(float(np.percentile(latency, 99)), 1) if len(latency) else None,
         "max_ms": round(float(latency.max()), 1) if len(latency) else None,
         "p99_lower_bound": bool(missing),
-        "rebalances": rebalances,
-        "rebalances_per_min": round(rebalances / minutes, 2),
+    }
+
+
+def _storm_figures(
+    health: list[dict[str, Any]], reported: list[dict[str, Any]],
+    deaths: list[tuple[int, str]], start_ms: int, end_ms: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Rebalances (generation moves in ``group_health``) per minute over the storm, and after
+    the first hand-off started; member deaths; when the model first said STORM."""
+    count = rebalances(health, start_ms, end_ms)
+    minutes = max((end_ms - start_ms) / 60_000, 1e-9)
+    handed = sorted(
+        o["at"]
+        for o in reported
+        if o.get("event") == "worker_outcome"
+        and o.get("did") == "handoff_started"
+        and isinstance(o.get("at"), int)
+    )
+    after = rebalances(health, handed[0], end_ms) if handed else None
+    storms = [e["observed_at_ms"] for e in health
+              if e["status"] == "STORM" and e["observed_at_ms"] >= start_ms]  # fmt: skip
+    return {
+        "rebalances": count,
+        "rebalances_per_min": round(count / minutes, 2),
         "storm_minutes": round(minutes, 3),
         "rebalances_after_handoff": after,
         "rebalances_per_min_after_handoff": round(
-            after / max((end_ms - handed_ms[0]) / 60_000, 1e-9), 2
+            after / max((end_ms - handed[0]) / 60_000, 1e-9), 2
         )
-        if handed_ms and after is not None
+        if handed and after is not None
         else None,
-        "deaths": len([d for d in supervisor.deaths if d[0] >= start_ms]),
-        "deaths_at_ms": [d[0] - start_ms for d in supervisor.deaths],
-        "storm_detected_ms": (min(e["observed_at_ms"] for e in storms) - start_ms)
-        if storms
-        else None,
-        "handoff_started_ms": [o["at"] - start_ms for o in handed if isinstance(o.get("at"), int)],
-        "max_time_lag_s": max((e["time_lag_s"] for e in events), default=0.0),
-        "actions": [action_row(a, start_ms) for a in actions],
-        "outcomes": outcome_rows(reported),
+        "deaths": len([d for d in deaths if d[0] >= start_ms]),
+        "deaths_at_ms": [d[0] - start_ms for d in deaths],
+        "storm_detected_ms": min(storms) - start_ms if storms else None,
+        "handoff_started_ms": [t - start_ms for t in handed],
         "worker_outcomes": [
             {
                 "did": o["did"],
@@ -316,11 +284,9 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
             for o in reported
             if o.get("event") == "worker_outcome"
         ],
-        "verdicts": verdict_rows(reported, start_ms),
         "generations": [
             [e["observed_at_ms"] - start_ms, e["generation"], e["status"]] for e in health
         ],
-        "timeline": timeline(events, start_ms),
     }
 
 
@@ -339,13 +305,19 @@ def storm(
         if step not in steps:
             steps.append(step)
     summary = {
+        "policy_sha256": on["policy_sha256"],
         "remedy": remedy_of(on["actions"]),
         "steps": steps,
-        "causes": [a["cause"] for a in sorted(on["actions"], key=lambda a: a["at_ms"])],
+        "causes": [a["cause"] for a in on["actions"]],
         "detection_ms": on["storm_detected_ms"],
         "first_action_ms": min((a["at_ms"] for a in on["actions"]), default=None),
         "handoff_started_ms": on["handoff_started_ms"],
-        "verified": verified_of(on),
+        "injected_partitions": on["injected_partitions"],
+        "actions": on["actions"],
+        "wrong_actions": on["wrong_actions"],
+        "wrong_undos": on["wrong_undos"],
+        "applied_actions": on["applied_actions"],
+        "verified": on["verified"],
         "verdicts": on["verdicts"],
         "off_p99_ms": off["p99_ms"],
         "off_p99_lower_bound": off["p99_lower_bound"],
@@ -359,13 +331,18 @@ def storm(
         "on_rebalances_after_handoff": on["rebalances_after_handoff"],
         "off_deaths": off["deaths"],
         "on_deaths": on["deaths"],
+        "dropped": off["dropped"] + on["dropped"],  # either arm's: its figures lack them
         "lost": on["lost"],
         "duplicates": on["duplicates"],
-        "off": {k: v for k, v in off.items() if k != "timeline"},
-        "on": {k: v for k, v in on.items() if k != "timeline"},
-        "shape": {k: getattr(shape, k) for k in shape.__dataclass_fields__},
+        "off": {k: v for k, v in off.items() if k not in ("timeline", "actions")},
+        "on": {k: v for k, v in on.items() if k not in ("timeline", "actions")},
+        "shape": {
+            **{k: getattr(shape, k) for k in shape.__dataclass_fields__},
+            "pipeline": {k: getattr(Settings, k) for k in PIPELINE_STORM_SETTINGS},
+        },
         "targets": {
             "rebalance_ratio": 5,
+            "wrong_actions": 0,
             "lost": 0,
             "duplicates": 0,
             "cause": "rebalance_storm",

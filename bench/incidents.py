@@ -1,31 +1,36 @@
 """The incident suite: each incident on the real broker, lagpilot off and on, in one run.
 
-Scenarios (``--scenarios``, comma-separated; all by default):
+Every scenario runs the shipped policy, ``deploy/policy.default.toml``, as it is
+(bench/support/control_loop.py), on topics named ``agents.<scenario>.<arm>-<run>`` and
+producers named ``agent-<run>-<i>`` that its allow-lists cover, with SDK workers beside a
+``PoolWorker`` of its hand-off pool. Scenarios (``--scenarios``, comma-separated; all by
+default):
 
-- ``avalanche`` (the war story) with three baselines: ``naive`` (plain confluent-kafka
-  consumers that process in their poll loop, bench/support/naive.py), ``sdk`` (the worker SDK, the
-  control loop off) and ``lagpilot`` (control on). ``ratio`` = naive p99 / lagpilot p99,
-  ``sdk_ratio`` = sdk p99 / lagpilot p99.
+- ``avalanche`` (the war story's heavy documents on two partitions), four arms in one run:
+  ``naive`` (confluent-kafka consumers as its documentation writes them, library defaults,
+  one thread per SDK worker thread: bench/support/naive.py), ``sdk`` (the worker SDK, the
+  control loop off), ``static`` (the SDK with every partition on the policy's
+  ``hotspot.lanes`` from the start, the loop off: the best setting chosen in advance) and
+  ``lagpilot`` (the SDK, the loop on). ``ratio_vs_naive`` = naive p99 / lagpilot p99,
+  ``ratio_vs_static`` = lagpilot p99 / static p99 (what acting only when needed costs).
 - ``flood`` (bench/incident_flood.py): one of several producers floods a topic beyond what its
-  consumers process; reports which client ids were throttled, each producer's rate, and the
-  worst time lag off and on.
+  consumers process.
 - ``storm`` (bench/incident_storm.py): each member that takes the heavy partition dies on it;
   reports rebalances per minute off and on, and the hand-off to the dedicated pool.
 - ``slow_group`` (bench/incident_slow_group.py): inflow rises above the group's capacity on
-  every partition; a scripted autoscaler obeys ``scale_consumers``, then ``add_partitions``
-  is recommended at the partition count.
+  every partition.
 
-Each scenario reports ``remedy`` (action types, in order), ``detection_ms``,
-``first_action_ms``, ``verified``, ``off_p99_ms``, ``on_p99_ms``, ``ratio``, ``lost``,
-``duplicates`` (of the lagpilot run; each baseline has its own) and its ``shape``, under
-``scenarios.<name>`` in ``bench/results/incidents.json``, with a PNG per scenario. The
-scenarios run are merged into the file: other scenarios' entries (written by other modules)
-are kept, and each entry has its own ``measured_at`` and ``commit``. ``verified``: every
-target an action changed ended ``verified`` by the policy's verification events, or was
-undone (bench/support/verdicts.py); ``verdicts`` gives each target's.
+Each scenario knows what it injected (bench/support/judge.py ``Injected``) and reports every
+action the loop issued, judged against it (``actions``, ``wrong_actions``,
+``applied_actions``, ``verified``: the product's own ``verification`` events only), with
+``policy_sha256``, ``dropped`` (records a producer gave up on), ``lost``, ``duplicates``,
+each arm's p99 and its ``shape``, under ``scenarios.<name>`` in
+``bench/results/incidents.json``, with a PNG per scenario. The scenarios run are merged
+into the file (other scenarios' entries are kept); each entry has its own ``measured_at``,
+``commit`` and the host's 1-minute load average at its start and end (``load_avg_1m``).
 
     .venv/bin/python -m bench.incidents [--scenarios avalanche,flood,storm,slow_group] [--smoke]
-        [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150] [--naive-members 4]
+        [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150]
         [--flood-s 30] [--flood-factor 10] [--producers 3]
 """
 
@@ -34,89 +39,99 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.support import broker
+from bench.support.control_loop import policy_config
 from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import SwarmConfig
-from bench.support.verdicts import (
-    git_commit,
-    merge_results,
-    remedy_of,
-    verdicts_by_target,
-    verified_of,
-)
+from bench.support.verdicts import git_commit, host_load_1m, merge_results, remedy_of
 from bench.war_story import one_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SCENARIOS = ("avalanche", "flood", "storm", "slow_group")
+#: the avalanche's arms, in the order they run and are drawn
+ARMS = ("naive", "sdk", "static", "lagpilot")
+#: what each arm reports beside its p99 (``arms.<name>``)
+ARM_KEYS = ("p50_ms", "p99_ms", "max_ms", "rebalances", "dropped", "lost", "duplicates",
+            "produced", "processed", "drained", "max_time_lag_s", "consumer", "lanes",
+            "detection_ms", "p99_tail", "policy_sha256")  # fmt: skip
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
 
-def avalanche(cfg: SwarmConfig, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The three baselines on the same avalanche; returns (summary, runs for the plot)."""
-    runs = {
-        "naive": one_run(replace(cfg, consumer="naive"), balancer=False, workdir=workdir),
-        "sdk": one_run(cfg, balancer=False, workdir=workdir),
-        "lagpilot": one_run(cfg, balancer=True, workdir=workdir),
+def avalanche(
+    cfg: SwarmConfig, workdir: Path, *, parallel: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The four arms on the same avalanche, one after the other (``parallel``: two at a time,
+    for the smoke, whose checks are mechanics); returns (summary, runs for the plot). The
+    static arm's lanes are the policy's ``hotspot.lanes``: what lagpilot spreads a hot
+    partition to, given to every partition from the start."""
+    lanes = policy_config().spread_lanes
+    arms = {
+        "naive": (replace(cfg, consumer="naive"), False),
+        "sdk": (cfg, False),
+        "static": (replace(cfg, lanes=lanes), False),
+        "lagpilot": (cfg, True),
     }
+    with ThreadPoolExecutor(2 if parallel else 1, thread_name_prefix="arm") as pool:
+        futures = {name: pool.submit(one_run, c, on, workdir, arm=name)
+                   for name, (c, on) in arms.items()}  # fmt: skip
+        runs = {name: f.result() for name, f in futures.items()}
     on = runs["lagpilot"]
-    actions = on["actions"]
-    baselines = {
-        name: {
-            "p50_ms": r["p50_ms"],
-            "p99_ms": r["p99_ms"],
-            "max_ms": r["max_ms"],
-            "rebalances": r["rebalances"],
-            "lost": r["lost"],
-            "duplicates": r["duplicates"],
-            "produced": r["produced"],
-            "processed": r["processed"],
-            "drained": r["drained"],
-            "max_time_lag_s": r["max_time_lag_s"],
-            "consumer": r["consumer"],
-            "p99_tail": r.get("p99_tail"),
-        }
-        for name, r in runs.items()
-    }
+    p99 = {name: r["p99_ms"] for name, r in runs.items()}
     summary = {
-        "remedy": remedy_of(actions),
+        "policy_sha256": on["policy_sha256"],
+        "remedy": remedy_of(on["actions"]),
         "detection_ms": on["detection_ms"],
-        "first_action_ms": min((a["at_ms"] for a in actions), default=None),
-        "verified": verified_of(actions, on["verifications"]),
-        "verdicts": verdicts_by_target(actions, on["verifications"]),
-        "off_p99_ms": runs["naive"]["p99_ms"],
-        "sdk_p99_ms": runs["sdk"]["p99_ms"],
-        "on_p99_ms": on["p99_ms"],
-        "ratio": _ratio(runs["naive"]["p99_ms"], on["p99_ms"]),
-        "sdk_ratio": _ratio(runs["sdk"]["p99_ms"], on["p99_ms"]),
-        "on_p99_over_heavy_work": _ratio(on["p99_ms"], cfg.heavy_work_ms),
+        "first_action_ms": min((a["at_ms"] for a in on["actions"]), default=None),
+        "actions": on["actions"],
+        "wrong_actions": on["wrong_actions"],
+        "wrong_undos": on["wrong_undos"],
+        "applied_actions": on["applied_actions"],
+        "verified": on["verified"],
+        "naive_p99_ms": p99["naive"],
+        "sdk_p99_ms": p99["sdk"],
+        "static_p99_ms": p99["static"],
+        "on_p99_ms": p99["lagpilot"],
+        "ratio_vs_naive": _ratio(p99["naive"], p99["lagpilot"]),
+        "ratio_vs_static": _ratio(p99["lagpilot"], p99["static"]),
+        "on_p99_over_heavy_work": _ratio(p99["lagpilot"], cfg.heavy_work_ms),
+        "dropped": sum(r["dropped"] for r in runs.values()),  # any arm's: its figures lack them
         "lost": on["lost"],
         "duplicates": on["duplicates"],
-        "baselines": baselines,
+        "arms": {name: {k: r.get(k) for k in ARM_KEYS} for name, r in runs.items()},
         "outcomes": on["outcomes"],
         "verifications": on["verifications"],
         "worker_outcomes": on["worker_outcomes"],
         "shape": {
             **cfg.shape(),
-            "naive_members": cfg.naive_members,
-            "naive_batch": cfg.naive_batch,
-            "naive_max_poll_interval_ms": 6000,
+            "max_workers": cfg.max_workers,
+            "static_lanes": lanes,
+            "pool": on["pool"],
+            "naive": runs["naive"]["naive"],
         },
-        "targets": {"ratio": 100, "on_p99_over_heavy_work": 1.5, "lost": 0, "duplicates": 0},
+        "targets": {
+            "ratio_vs_naive": 10,
+            "ratio_vs_static": 1.5,
+            "on_p99_over_heavy_work": 1.5,
+            "wrong_actions": 0,
+            "lost": 0,
+            "duplicates": 0,
+        },
     }
     return summary, runs
 
 
 def plot_avalanche(runs: dict[str, dict[str, Any]], hot: tuple[int, ...], out: Path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(runs), figsize=(16, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, len(runs), figsize=(20, 4.5), sharey=True)
     for ax, (name, res) in zip(axes, runs.items(), strict=True):
         time_lag_lines(ax, res["timeline"], hot=hot)
         action_lines(ax, res["actions"])
@@ -127,17 +142,43 @@ def plot_avalanche(runs: dict[str, dict[str, Any]], hot: tuple[int, ...], out: P
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left")
     axes[0].set_ylabel("time lag per partition (s)")
-    fig.suptitle("avalanche: naive consumers vs worker SDK vs lagpilot (dashed: actions)")
+    fig.suptitle("avalanche: naive consumers vs worker SDK vs SDK on static lanes vs lagpilot "
+                 "(dashed: actions)")  # fmt: skip
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
 
-def _timed(run: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    t0 = time.monotonic()
+def _timed(run: Any) -> tuple[dict[str, Any], dict[str, Any], tuple[float, float]]:
+    """``run()``'s (summary, runs) with its ``took_s``, and the host's 1-minute load average
+    at its start and end (the machine is shared: the figures follow its load)."""
+    t0, load_start = time.monotonic(), host_load_1m()
     summary, runs = run()
     summary["took_s"] = round(time.monotonic() - t0, 1)
-    return summary, runs
+    return summary, runs, (load_start, host_load_1m())
+
+
+def _avalanche_job(args: argparse.Namespace, tmp: Path) -> tuple[str, Any, Any]:
+    """The avalanche as a (name, run, report) job, smoke-sized when ``--smoke``."""
+    cfg = SwarmConfig(
+        bootstrap=args.bootstrap, topic="agents.avalanche", avalanche_s=args.avalanche_s,
+        heavy_rate_per_s=args.heavy_rate, heavy_work_ms=args.heavy_work_ms,
+    )  # fmt: skip
+    if args.smoke:
+        # one hot partition of four for 5 s, and 8 threads: every arm, the 8 naive
+        # consumers' joins included, fits in a short smoke
+        cfg = replace(cfg, partitions=4, hot_partitions=(1,), rate_per_s=40, warmup_s=3,
+                      avalanche_s=5, heavy_rate_per_s=12, max_workers=8)  # fmt: skip
+
+    def report(summary: dict[str, Any], runs: Any, out: Path) -> None:
+        plot_avalanche(runs, cfg.hot_partitions, out.with_name("incidents_avalanche.png"))
+        print(f"avalanche: p99 naive {summary['naive_p99_ms']} ms, sdk {summary['sdk_p99_ms']} "
+              f"ms, static {summary['static_p99_ms']} ms, lagpilot {summary['on_p99_ms']} ms; "
+              f"ratio_vs_naive {summary['ratio_vs_naive']}, ratio_vs_static "
+              f"{summary['ratio_vs_static']}; wrong actions {summary['wrong_actions']}; "
+              f"remedy {summary['remedy']}")  # fmt: skip
+
+    return "avalanche", lambda: avalanche(cfg, tmp, parallel=bool(args.smoke)), report
 
 
 def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> list[Any]:
@@ -212,8 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--avalanche-s", type=float, default=30.0)
     ap.add_argument("--heavy-rate", type=float, default=10.0, help="per hot partition, /s")
     ap.add_argument("--heavy-work-ms", type=float, default=150.0)
-    ap.add_argument("--naive-members", type=int, default=4)
-    ap.add_argument("--naive-batch", type=int, default=500)
     ap.add_argument("--flood-s", type=float, default=30.0)
     ap.add_argument("--flood-factor", type=float, default=10.0)
     ap.add_argument("--producers", type=int, default=3, help="flood: producers on the topic")
@@ -229,39 +268,23 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--scenarios: unknown {unknown}; choose from {', '.join(SCENARIOS)}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"scenarios": {}}
-    t0 = time.monotonic()
+    scenarios: dict[str, dict[str, Any]] = {}
+    loads: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if "avalanche" in wanted:
-            cfg = SwarmConfig(
-                bootstrap=args.bootstrap, avalanche_s=args.avalanche_s,
-                heavy_rate_per_s=args.heavy_rate, heavy_work_ms=args.heavy_work_ms,
-                naive_members=args.naive_members, naive_batch=args.naive_batch,
-            )  # fmt: skip
-            if args.smoke:
-                cfg = replace(cfg, partitions=4, hot_partitions=(1,), rate_per_s=40,
-                              warmup_s=3, avalanche_s=5, heavy_rate_per_s=12,
-                              naive_members=2)  # fmt: skip
-            summary, runs = avalanche(cfg, Path(tmp))
-            summary["took_s"] = round(time.monotonic() - t0, 1)
-            result["scenarios"]["avalanche"] = summary
-            plot_avalanche(runs, cfg.hot_partitions, out.with_name("incidents_avalanche.png"))
-            print(f"avalanche: p99 naive {summary['off_p99_ms']} ms, sdk {summary['sdk_p99_ms']}"
-                  f" ms, lagpilot {summary['on_p99_ms']} ms; ratio {summary['ratio']}, "
-                  f"sdk_ratio {summary['sdk_ratio']}; remedy {summary['remedy']}")  # fmt: skip
         jobs = _scenario_jobs(args, wanted, Path(tmp))
-        # the smoke checks mechanics, not figures: both arms of a scenario at once (each arm
-        # has its own topics and control loop), the scenarios one after another. All six
-        # arms at once put ~9 runnable processes on 2 cores: the pipelines fell 10-15 s
-        # behind and a detection could land after the run ended. The figures come from the
+        if "avalanche" in wanted:
+            jobs.insert(0, _avalanche_job(args, Path(tmp)))
+        # one scenario after another. The smoke checks mechanics, not figures: both arms of
+        # a scenario at once (each arm has its own topics and control loop). All six arms
+        # at once put ~9 runnable processes on 2 cores: the pipelines fell 10-15 s behind
+        # and a detection could land after the run ended. The figures come from the
         # sequential runs (``bench.support.control_loop.both_arms``).
-        outputs = {name: _timed(run) for name, run, _ in jobs}
-        for name, _, report in jobs:
-            summary, runs = outputs[name]
-            result["scenarios"][name] = summary
+        for name, run, report in jobs:
+            summary, runs, loads[name] = _timed(run)
+            scenarios[name] = summary
             report(summary, runs, out)
     # merged: the scenarios run here replace their entries, the others' are kept
-    merge_results(out, result["scenarios"], commit=git_commit(ROOT))
+    merge_results(out, scenarios, commit=git_commit(ROOT), loads=loads)
     return 0
 
 

@@ -1,15 +1,18 @@
 """The war story: the same avalanche twice, lagpilot's balancer off and on, in one run.
 
-Each run gets a fresh topic, consumer group and control topic. Off: the pipeline models
-lag (for the plot and the detection time) but the policy is off, so nothing acts. On: the
-pipeline's policy runs in ``act`` mode with ``deploy/policy.demo.toml`` and the actuator
-runs; the workers (worker SDK) obey the ``spread_partition`` it sends for the hot
-partitions. Both runs wait until every produced message has been processed.
+Each run gets a fresh topic (``agents.perception.<arm>-<run>``), consumer group and control
+topic. Off: the pipeline models lag (for the plot and the detection time) but the policy is
+off, so nothing acts. On: the pipeline runs the shipped policy, ``deploy/policy.default.toml``
+as it is, and the actuator runs; the workers (worker SDK, with a ``PoolWorker`` of the
+policy's hand-off pool) obey what it sends for the hot partitions. Both runs wait until
+every produced message has been processed.
 
 Reported: P50/P99/max end-to-end latency, worst time lag, detection time (avalanche onset
 to the first non-OK status of a hot partition on lagpilot.lag), actions taken, messages
-lost and duplicate side effects. Writes ``bench/results/war_story.json`` (``off_p99_ms``,
-``on_p99_ms``, ``ratio`` = off/on, ``lost``, ``duplicates``, ``detection_ms``) and
+lost and duplicate side effects, and every action judged against the injected hotspot
+(bench/support/judge.py: ``wrong_actions``, ``applied_actions``, ``verified``). Writes
+``bench/results/war_story.json`` (``off_p99_ms``, ``on_p99_ms``, ``ratio`` = off/on,
+``lost``, ``duplicates``, ``detection_ms``, ``policy_sha256``) and
 ``bench/results/war_story.png`` (time lag per partition over time, off vs on).
 Targets: ratio >= 10, lost = 0, duplicates = 0, detection < 1 s.
 
@@ -31,15 +34,14 @@ from typing import Any
 import orjson
 
 from bench.support import broker
-from bench.support.control_loop import ControlLoop
+from bench.support.control_loop import ControlLoop, policy_config
 from bench.support.harness import LagReader
+from bench.support.judge import Injected, judge_run, partition_targets
 from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
 from bench.support.verdicts import p99_tail, timeline
 
 ROOT = Path(__file__).resolve().parents[1]
-
-DEMO_POLICY = ROOT / "deploy" / "policy.demo.toml"
 
 
 def one_run(
@@ -48,20 +50,26 @@ def one_run(
     workdir: Path,
     log: Any = print,
     view: Any = None,
+    *,
+    arm: str | None = None,
 ) -> dict[str, Any]:
-    """One avalanche on fresh topics; ``view(reader, swarm, phase)`` is called ~4x a second
-    while it runs (the demo's live screen)."""
+    """One avalanche on fresh topics (``<cfg.topic>.<arm>-<run>``; ``arm`` defaults to on or
+    off); ``view(reader, swarm, phase)`` is called ~4x a second while it runs (the demo's
+    live screen). SDK workers run a ``PoolWorker`` of the policy's hand-off pool in every
+    arm (it idles unless lagpilot hands a partition off)."""
     run_id = uuid.uuid4().hex[:6]
+    arm = arm or ("on" if balancer else "off")
     cfg = replace(
         cfg,
-        topic=f"{cfg.topic}.{'on' if balancer else 'off'}-{run_id}",
+        topic=f"{cfg.topic}.{arm}-{run_id}",
         group=f"agent-workers-{run_id}",
+        client_id=f"agent-{run_id}-0",
+        pool=policy_config().spread_pool if cfg.consumer == "sdk" else None,
         control_topic=f"lagpilot.control.ws-{run_id}",  # ControlLoop's name for the run
         outcomes_topic=f"lagpilot.outcomes.ws-{run_id}" if balancer else None,
     )
     ensure_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
-    loop = ControlLoop.start(cfg.bootstrap, cfg.topic, f"ws-{run_id}", workdir, DEMO_POLICY,
-                             on=balancer)  # fmt: skip
+    loop = ControlLoop.start(cfg.bootstrap, cfg.topic, f"ws-{run_id}", workdir, on=balancer)
     reader = LagReader(cfg.bootstrap, {cfg.group}).start()
     rundir = workdir / run_id
     rundir.mkdir()
@@ -82,7 +90,15 @@ def one_run(
         reader.close()
         loop.stop()
     res = swarm.results()
-    res["drained"] = drained
+    res |= {
+        "drained": drained,
+        "arm": arm,
+        "topic": cfg.topic,
+        "group": cfg.group,
+        "lanes": cfg.lanes,
+        "pool": cfg.pool,
+        "policy_sha256": loop.policy_sha256,
+    }
     start = swarm.produced.avalanche_start_ms
     hot = set(cfg.hot_partitions)
     events = reader.select(lambda e: e["event"] == "partition_lag")
@@ -93,12 +109,11 @@ def one_run(
     res["max_time_lag_s"] = max((e["time_lag_s"] for e in events), default=0.0)
     res["timeline"] = timeline(events, start)
     actions = loop.actions()
-    res["actions"] = [
-        {"at_ms": a["issued_at"] - start, "type": a["type"], "target": a["target"],
-         "mode": a["mode"], "id": a["id"], "cause": a["reason"].get("cause"),
-         "evidence": a["reason"].get("evidence"), "params": a["params"]} for a in actions
-    ]  # fmt: skip
     reported = loop.reported() if balancer else []
+    # what was injected: heavy documents on the hot partitions, nothing else. A hot
+    # partition handed off to the pool is judged in the pool's group from then on.
+    hotspot = Injected("hotspot", partition_targets(cfg.group, cfg.topic, hot, cfg.pool))
+    res |= judge_run(actions, reported, [hotspot], start)  # actions: the judged rows
     res["outcomes"] = [
         {"action_id": o.get("action_id"), "result": o["result"], "type": o.get("action_type")}
         for o in reported if o.get("event") == "outcome"
@@ -120,9 +135,9 @@ def one_run(
         if a["type"] == "spread_partition" and isinstance(part, int):
             first_spread[part] = min(first_spread.get(part, a["issued_at"]), a["issued_at"])
     res["p99_tail"] = p99_tail(swarm.ledger.rows(), hot, first_spread)
-    log(f"balancer {'on ' if balancer else 'off'}: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
-        f"max {res['max_ms']} ms, lost {res['lost']}, duplicates {res['duplicates']}, "
-        f"detection {res['detection_ms']} ms, actions {len(res['actions'])}, verdicts "
+    log(f"{arm}: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, max {res['max_ms']} ms, "
+        f"lost {res['lost']}, duplicates {res['duplicates']}, detection {res['detection_ms']} "
+        f"ms, actions {len(res['actions'])} (wrong {res['wrong_actions']}), verdicts "
         f"{[v['result'] for v in res['verifications']]}")  # fmt: skip
     return res
 
@@ -161,7 +176,7 @@ def plot(off: dict[str, Any], on: dict[str, Any], hot: tuple[int, ...], out: Pat
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left")
     axes[0].set_ylabel("time lag per partition (s)")
-    fig.suptitle("agent-perception-stream: time lag per partition (dashed: lagpilot actions)")
+    fig.suptitle("agents.perception: time lag per partition (dashed: lagpilot actions)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
@@ -204,10 +219,20 @@ def main(argv: list[str] | None = None) -> int:
         "lost": off["lost"] + on["lost"],
         "duplicates": off["duplicates"] + on["duplicates"],
         "detection_ms": on["detection_ms"],
+        "policy_sha256": on["policy_sha256"],
+        "wrong_actions": on["wrong_actions"],
+        "applied_actions": on["applied_actions"],
+        "verified": on["verified"],
         "off": {k: v for k, v in off.items() if k != "timeline"},
         "on": {k: v for k, v in on.items() if k != "timeline"},
         "shape": cfg.shape(),
-        "targets": {"ratio": 10, "lost": 0, "duplicates": 0, "detection_ms": 1000},
+        "targets": {
+            "ratio": 10,
+            "lost": 0,
+            "duplicates": 0,
+            "detection_ms": 1000,
+            "wrong_actions": 0,
+        },
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     plot(off, on, cfg.hot_partitions, out.with_suffix(".png"))
     print(f"off p99 {result['off_p99_ms']} ms / on p99 {result['on_p99_ms']} ms = "
           f"ratio {result['ratio']} (target >= 10); lost {result['lost']}, "
-          f"duplicates {result['duplicates']}, detection {result['detection_ms']} ms")  # fmt: skip
+          f"duplicates {result['duplicates']}, detection {result['detection_ms']} ms, "
+          f"wrong actions {result['wrong_actions']}")  # fmt: skip
     return 0
 
 

@@ -1,16 +1,18 @@
-"""One run's control loop for the incident scenarios: its policy file, the pipeline, and
+"""One run's control loop for the incident scenarios: the shipped policy, the pipeline, and
 (lagpilot on) the actuator, started the same way for every scenario.
 
-``policy_toml`` writes the skeleton every incident shares (act mode, one entry threshold
-on time lag, no offset or acceleration trigger, a quick dead band, cooldowns, a budget,
-allow-lists, the enabled actions) plus the scenario's own tables. ``ControlLoop`` starts
-the pipeline on the run's topic with the run's control and outcomes topics (the policy
-verifies from the outcomes), and the actuator when on; ``stop`` ends both; ``actions`` and
-``reported`` read back what they published.
+Every scenario runs ``deploy/policy.default.toml`` as it is (``DEFAULT_POLICY``: the one
+file users run; no scenario writes a policy of its own) and the pipeline's and actuator's
+shipped defaults: the environment a run passes names its own topics or changes what the
+benchmark reads, never what lagpilot decides. ``ControlLoop`` starts the pipeline on the
+run's topics with the run's control and outcomes topics (the policy verifies from the
+outcomes), and the actuator when on; ``stop`` ends both; ``actions`` and ``reported`` read
+back what they published; ``policy_sha256`` says which policy bytes ran.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -18,7 +20,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,76 +31,49 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.support.harness import PipelineProcess, free_port
 from bench.support.swarm import ensure_topic
+from pipeline.decide.policy_config import load_policy_config
+from pipeline.decide.policy_types import PolicyConfig
+from pipeline.settings import Settings
 
-#: the key the benchmarks sign with (also deploy/policy.demo.toml's runs)
+ROOT = Path(__file__).resolve().parents[2]
+#: the policy lagpilot ships, and the only one the incident suite, the war story and the
+#: demo run (its allow-lists cover the benchmarks' ``agents.*`` topics and ``agent-*``
+#: producers)
+DEFAULT_POLICY = ROOT / "deploy" / "policy.default.toml"
+
+#: the key the benchmarks sign with (a bench key: never a deployment's)
 DEMO_KEY = "lagpilot-demo-signing-key-0123456789abcdef"
 
 
-def _strings(values: Iterable[str]) -> str:
-    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+def policy_config(policy: Path = DEFAULT_POLICY) -> PolicyConfig:
+    """The policy as the pipeline reads it (no environment overrides): where a benchmark
+    needs one of its settings (the hand-off pool's name, the spread's lanes) it reads them
+    here, so a change to the file moves the benchmark with it."""
+    return load_policy_config(policy, env={})
 
 
-def policy_toml(
-    *,
-    version: str,
-    time_lag_s: float,
-    enabled: Iterable[str],
-    cooldown_s: float = 3,
-    actions_per_minute: int = 60,
-    ttl_s: float = 30,
-    partition_topics: Iterable[str] = (),
-    throttle_client_ids: Iterable[str] = (),
-    extra: str = "",
-) -> str:
-    """The policy TOML of one incident run: the shared skeleton and ``extra`` tables."""
-    return f"""mode = "act"
-policy_version = "{version}"
-
-[thresholds.default]
-time_lag_s = {time_lag_s}
-offset_lag = 100000000
-accel_per_s2 = 100000000.0
-exit_ratio = 0.3
-enter_windows = 2
-exit_windows = 8
-
-[cooldowns]
-default_s = {cooldown_s}
-
-[budget]
-actions_per_minute = {actions_per_minute}
-
-[allow]
-partition_topics = {_strings(partition_topics)}
-throttle_client_ids = {_strings(throttle_client_ids)}
-
-[actions]
-enabled = {_strings(enabled)}
-ttl_s = {ttl_s}
-
-[state]
-forget_after_s = 600
-{extra}"""
+def policy_sha256(policy: Path = DEFAULT_POLICY) -> str:
+    """The sha256 of the policy file's bytes, recorded with every run (which policy ran)."""
+    return hashlib.sha256(policy.read_bytes()).hexdigest()
 
 
 def start_actuator(
     bootstrap: str, control: str, outcomes: str, log: Path, policy: Path
 ) -> subprocess.Popen[bytes]:
     """``python -m actuators`` on ``control``, reporting on ``outcomes``, Kafka backend."""
-    root = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP": bootstrap,
-        "LAGPILOT_CONTROL_TOPIC": control,
+        "LAGPILOT_CONTROL_TOPIC": control,  # the run's own topics
         "LAGPILOT_OUTCOMES_TOPIC": outcomes,
         "LAGPILOT_POLICY_FILE": str(policy),
-        "LAGPILOT_ACTUATOR_BACKEND": "kafka",
-        "LAGPILOT_ACTUATOR_ID": f"bench-{uuid.uuid4().hex[:6]}",
-        "LAGPILOT_ACTUATOR_METRICS_PORT": str(free_port()),
+        "LAGPILOT_ACTUATOR_BACKEND": "kafka",  # the shipped backend for a Kafka cluster
+        "LAGPILOT_ACTUATOR_ID": f"bench-{uuid.uuid4().hex[:6]}",  # the run's own name
+        "LAGPILOT_ACTUATOR_METRICS_PORT": str(free_port()),  # runs side by side: a free port
     }
     return subprocess.Popen(
         [sys.executable, "-m", "actuators"],
-        cwd=root,
+        cwd=ROOT,
         env=env,
         stdout=open(log, "ab"),
         stderr=subprocess.STDOUT,
@@ -114,6 +89,7 @@ class ControlLoop:
     control: str
     outcomes: str
     policy: Path
+    policy_sha256: str
     pipe: PipelineProcess
     actuator: subprocess.Popen[bytes] | None = None
 
@@ -124,28 +100,31 @@ class ControlLoop:
         topic: str,
         run: str,
         workdir: Path,
-        policy_text: str | Path,
+        policy: Path = DEFAULT_POLICY,
         *,
         on: bool,
         **pipeline_env: str,
     ) -> ControlLoop:
-        """Create the run's control and outcomes topics, write the policy file (or use the
-        given one), start the pipeline on ``topic`` and, when ``on``, the actuator."""
+        """Create the run's control and outcomes topics, start the pipeline on the topics
+        ``f"{topic}$"`` matches (``topic`` may be a regex prefix) and, when ``on``, the
+        actuator, both under ``policy`` as it is. ``pipeline_env`` may only name the run's
+        own topics or change what the benchmark reads (never a decision)."""
         control, outcomes = f"lagpilot.control.{run}", f"lagpilot.outcomes.{run}"
         ensure_topic(bootstrap, control, 1)  # the workers read it from the start
         ensure_topic(bootstrap, outcomes, 1)
         os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
-        if isinstance(policy_text, Path):
-            policy = policy_text
-        else:
-            policy = workdir / f"policy-{run}.toml"
-            policy.write_text(policy_text)
+        digest = policy_sha256(policy)  # read before anything runs: the bytes that ran
         env = {
-            "LAGPILOT_RUN_POLICY": "true" if on else "false",
+            "LAGPILOT_RUN_POLICY": "true" if on else "false",  # the arm: loop on or off
             "LAGPILOT_POLICY_FILE": str(policy),
-            "LAGPILOT_CONTROL_TOPIC": control,
+            "LAGPILOT_CONTROL_TOPIC": control,  # the run's own topics
             "LAGPILOT_OUTCOMES_TOPIC": outcomes,  # the policy verifies from the run's outcomes
+            # partition_lag snapshots feed the benchmark's timelines and plots only (the
+            # policy reads group summaries): every 500 ms instead of every 30 s
             "LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS": "500",
+            # PipelineProcess publishes every OK summary for the tests that read them; the
+            # policy counts its exit windows in summaries, so the shipped pace comes back
+            "LAGPILOT_OK_SUMMARY_INTERVAL_MS": str(Settings.ok_summary_interval_ms),
             **pipeline_env,
         }
         pipe = PipelineProcess(bootstrap, f"{topic}$", workdir / f"state-{run}", **env).start()
@@ -153,7 +132,7 @@ class ControlLoop:
         if on:
             log = workdir / f"actuator-{run}.log"
             actuator = start_actuator(bootstrap, control, outcomes, log, policy)
-        return cls(bootstrap, run, control, outcomes, policy, pipe, actuator)
+        return cls(bootstrap, run, control, outcomes, policy, digest, pipe, actuator)
 
     def wait_modelling(self, timeout_s: float = 120) -> None:
         """Until the pipeline's model has consumed a watermark sample (it is caught up)."""

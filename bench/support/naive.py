@@ -1,14 +1,17 @@
-"""The baseline users run today: plain confluent-kafka consumers that process in their poll loop.
+"""The baseline users run today: plain confluent-kafka consumers, written as its docs show them.
 
-This is how agent workers are usually written: ``consume()`` a batch, run the handler on each
-message in turn, commit the batch, poll again. While a batch of heavy payloads is processed
-nobody polls, so a batch that takes longer than ``max.poll.interval.ms`` makes the member
-leave the group: its partitions move, the batch's commit is refused, and the new owner
-processes the batch again (duplicate side effects), which can take as long again (the storm).
+The consumer of confluent-kafka's documentation ("Basic poll loop", "Synchronous commits"):
+``poll(1.0)`` one message, process it in the poll loop, commit synchronously after
+processing (at-least-once: a crash redoes at most the message in hand), the library's
+defaults for everything else; in particular ``session.timeout.ms`` and
+``max.poll.interval.ms`` are not set (librdkafka's defaults: 45 s and 300 s). A heavy
+message holds its thread's partitions: nothing else of theirs is processed meanwhile.
 
-``NaiveGroup`` runs ``members`` such consumers on threads in one group and offers what the
-swarm asks of its worker (``run``, ``stop``, ``stats``, ``lanes``, ``rebalances``). The side
-effect is a plain insert per processed message, so a re-processed message is a duplicate row.
+``NaiveGroup`` runs ``members`` such consumers on threads in one group, as many as the SDK
+arm has worker threads (threads beyond the partition count get no partition and idle:
+that is what a user who scales threads gets), and offers what the swarm asks of its
+worker (``run``, ``stop``, ``stats``, ``assignment``, ``lanes``, ``rebalances``). The side
+effect is a plain insert per processed message, so a re-processed message is a duplicate.
 """
 
 from __future__ import annotations
@@ -21,11 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, libversion
 
-#: librdkafka requires max.poll.interval.ms >= session.timeout.ms, and Kafka's default
-#: group.min.session.timeout.ms is 6 s: the smallest poll interval a stock broker allows.
-MAX_POLL_INTERVAL_MS = 6000
+POLL_TIMEOUT_S = 1.0  # the docs' poll(timeout=1.0)
 
 
 class NaiveGroup:
@@ -39,25 +40,50 @@ class NaiveGroup:
         topic: str,
         ledger_path: Path,
         work_ms: Callable[[bytes], tuple[str, float, int, bool]],
-        members: int = 4,
-        batch: int = 500,
-        max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
+        members: int,
     ) -> None:
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
         self._ledger_path = ledger_path
         self._work = work_ms  # payload -> (id, work ms, produced_ms, heavy)
         self.members = members
-        self.batch = batch
-        self.max_poll_interval_ms = max_poll_interval_ms
         self._stop = threading.Event()
         self._stats: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.rebalances = 0
         self._owned: dict[int, set[tuple[str, int]]] = {}  # member -> its partitions
 
+    def config(self, index: int) -> dict[str, Any]:
+        """One member's consumer settings: the connection, its group, a new group's start at
+        the earliest offset, manual commits (after processing); nothing else."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.group,
+            "client.id": f"naive-{index}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,  # committed after processing, by hand
+        }
+
+    def shape(self) -> dict[str, Any]:
+        """The settings the arm ran with; what is not set is librdkafka's default."""
+        settings = {k: v for k, v in self.config(0).items()
+                    if k not in ("bootstrap.servers", "group.id", "client.id")}  # fmt: skip
+        return {
+            "members": self.members,
+            "settings": settings,
+            "poll_timeout_s": POLL_TIMEOUT_S,
+            "commit": "synchronous, after each processed message",
+            # librdkafka's CONFIGURATION.md defaults, in force because they are not set
+            "defaults": {"session.timeout.ms": 45000, "max.poll.interval.ms": 300000},
+            "librdkafka": libversion()[0],
+        }
+
     def assignment(self) -> set[tuple[str, int]]:
-        """The partitions the members own now (what the swarm waits for before producing)."""
+        """The partitions the members own now, once every member has had its first
+        assignment (what the swarm waits for before producing: a member joining later
+        would move partitions while the run is measured)."""
         with self._lock:
+            if len(self._owned) < self.members:
+                return set()
             return set().union(*self._owned.values())
 
     def _count(self, name: str, n: int = 1) -> None:
@@ -75,39 +101,27 @@ class NaiveGroup:
                 self.rebalances += 1
                 self._owned[index] = set()
 
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": self.group,
-                "client.id": f"naive-{index}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "session.timeout.ms": self.max_poll_interval_ms,
-                "max.poll.interval.ms": self.max_poll_interval_ms,
-            }
-        )
+        consumer = Consumer(self.config(index))
         consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke,
                            on_lost=on_revoke)  # fmt: skip
         db = sqlite3.connect(self._ledger_path, timeout=30, isolation_level=None)
         try:
             while not self._stop.is_set():
-                msgs = consumer.consume(num_messages=self.batch, timeout=0.1)
-                for msg in msgs:
-                    if msg.error() is not None or self._stop.is_set():
-                        continue
-                    mid, work_ms, produced_ms, heavy = self._work(msg.value())
-                    time.sleep(work_ms / 1000)  # the handler, in the poll loop
-                    db.execute(
-                        "INSERT INTO effects VALUES (?, ?, ?, ?, ?)",
-                        (mid, msg.partition(), int(heavy), produced_ms, int(time.time() * 1000)),
-                    )
-                    self._count("processed")
-                if msgs:
-                    try:
-                        consumer.commit(asynchronous=False)
-                        self._count("commits")
-                    except KafkaException:  # left the group mid-batch: someone redoes it
-                        self._count("commit_refused")
+                msg = consumer.poll(POLL_TIMEOUT_S)
+                if msg is None or msg.error() is not None:
+                    continue
+                mid, work_ms, produced_ms, heavy = self._work(msg.value())
+                time.sleep(work_ms / 1000)  # the handler, in the poll loop
+                db.execute(
+                    "INSERT INTO effects VALUES (?, ?, ?, ?, ?)",
+                    (mid, msg.partition(), int(heavy), produced_ms, int(time.time() * 1000)),
+                )
+                self._count("processed")
+                try:
+                    consumer.commit(message=msg, asynchronous=False)
+                    self._count("commits")
+                except KafkaException:  # lost the partition meanwhile: its new owner redoes it
+                    self._count("commit_refused")
         finally:
             consumer.close()
             db.close()

@@ -1,14 +1,18 @@
 """An agent swarm on the real broker: producers, an avalanche of heavy payloads, workers.
 
-- ``producers`` agents (default 50) publish perception events to ``agent-perception-stream``
-  (16 partitions); payload sizes and work times are heavy-tailed (lognormal).
+- ``producers`` agents (default 50) publish perception events to ``agents.perception``
+  (16 partitions; one client, ``client_id``); payload sizes and work times are heavy-tailed
+  (lognormal). The names fit the shipped policy's allow-lists (``agents.*``, ``agent-*``).
 - The avalanche: from ``avalanche_at_s`` for ``avalanche_s``, dense heavy payloads (500-page
   PDFs, TIFFs: ``heavy_work_ms`` of OCR each, slept here) land on the hot partitions
   (default 4 and 11), each with its own document key.
 - Workers are built on the worker SDK (``actuators.workers.Worker``, group ``agent-workers``,
-  one lane per partition unless lagpilot spreads it), sleep in proportion to each payload's
-  weight, and record the side effect exactly once (``ctx.once_sql``) with its end-to-end
-  latency (done - produced, from the produce timestamp the message carries).
+  ``lanes`` lanes per partition unless lagpilot spreads it), sleep in proportion to each
+  payload's weight, and record the side effect exactly once (``ctx.once_sql``) with its
+  end-to-end latency (done - produced, from the produce timestamp the message carries).
+  With ``pool``, a ``PoolWorker`` of that pool serves the partitions lagpilot hands off.
+  ``consumer="naive"``: plain confluent-kafka consumers instead (bench/support/naive.py),
+  one thread per SDK worker thread.
 
 ``Swarm`` is used by ``bench/war_story.py`` and ``bench/demo.py``; alone it runs once:
 
@@ -35,7 +39,7 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from actuators.workers import IDEMPOTENCY_HEADER, Worker
+from actuators.workers import IDEMPOTENCY_HEADER, PoolWorker, Worker
 from bench.support import broker
 from bench.support.naive import NaiveGroup
 
@@ -48,7 +52,7 @@ FLUSH_S = 120.0  # how long the producers wait for their last messages' acknowle
 class SwarmConfig:
     bootstrap: str = "127.0.0.1:21092"
     workers_bootstrap: str | None = None  # the workers' own way to the broker (None: bootstrap)
-    topic: str = "agent-perception-stream"
+    topic: str = "agents.perception"  # the shipped policy's partition_topics: agents.*
     group: str = "agent-workers"
     partitions: int = 16
     hot_partitions: tuple[int, ...] = (4, 11)
@@ -64,13 +68,13 @@ class SwarmConfig:
     heavy_size_bytes: int = 48 * 1024
     warmup_s: float = 8.0
     avalanche_s: float = 30.0
-    lanes: int = 1
-    max_workers: int = 48
+    lanes: int = 1  # lanes per partition from the start (lagpilot spreads a hot one further)
+    max_workers: int = 48  # the SDK's handler threads; the naive arm runs as many consumers
     control_topic: str = "lagpilot.control"
     outcomes_topic: str | None = None  # where the workers report what they did (None: nowhere)
     consumer: str = "sdk"  # "sdk": the worker SDK; "naive": plain consumers (support/naive.py)
-    naive_members: int = 4
-    naive_batch: int = 500
+    pool: str | None = None  # the pool a PoolWorker runs for hand-offs (the policy's pool)
+    client_id: str = "agent-swarm-0"  # the producers' client id (the policy's agent-*)
     seed: int = 7
 
     def shape(self) -> dict[str, Any]:
@@ -156,13 +160,13 @@ class Swarm:
         self.hold_production = threading.Event()
         self._rng = np.random.default_rng(cfg.seed)
         self.worker: Worker | NaiveGroup
+        self.pool: PoolWorker | None = None
+        self._threads: list[threading.Thread] = []
         if cfg.consumer == "naive":
             self.worker = NaiveGroup(
                 bootstrap=cfg.bootstrap, group=cfg.group, topic=cfg.topic,
-                ledger_path=self.ledger.path, work_ms=_head,
-                members=cfg.naive_members, batch=cfg.naive_batch,
+                ledger_path=self.ledger.path, work_ms=_head, members=cfg.max_workers,
             )  # fmt: skip
-            self._threads: list[threading.Thread] = []
             return
         self.worker = Worker(
             bootstrap=cfg.workers_bootstrap or cfg.bootstrap,
@@ -178,7 +182,18 @@ class Swarm:
             instance_id=f"swarm-{uuid.uuid4().hex[:6]}",
             commit_interval_s=0.2,  # progress is what lagpilot sees: commit it often
         )
-        self._threads = []
+        if cfg.pool:
+            self.pool = PoolWorker(
+                pool=cfg.pool,
+                bootstrap=cfg.workers_bootstrap or cfg.bootstrap,
+                group=cfg.group,
+                handler=self._handle,
+                max_workers=8,
+                dedupe=self.ledger.path,  # the owner's idempotency keys: nothing done twice
+                control_topic=cfg.control_topic,
+                outcomes_topic=cfg.outcomes_topic,
+                commit_interval_s=0.2,
+            )
 
     # -- workers -------------------------------------------------------------------------
 
@@ -210,8 +225,9 @@ class Swarm:
         # Idempotent, and each message's id as its idempotency key: a produce retried across
         # a broker crash (its ack lost) is written once, and if a copy ever lands twice the
         # workers' dedupe sees one key (bench/faults.py row 1 once saw an effect twice).
-        p = Producer({"bootstrap.servers": cfg.bootstrap, "linger.ms": 5,
-                      "message.max.bytes": 2_000_000, "enable.idempotence": True})  # fmt: skip
+        p = Producer({"bootstrap.servers": cfg.bootstrap, "client.id": cfg.client_id,
+                      "linger.ms": 5, "message.max.bytes": 2_000_000,
+                      "enable.idempotence": True})  # fmt: skip
         t0 = time.monotonic()
         sent = heavy_sent = 0
         end_s = cfg.warmup_s + cfg.avalanche_s + 5.0
@@ -291,6 +307,8 @@ class Swarm:
         t = threading.Thread(target=self.worker.run, name="swarm-worker", daemon=True)
         t.start()
         self._threads.append(t)
+        if self.pool is not None:
+            self.pool.start()
 
     def wait_assigned(self, timeout_s: float = 60.0) -> bool:
         """Until the workers own every partition: the run's clock starts there, so no arm's
@@ -320,6 +338,8 @@ class Swarm:
     def stop(self) -> None:
         self._stop.set()
         self.worker.stop()
+        if self.pool is not None:
+            self.pool.stop()
         for t in self._threads:
             t.join(timeout=30)
 
@@ -331,10 +351,16 @@ class Swarm:
         stats = self.worker.stats()
         return {
             "worker": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
+            "pool": self.pool.stats() if self.pool is not None else None,
             "consumer": self.cfg.consumer,
+            # the naive arm's settings as it ran (what it leaves to the library's defaults)
+            "naive": self.worker.shape() if isinstance(self.worker, NaiveGroup) else None,
             "rebalances": self.worker.rebalances,
             "produced": len(produced),
             "unacknowledged": len(set(self.produced.ids) - produced),
+            # records the producer gave up on (purged after FLUSH_S unacknowledged, or
+            # refused): the harness never wrote them, so they can be neither lost nor late
+            "dropped": len(set(self.produced.ids) - produced),
             "produce_errors": dict(Counter(self.produced.failed.values())),
             "processed": len(set(ids)),
             "lost": len(produced - set(ids)),
@@ -350,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--bootstrap", default=None)
-    ap.add_argument("--topic", default="agent-perception-stream")
+    ap.add_argument("--topic", default="agents.perception")
     ap.add_argument("--avalanche-s", type=float, default=20.0)
     args = ap.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)

@@ -1,27 +1,20 @@
-"""What the incident suite reads back from a run: the remedy, its verdicts, and the merge of
-scenario results into one ``incidents.json`` (support for bench/incidents.py; no I/O but
-the results file).
-
-``verified`` is judged per target that the policy changed (a partition spread, a producer
-throttled, a leader moved...): the policy's ``verification`` events on the run's outcomes
-topic must say ``verified`` for it, or the target must have been undone afterwards (a
-``restore_partition``/``release_producer``, or a hand-off that replaced a spread that had
-no effect). ``None`` when nothing was applied at all.
+"""What the incident suite reads back from a run and how it records it: the remedy, the
+product's verdicts and outcomes as rows, where a run's p99 went, time-lag timelines, and
+the merge of scenario results into one ``incidents.json`` (support for bench/incidents.py;
+no I/O but the results file). Whether an action fits what a scenario injected, was applied
+and was verified is bench/support/judge.py's.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
-
-#: action types that undo a standing decision (they are not verified themselves)
-UNDO = {"restore_partition": "spread_partition", "release_producer": "throttle_producer"}
-#: action types that are not changes to verify (control of lagpilot itself)
-NOT_VERIFIED = {"halt", "resume", *UNDO}
 
 
 def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
@@ -33,43 +26,6 @@ def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
     return seen
 
 
-def verified_of(actions: list[dict[str, Any]], verifications: list[dict[str, Any]]) -> bool | None:
-    """True if every target an action changed ended verified or undone (see the module)."""
-    changed = {a["target"] for a in actions if a["type"] not in NOT_VERIFIED}
-    if not changed:
-        return None
-    return all(target_verdict(t, actions, verifications) != "open" for t in changed)
-
-
-def target_verdict(
-    target: str, actions: list[dict[str, Any]], verifications: list[dict[str, Any]]
-) -> str:
-    """``verified``, ``undone`` (no effect, then restored/released or handed off), or
-    ``open`` (applied, never judged: the target misses its verdict). A step that changed
-    several targets at once (a hand-off of a storm member's partitions, a throttle of
-    several client ids) is judged once: its verdict names every action in ``action_ids``
-    and covers each of their targets."""
-    ids = {a["id"] for a in actions if a["target"] == target and "id" in a}
-    verdicts = [
-        v
-        for v in verifications
-        if v.get("target") == target or ids & set(v.get("action_ids") or ())
-    ]
-    if any(v.get("result") == "verified" for v in verdicts):
-        return "verified"
-    undone = [a for a in actions if a["target"] == target and a["type"] in UNDO]
-    if undone:
-        return "undone"
-    return "open"
-
-
-def verdicts_by_target(
-    actions: list[dict[str, Any]], verifications: list[dict[str, Any]]
-) -> dict[str, str]:
-    changed = sorted({a["target"] for a in actions if a["type"] not in NOT_VERIFIED})
-    return {t: target_verdict(t, actions, verifications) for t in changed}
-
-
 def git_commit(root: Path) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
@@ -79,12 +35,23 @@ def git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None
 
 
+def host_load_1m() -> float:
+    """The host's 1-minute load average (the machine is shared: figures follow its load)."""
+    return round(os.getloadavg()[0], 2)
+
+
 def merge_results(
-    out: Path, scenarios: dict[str, dict[str, Any]], *, commit: str | None
+    out: Path,
+    scenarios: dict[str, dict[str, Any]],
+    *,
+    commit: str | None,
+    loads: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """Write ``scenarios`` into ``out`` under ``scenarios.<name>``, keeping the entries of
     scenarios not run this time (another module writes them). Each entry carries its own
-    ``measured_at`` (UTC) and ``commit``; a file that is not a results file is replaced."""
+    ``measured_at`` (UTC), ``commit`` and ``load_avg_1m`` ({start, end}: the host's 1-minute
+    load average when the scenario started and ended, from ``loads``; its end is taken now
+    when only its start is known); a file that is not a results file is replaced."""
     try:
         old = orjson.loads(out.read_bytes())
     except (OSError, orjson.JSONDecodeError):
@@ -94,7 +61,10 @@ def merge_results(
     result["scenarios"] = dict(kept) if isinstance(kept, dict) else {}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, summary in scenarios.items():
-        result["scenarios"][name] = {**summary, "measured_at": stamp, "commit": commit}
+        start, end = (loads or {}).get(name, (None, None))
+        load = {"start": start, "end": host_load_1m() if end is None else end}
+        result["scenarios"][name] = {**summary, "measured_at": stamp, "commit": commit,
+                                     "load_avg_1m": load}  # fmt: skip
     result.pop("took_s", None)  # each scenario has its own
     out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     return result
@@ -130,15 +100,6 @@ def p99_tail(
         else:
             out["hot_before_spread"] += 1
     return out
-
-
-def action_row(a: dict[str, Any], start_ms: int) -> dict[str, Any]:
-    """An action as a scenario reports it (times from the run's start)."""
-    reason = a.get("reason") or {}
-    return {"at_ms": a["issued_at"] - start_ms, "id": a["id"], "type": a["type"],
-            "target": a["target"], "mode": a["mode"], "params": a["params"],
-            "cause": reason.get("cause"), "rule": reason.get("rule"),
-            "evidence": reason.get("evidence")}  # fmt: skip
 
 
 def verdict_row(v: dict[str, Any], start_ms: int) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""How the incident suite judges a run and writes its results (no broker): every changed
-target ends verified or undone, and a run of some scenarios keeps the others' entries."""
+"""How the incident suite reads a run and writes its results (no broker): a run of some
+scenarios keeps the others' entries and records the host's load; what group health says
+about rebalances and the partitions dead members held."""
 
 from __future__ import annotations
 
@@ -7,29 +8,17 @@ from pathlib import Path
 
 import orjson
 
-from bench.support.verdicts import merge_results, remedy_of, verdicts_by_target, verified_of
-
-SPREAD_4 = {"at_ms": 100, "type": "spread_partition", "target": "g/t/4"}
-SPREAD_11 = {"at_ms": 120, "type": "spread_partition", "target": "g/t/11"}
+from bench.support.verdicts import merge_results, remedy_of
 
 
-def test_every_changed_target_must_end_verified_or_undone() -> None:
-    verified = [{"result": "verified", "target": "g/t/4"}]
-    assert verified_of([SPREAD_4], verified) is True
-    # partition 11 was spread and never judged: the run is not verified
-    assert verified_of([SPREAD_4, SPREAD_11], verified) is False
-    assert verdicts_by_target([SPREAD_4, SPREAD_11], verified) == {
-        "g/t/11": "open", "g/t/4": "verified"
-    }  # fmt: skip
-    # no effect, then restored: undone
-    restored = [SPREAD_11, {"at_ms": 900, "type": "restore_partition", "target": "g/t/11"}]
-    no_effect = [{"result": "no_effect", "target": "g/t/11"}]
-    assert verified_of(restored, no_effect) is True
-    assert verified_of([], []) is None  # nothing applied: nothing to say
-    assert remedy_of([SPREAD_11, SPREAD_4, restored[1]]) == [
-        "spread_partition",
-        "restore_partition",
-    ]
+def test_the_remedy_is_each_action_type_once_in_the_order_first_issued() -> None:
+    actions = [
+        {"at_ms": t, "type": kind}
+        for t, kind in ((120, "spread_partition"), (100, "spread_partition"),
+                        (900, "restore_partition"), (50, "scale_consumers"))
+    ]  # fmt: skip
+    assert remedy_of(actions) == ["scale_consumers", "spread_partition", "restore_partition"]
+    assert remedy_of([]) == []
 
 
 def test_a_run_merges_its_scenarios_and_keeps_the_others(tmp_path: Path) -> None:
@@ -37,8 +26,12 @@ def test_a_run_merges_its_scenarios_and_keeps_the_others(tmp_path: Path) -> None
     out.write_bytes(orjson.dumps({"scenarios": {"storm": {"ratio": 7.0, "commit": "abc"},
                                                 "avalanche": {"ratio": 1.0}},
                                   "took_s": 3.0}))  # fmt: skip
-    merge_results(out, {"avalanche": {"ratio": 120.0}, "flood": {"ratio": 6.0}}, commit="def")
+    merge_results(out, {"avalanche": {"ratio": 120.0}, "flood": {"ratio": 6.0}}, commit="def",
+                  loads={"avalanche": (1.5, 2.25)})  # fmt: skip
     got = orjson.loads(out.read_bytes())
+    assert got["scenarios"]["avalanche"]["load_avg_1m"] == {"start": 1.5, "end": 2.25}
+    flood_load = got["scenarios"]["flood"]["load_avg_1m"]  # no start known: its end is now
+    assert flood_load["start"] is None and flood_load["end"] >= 0
     assert set(got["scenarios"]) == {"storm", "avalanche", "flood"}
     assert got["scenarios"]["storm"] == {"ratio": 7.0, "commit": "abc"}  # untouched
     assert got["scenarios"]["avalanche"]["ratio"] == 120.0
@@ -64,41 +57,22 @@ def test_the_p99_tail_says_where_the_slow_messages_were() -> None:
     assert tail["other_partitions"] == 0 and tail["hot_after_spread"] == 0
 
 
-def test_storm_and_slow_group_judge_targets_not_types() -> None:
-    """A restore is an undo, never judged itself; an applied spread of another partition
-    whose verdict never came is open, though another spread was verified; a recommendation
-    is not an applied action."""
-    from bench.incident_slow_group import verified_of as run_verified_of
+def test_rebalances_and_the_partitions_dead_members_held() -> None:
+    from bench.support.health_reads import held_at_death, rebalances
 
-    def act(i: str, kind: str, target: str, mode: str = "act") -> dict[str, object]:
-        return {"id": i, "type": kind, "target": target, "mode": mode}
+    def health(at_ms: int, gen: int, members: dict[str, list[int]]) -> dict[str, object]:
+        return {"observed_at_ms": at_ms, "generation": gen,
+                "members": [{"client_id": c, "assignment": [{"topic": "t", "partitions": ps},
+                                                            {"topic": "u", "partitions": [9]}]}
+                            for c, ps in members.items()]}  # fmt: skip
 
-    p2, p4 = "group:g/topic:t/2", "group:g/topic:t/4"
-    run = {
-        "actions": [act("a", "spread_partition", p2), act("b", "spread_partition", p4),
-                    act("c", "restore_partition", p2), act("d", "add_partitions", "topic:t",
-                                                            mode="recommend")],
-        "outcomes": [{"action_id": i, "result": "delegated"} for i in "abcd"],
-        "verdicts": [{"target": p2, "action_type": "spread_partition", "result": "verified"}],
-    }  # fmt: skip
-    assert run_verified_of(run) is False  # p4 never judged
-    run["verdicts"].append({"target": p4, "action_type": "spread_partition", "result": "verified"})
-    assert run_verified_of(run) is True  # the restore and the recommendation need none
-    run["outcomes"] = [{"action_id": "d", "result": "recorded"}]
-    assert run_verified_of(run) is None  # only a recommendation: nothing applied
-
-
-def test_one_verdict_of_a_step_covers_every_target_it_changed() -> None:
-    """A storm member's hand-off spreads its two partitions in one step; the step is judged
-    once, on its first target, and its verdict names both actions: both are verified. A
-    verdict for an unrelated action does not cover a target."""
-    p0, p2, p5 = "group:g/topic:t/0", "group:g/topic:t/2", "group:g/topic:t/5"
-    actions = [
-        {"id": "h0", "type": "spread_partition", "target": p0},
-        {"id": "h2", "type": "spread_partition", "target": p2},
-        {"id": "s5", "type": "spread_partition", "target": p5},
+    events = [
+        health(100, 3, {"m0": [0, 1], "m1": [2, 3]}),
+        health(200, 4, {"m0": [0, 1, 2], "m1": []}),  # m1 died holding 2, 3: its are moved
+        health(300, 6, {"m0": [0], "m1": [1, 2]}),
     ]
-    step = {"result": "verified", "target": p0, "action_ids": ["h0", "h2"]}
-    assert verdicts_by_target(actions, [step]) == {p0: "verified", p2: "verified", p5: "open"}
-    assert verified_of(actions[:2], [step]) is True
-    assert verified_of(actions, [step]) is False
+    assert rebalances(events, 150, 400) == 3  # from generation 3 to 6
+    assert rebalances(events, 300, 400) == 0
+    # m1 died at 150 (its last snapshot: 2, 3), m0 at 250 (0, 1, 2); topic u is not ours
+    assert held_at_death(events, "t", [(150, "m1"), (250, "m0")]) == {0, 1, 2, 3}
+    assert held_at_death(events, "t", [(50, "m1")]) == set()  # no snapshot before it died

@@ -15,7 +15,7 @@ from schemas import ConfigError
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["policy.example.toml", "policy.demo.toml"])
+@pytest.mark.parametrize("name", ["policy.example.toml", "policy.default.toml"])
 def test_both_sides_read_the_same_mode_and_allow_lists(name: str) -> None:
     path = ROOT / "deploy" / name
     pipeline, actuator = load_policy_config(path, env={}), load_policy(str(path))
