@@ -164,7 +164,9 @@ def diagnose(
             "leaves": storm.get("leaves", 0), "partitions": sorted(parts),
         })  # fmt: skip
     # 3. rebalancing: the lag of partitions that wait while they move
-    moved_ms = None if health is None else health.get("generation_ms")
+    # the folded health's generation_ms, or a raw group_health event's last_rebalance_ms
+    moved_ms = None if health is None else health.get("generation_ms",
+                                                      health.get("last_rebalance_ms"))  # fmt: skip
     now = s.observed_at_ms if now_ms is None else now_ms
     if cfg.settle_s > 0 and isinstance(moved_ms, int) and now - moved_ms < cfg.settle_s * 1000:
         return Diagnosis(REBALANCING, {"generation": (health or {}).get("generation"),

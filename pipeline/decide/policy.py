@@ -176,6 +176,7 @@ def _prune(c: Ctx, acting: bool) -> None:
             restore_spread(c, target, "group no longer seen")
     live_groups = {k.split("\x00", 1)[0] for k in s.incidents}
     s.scale_hints = {g: r for g, r in s.scale_hints.items() if g in live_groups}
+    s.scale_issued_ms = {g: t for g, t in s.scale_issued_ms.items() if g in s.scale_hints}
     # what diagnosis keeps: bounded by the groups and producers seen lately
     s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
     # a hot partition's ladder is keyed "<incident key>\x00<partition>" (pipeline.remedies)

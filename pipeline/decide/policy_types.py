@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pipeline.decide.diagnosis import DiagnosisConfig
 from pipeline.decide.ladder import Ladders
 from schemas import ActionType, Mode
 from schemas.runtime.allow import throttle_allowed, topic_allowed
@@ -143,6 +144,11 @@ class PolicyConfig:
         for o in sorted(matching, key=lambda o: o.specificity):  # sort is stable: file order
             t = replace(t, **o.values)
         return t
+
+    def diagnosis_config(self, t: Thresholds) -> DiagnosisConfig:
+        """What ``diagnosis.diagnose`` needs of this policy, for a group's thresholds ``t``."""
+        return DiagnosisConfig(self.burst_ratio, self.hold_ratio, self.leadership_min_partitions,
+                               self.hot_ratio, t.min_status, self.settle_s)  # fmt: skip
 
     def cooldown_s(self, action_type: str) -> float:
         return self.cooldowns_s.get(action_type, self.cooldown_default_s)

@@ -35,6 +35,7 @@ from pipeline.decide.policy_config import Producer
 from pipeline.decide.rules import (
     hot_partitions,
     release_throttle,
+    renew_scale,
     restore_spread,
     rule_leadership,
     rule_partitions,
@@ -99,6 +100,7 @@ def _upkeep(c: Ctx, lad: dict[str, Any] | None) -> None:
             release_throttle(c, t, th, "incident cleared")
     if held:
         rule_throttle(c, held, open_new=False)
+    renew_scale(c)
     if not c.incident.active:
         rule_spread(c)  # restores
         rule_scale(c)  # drops the hint
@@ -125,7 +127,7 @@ def run(c: Ctx) -> None:
     t = c.thresholds
     exit_s = t.time_lag_s * t.exit_ratio
     hot = hot_partitions(c.summary, t, c.config.hot_ratio)
-    d = dg.diagnose(c.summary, exit_s, hot, diagnosis_config(c), now_ms=c.now,
+    d = dg.diagnose(c.summary, exit_s, hot, c.config.diagnosis_config(t), now_ms=c.now,
                     health=s.health.get(c.summary.group), baseline=s.baselines.get(key),
                     producers=topic_producers(c))  # fmt: skip
     if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
@@ -149,12 +151,6 @@ def run(c: Ctx) -> None:
     _judge(c, lad, steps, exit_s)
     if lad["phase"] == "ready" and lad["step"] < len(steps):
         _act(c, lad, steps[lad["step"]], hot)
-
-
-def diagnosis_config(c: Ctx) -> dg.DiagnosisConfig:
-    cfg, t = c.config, c.thresholds
-    return dg.DiagnosisConfig(cfg.burst_ratio, cfg.hold_ratio, cfg.leadership_min_partitions,
-                              cfg.hot_ratio, t.min_status, cfg.settle_s)  # fmt: skip
 
 
 def _confirmed(c: Ctx, lad: dict[str, Any]) -> bool:

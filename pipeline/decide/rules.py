@@ -279,6 +279,7 @@ def rule_scale(c: Ctx) -> None:
             i.active for k, i in s.incidents.items() if k.split("\x00", 1)[0] == g
         ):
             s.scale_hints.pop(g, None)
+            s.scale_issued_ms.pop(g, None)
         return
     if c.summary.topic_partitions < 1:
         return
@@ -299,6 +300,31 @@ def rule_scale(c: Ctx) -> None:
         ActionType.SCALE_CONSUMERS, f"group:{g}", params, reason, (c.incident.since_ms, replicas)
     ):
         s.scale_hints[g] = replicas
+        s.scale_issued_ms[g] = c.now
+
+
+#: a standing scale hint is published again this often while its incident lasts, so an
+#: autoscaler that holds each hint for a lease (``lagpilot workers``: 60 s) keeps it
+SCALE_RENEW_MS = 20_000
+
+
+def renew_scale(c: Ctx) -> None:
+    """Publish the group's standing hint again (same replicas, a new id; not budgeted: it
+    keeps a decision, as a throttle's renewal does) while the incident lasts."""
+    g = c.summary.group
+    replicas = c.state.scale_hints.get(g)
+    last = c.state.scale_issued_ms.get(g)
+    if not c.incident.active or replicas is None or last is None:
+        return
+    if replicas > c.summary.topic_partitions:
+        return  # another topic's hint (the group reads several): that incident renews it
+    if c.now - last < SCALE_RENEW_MS:
+        return
+    params = {"group": g, "replicas": replicas, "partitions": c.summary.topic_partitions}
+    reason = c.reason("scale_consumers", why="incident continues: renew the hint")
+    if c.emit(ActionType.SCALE_CONSUMERS, f"group:{g}", params, reason,
+              (c.incident.since_ms, replicas, c.now), budgeted=False):  # fmt: skip
+        c.state.scale_issued_ms[g] = c.now
 
 
 def rule_partitions(c: Ctx) -> None:

@@ -66,6 +66,7 @@ class PolicyState:
     released_ms: dict[str, int] = field(default_factory=dict)
     spreads: dict[str, dict[str, Any]] = field(default_factory=dict)
     scale_hints: dict[str, int] = field(default_factory=dict)
+    scale_issued_ms: dict[str, int] = field(default_factory=dict)  # group: hint last published
     partition_requests: dict[str, list[int]] = field(default_factory=dict)  # topic: [total, ms]
     cooldowns: dict[str, int] = field(default_factory=dict)  # "type|target": last issued ms
     budget_ms: list[int] = field(default_factory=list)
@@ -113,6 +114,7 @@ class PolicyState:
             "clock_ms": self.clock_ms, "released_ms": dict(self.released_ms),
             "spreads": {k: dict(v) for k, v in self.spreads.items()},
             "scale_hints": dict(self.scale_hints),
+            "scale_issued_ms": dict(self.scale_issued_ms),
             "partition_requests": {k: list(v) for k, v in self.partition_requests.items()},
             "cooldowns": dict(self.cooldowns), "budget_ms": list(self.budget_ms),
             "brokers_seen": dict(self.brokers_seen), "halted": dict(self.halted),

@@ -164,3 +164,16 @@ def test_a_throttle_whose_producer_stops_pushing_is_released_mid_incident() -> N
         pressure(loop, "ingest-a", 100_000.0, throttle_ms=0.0)
         loop.feed(gl(flood))
     assert kinds(loop.actions)[-1] == "release_producer"
+
+
+def test_a_standing_scale_hint_is_renewed_while_the_incident_lasts_unbudgeted() -> None:
+    loop = Loop(cfg(thresholds=GATED, budget={"actions_per_minute": 1}))
+    health(loop, members=1)
+    slow = [wp(p, 5.0, produce=200.0, consume=100.0) for p in range(4)]
+    loop.feed(gl(slow, parts=4), 4 * 50)  # 50 s of a slow group
+    hints = [a for a in loop.actions if a["type"] == "scale_consumers"]
+    assert len(hints) == 3  # the hint at ~0.5 s, renewed every 20 s
+    assert len({a["id"] for a in hints}) == 3 and {a["params"]["replicas"] for a in hints} == {4}
+    assert [a["reason"]["budgeted"] for a in hints] == [True, False, False]
+    loop.feed(gl([ok(p, 0.1) for p in range(4)], parts=4), 4 * 30)  # cleared: no more renewals
+    assert len([a for a in loop.actions if a["type"] == "scale_consumers"]) == 3
