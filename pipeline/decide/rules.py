@@ -19,7 +19,7 @@ from pipeline.decide.diagnosis import behind
 from pipeline.decide.inputs import pressure
 from pipeline.decide.policy_config import Producer, Thresholds
 from pipeline.decide.state import Throttle
-from schemas import ActionType, GroupLag
+from schemas import ActionType, GroupLag, LagStatus
 from schemas.lag import WorstPartition
 
 
@@ -153,7 +153,7 @@ def release_throttle(c: Ctx, target: str, th: Throttle, why: str) -> None:
 def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartition]:
     """The partitions far worse than the rest: a hotspot, not a slow group.
 
-    Hot: above the enter level (``behind`` it, with the thresholds' ``min_status``) and at
+    Hot: consumed (not STOP), above the enter level (``behind`` it, with ``min_status``) and at
     least ``ratio`` times the time lag of the worst partition that is not above it (the
     "rest"), while that rest keeps up: it is not behind at the exit level. At most a
     quarter of the topic's partitions (and at least one) may be hot. When more lag, or the
@@ -162,7 +162,11 @@ def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartit
     """
     if s.topic_partitions < 2 or len(s.worst) < 2:
         return []
-    ranked = sorted(s.worst, key=lambda w: -w.time_lag_s)
+    # a partition nobody consumes (STOP: nothing moved for several usual intervals, or its
+    # worker went silent: a member restarting or gone) is no hotspot: spreading needs a
+    # worker that serves it; a member that is gone is a rebalance's business
+    ranked = sorted((w for w in s.worst if w.status is not LagStatus.STOP),
+                    key=lambda w: -w.time_lag_s)  # fmt: skip
     above = [w for w in ranked if behind(w, t.time_lag_s, t.min_status)]
     rest = next((w for w in ranked if w not in above), None)
     if rest is None or len(above) > max(1, s.topic_partitions // 4):

@@ -177,3 +177,16 @@ def test_a_standing_scale_hint_is_renewed_while_the_incident_lasts_unbudgeted() 
     assert [a["reason"]["budgeted"] for a in hints] == [True, False, False]
     loop.feed(gl([ok(p, 0.1) for p in range(4)], parts=4), 4 * 30)  # cleared: no more renewals
     assert len([a for a in loop.actions if a["type"] == "scale_consumers"]) == 3
+
+
+def test_a_partition_nobody_consumes_is_not_spread() -> None:
+    """A member restarting (its partitions released, no commits: STOP) is no hotspot; the
+    same partition still consumed, slowly (WARN or STALL), is."""
+    loop = Loop(cfg(thresholds=GATED))
+    rest = [ok(p, 0.1) for p in (0, 1, 2)]
+    stopped = replace(wp(3, 5.0, consume=0.0), status=LagStatus.STOP)
+    loop.feed(gl([stopped, *rest], parts=16), 12)
+    assert loop.actions == []
+    stuck = replace(wp(3, 5.0), status=LagStatus.STALL)  # its worker reports, stuck on work
+    loop.feed(gl([stuck, *rest], parts=16), 2)
+    assert kinds(loop.actions) == ["spread_partition"]
