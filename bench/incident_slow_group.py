@@ -1,29 +1,37 @@
 """The ``slow_group`` incident: inflow rises above the group's capacity on every partition.
 
-A topic (``agents.slow_group.<arm>-<run>``) of ``partitions`` partitions is written evenly
-by one producer (``agent-<run>-0``) at ``base_per_s`` records/s; from
-``warmup_s`` the inflow ramps over ``ramp_s`` to ``peak_per_s`` (above what even one worker
-per partition can process), holds it for ``peak_s``, then falls back to ``base_per_s``.
-Each worker (worker SDK, one handler thread: a pod with one CPU) processes
-``1000 / work_ms`` records/s; the group starts with one worker.
+A topic (``agents.slow_group.<arm>-<run>``) of ``partitions`` partitions is written evenly by
+one producer (``agent-<run>-0``) at ``base_per_s`` records/s; from ``warmup_s`` the inflow
+ramps over ``ramp_s`` to ``peak_per_s``, holds it for ``peak_s``, then falls back to
+``base_per_s``. Each worker is a process (bench/slow_member.py: the worker SDK, one handler
+thread, ``1000 / work_ms`` records/s) run by the worker supervisor users run, ``lagpilot
+workers --group G --min 1 --max <partitions>``, with its shipped defaults otherwise; the
+group starts with one. The peak is below what one worker per partition processes, so
+scaling to the partition count fixes the group, and it lasts long enough for two polls of
+the baseline.
 
-Off: the pipeline models lag, the policy is off; the group keeps its one worker. On: the
-shipped policy runs as it is (ladder ``slow_group = [scale_consumers,
-add_partitions:recommend]``), the actuator records the ``scale_consumers`` hint, and a
-scripted autoscaler (``Autoscaler``) adds one worker every ``scale_period_s`` while the
-group has fewer workers than the latest hint, as an HPA fed by lagpilot's KEDA metric
-would (an HPA adds pods per period; never above the partition count, as lagpilot caps the
-hint there). Once the hint reached the partition count and the lag still grows, the
-ladder's next step recommends ``add_partitions``.
+Two arms, each scaling the same supervisor:
 
-Reported per run: p50/p99/max latency, dropped, lost and duplicates, the worst time lag,
-workers over time, and for the on run every action judged against the injected slow
-group (bench/support/judge.py), its outcomes and the product's verdicts.
+- ``lagpilot``: the shipped policy acts; its ``scale_consumers`` reaches the supervisor on
+  the run's control topic, and the supervisor reports the step (``worker_outcome``
+  ``scaled``, outcome ``applied``), which starts the product's verification;
+- ``poll30``: the policy is off; ``LagPoll`` (bench/support/keda_poll.py) polls the group's
+  total lag every ``poll_interval_s`` as KEDA's Kafka scaler does by default and publishes
+  ``min(partitions, ceil(total lag / 10))`` as a signed ``scale_consumers`` for the
+  supervisor. The ramp starts ``poll_phase_s`` after one of its polls.
+
+Reported per arm: the time to drain (the ramp's start to the backlog gone:
+bench/support/drain.py), p50/p99/max latency, dropped, lost, duplicates, the worst time lag
+and the supervisor's replicas over time; for lagpilot, every action judged against the
+injected slow group and the product's verdicts. ``drain_ratio_vs_poll30`` = poll30's drain
+/ lagpilot's (target >= 3).
 """
 
 from __future__ import annotations
 
-import threading
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,28 +40,38 @@ from typing import Any
 
 import numpy as np
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from actuators.workers import Worker
 from bench.support.control_loop import ControlLoop, both_arms
+from bench.support.drain import backlog_gone_ms
 from bench.support.harness import LagReader
 from bench.support.judge import Injected, judge_run
+from bench.support.keda_poll import POLL_INTERVAL_S, LagPoll
 from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.swarm import Ledger, ensure_topic
 from bench.support.verdicts import outcome_rows, remedy_of, timeline, verdict_rows
 
+ROOT = Path(__file__).resolve().parents[1]
+LAGPILOT = Path(sys.executable).parent / "lagpilot"  # the command users run
+
 
 @dataclass(frozen=True)
 class SlowShape:
-    partitions: int = 3
+    partitions: int = 4
     work_ms: float = 20.0  # per record: one worker processes 50 records/s
     base_per_s: float = 12.0  # all partitions together
-    peak_per_s: float = 195.0  # 1.3x what one worker per partition processes
-    warmup_s: float = 10.0
-    ramp_s: float = 8.0
-    peak_s: float = 12.0
-    cooldown_s: float = 4.0
-    scale_period_s: float = 2.0  # the autoscaler adds at most one worker this often
+    peak_per_s: float = 150.0  # 0.75x what one worker per partition processes (200/s)
+    warmup_s: float = 20.0
+    ramp_s: float = 5.0
+    peak_s: float = 60.0  # two of the baseline's polls
+    cooldown_s: float = 5.0
+    poll_interval_s: float = POLL_INTERVAL_S
+    # the ramp starts this long after one of the baseline's polls: half its interval, the
+    # mean wait of an incident that starts at a random point of the poll cycle
+    poll_phase_s: float = POLL_INTERVAL_S / 2
+    late_s: float = 2.0  # a record that waited longer was part of the backlog
+    settled_s: float = 5.0  # the backlog is gone once no record is late for this long
+    drain_timeout_s: float = 240.0
 
 
 def inflow_per_s(shape: SlowShape, t_s: float) -> float:
@@ -68,164 +86,156 @@ def inflow_per_s(shape: SlowShape, t_s: float) -> float:
     return s.base_per_s
 
 
-class Autoscaler:
-    """Plays the HPA: reads ``scale_consumers`` actions of ``group`` on the control topic and
-    adds one worker per ``period_s`` while there are fewer workers than the latest hint."""
+class _Producer:
+    """The arm's one agent: the inflow schedule, every record it meant to send kept with the
+    broker's acknowledgement (idempotent: a retried produce never writes a second copy)."""
 
-    def __init__(self, bootstrap: str, control: str, group: str, period_s: float,
-                 add: Any, count: Any) -> None:  # fmt: skip
-        self.group, self.period_s, self._add, self._count = group, period_s, add, count
-        self.hint = 0
-        self.hints: list[tuple[int, int]] = []  # (received ms, replicas)
-        self.scaled: list[tuple[int, int]] = []  # (ms, workers after the step)
-        self._stop = threading.Event()
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False,
-                                   "group.id": f"autoscaler-{uuid.uuid4().hex[:6]}"})  # fmt: skip
-        self._consumer.assign([TopicPartition(control, 0, 0)])
-        self._thread = threading.Thread(target=self._run, name="autoscaler", daemon=True)
+    def __init__(self, bootstrap: str, topic: str, run: str, shape: SlowShape) -> None:
+        self.topic, self.run_id, self.shape = topic, run, shape
+        self.ids: dict[str, int] = {}  # id -> produced ms
+        self.acked: set[str] = set()
+        self._p = Producer({"bootstrap.servers": bootstrap, "client.id": f"agent-{run}-0",
+                            "linger.ms": 5, "enable.idempotence": True})  # fmt: skip
 
-    def start(self) -> Autoscaler:
-        self._thread.start()
-        return self
+    def _acked(self, mid: str) -> Any:
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is None:
+                self.acked.add(mid)
 
-    def _run(self) -> None:
-        last = 0.0
-        while not self._stop.is_set():
-            msg = self._consumer.poll(0.1)
-            if msg is not None and not msg.error():
-                a = orjson.loads(msg.value())
-                if (a.get("event") == "action" and a.get("type") == "scale_consumers"
-                        and a["params"].get("group") == self.group):  # fmt: skip
-                    self.hint = int(a["params"]["replicas"])
-                    self.hints.append((int(time.time() * 1000), self.hint))
-            now = time.monotonic()
-            if self._count() < self.hint and now - last >= self.period_s:
-                last = now
-                self._add()
-                self.scaled.append((int(time.time() * 1000), self._count()))
+        return delivered
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._consumer.close()
+    def run(self, t0: float) -> None:
+        s = self.shape
+        end_s = s.warmup_s + s.ramp_s + s.peak_s + s.cooldown_s
+        owed, n, last = 0.0, 0, 0.0
+        while (now_s := time.monotonic() - t0) < end_s:
+            owed += inflow_per_s(s, now_s) * (now_s - last)
+            last = now_s
+            while n < int(owed):
+                mid, produced_ms = f"{self.run_id}-{n}", int(time.time() * 1000)
+                head = {"id": mid, "heavy": False, "produced_ms": produced_ms}
+                value = orjson.dumps(head) + b"\n" + b"x" * 256
+                where = n % s.partitions
+                self._p.produce(self.topic, value, partition=where, on_delivery=self._acked(mid))
+                self.ids[mid] = produced_ms
+                n += 1
+            self._p.poll(0)
+            time.sleep(0.01)
+        self._p.flush(30)
+
+
+def _supervisor(bootstrap: str, group: str, topic: str, loop: ControlLoop, ledger: Path,
+                shape: SlowShape, log: Path) -> subprocess.Popen[bytes]:  # fmt: skip
+    """``lagpilot workers`` for the group, reading the run's control topic and reporting on its
+    outcomes topic; the signing key is the run's (ControlLoop sets it)."""
+    member = [sys.executable, "-m", "bench.slow_member", "--bootstrap", bootstrap,
+              "--topic", topic, "--control", loop.control, "--outcomes", loop.outcomes,
+              "--ledger", str(ledger), "--work-ms", str(shape.work_ms)]  # fmt: skip
+    cmd = [str(LAGPILOT), "workers", "--bootstrap", bootstrap, "--group", group,
+           "--min", "1", "--max", str(shape.partitions), "--control-topic", loop.control,
+           "--outcomes-topic", loop.outcomes, "--id", f"{loop.run}-workers",
+           "--", *member]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)  # it stops its worker processes in order
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> dict[str, Any]:
+    """One arm: ``on``, lagpilot scales the supervisor; else the 30 s lag poll does."""
     run = f"sg{uuid.uuid4().hex[:6]}"
-    topic, group = f"agents.slow_group.{'on' if on else 'off'}-{run}", f"slow-workers-{run}"
+    arm = "lagpilot" if on else "poll30"
+    topic, group = f"agents.slow_group.{arm}-{run}", f"slow-workers-{run}"
     ensure_topic(bootstrap, topic, shape.partitions)
     loop = ControlLoop.start(bootstrap, topic, run, workdir, on=on)
-    control, outcomes = loop.control, loop.outcomes
     reader = LagReader(bootstrap, {group}).start()
     ledger = Ledger(workdir / f"effects-{run}.sqlite")
-    workers: list[Worker] = []
-    workers_at: list[tuple[int, int]] = []
-
-    def handle(msg: Any, ctx: Any) -> None:
-        head = orjson.loads(msg.value().split(b"\n", 1)[0])
-        time.sleep(shape.work_ms / 1000)
-        ctx.once_sql(lambda db: db.execute(
-            "INSERT INTO effects VALUES (?, ?, ?, ?, ?)",
-            (head["id"], msg.partition(), 0, head["produced_ms"], int(time.time() * 1000)),
-        ))  # fmt: skip
-
-    def add_worker() -> None:
-        w = Worker(bootstrap=bootstrap, group=group, topics=[topic], handler=handle,
-                   max_workers=1, dedupe=ledger.path, control_topic=control,
-                   outcomes_topic=outcomes if on else None,
-                   instance_id=f"{run}-w{len(workers)}", commit_interval_s=0.2)  # fmt: skip
-        w.start()
-        workers.append(w)
-        workers_at.append((int(time.time() * 1000), len(workers)))
-
-    scaler = (
-        Autoscaler(
-            bootstrap, control, group, shape.scale_period_s, add_worker, lambda: len(workers)
-        )
-        if on
-        else None
-    )
-    ids: set[str] = set()
-    acked: set[str] = set()
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is None:
-            acked.add(orjson.loads(msg.value().split(b"\n", 1)[0])["id"])
-
+    agent = _Producer(bootstrap, topic, run, shape)
+    supervisor = _supervisor(bootstrap, group, topic, loop, ledger.path, shape,
+                             workdir / f"workers-{run}.log")  # fmt: skip
+    poll: LagPoll | None = None
+    ramp_ms = 0
     drained = False
-    start_ms = 0
     try:
         loop.wait_modelling()
-        add_worker()
-        deadline = time.monotonic() + 60
-        while len(workers[0].assignment()) < shape.partitions and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if scaler is not None:
-            scaler.start()
-        # idempotent: a retried produce on a loaded broker must not write a record twice (a
-        # second copy has its own offset, so the workers would apply it a second time)
-        producer = Producer({"bootstrap.servers": bootstrap, "client.id": f"agent-{run}-0",
-                             "linger.ms": 5, "enable.idempotence": True})  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not reader.select(
+            lambda e: (
+                e["event"] == "group_health"
+                and sum(len(a["partitions"]) for m in e["members"] for a in m["assignment"])
+                == shape.partitions
+            )
+        ):
+            time.sleep(0.2)  # the clock starts once the first worker owns every partition
         t0 = time.monotonic()
-        start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)  # the ramp begins
-        end_s = shape.warmup_s + shape.ramp_s + shape.peak_s + shape.cooldown_s
-        owed, n, last = 0.0, 0, 0.0
-        while (now_s := time.monotonic() - t0) < end_s:
-            owed += inflow_per_s(shape, now_s) * (now_s - last)
-            last = now_s
-            while n < int(owed):
-                mid = f"{run}-{n}"
-                head = {"id": mid, "produced_ms": int(time.time() * 1000)}
-                producer.produce(topic, orjson.dumps(head) + b"\n" + b"x" * 256,
-                                 partition=n % shape.partitions, on_delivery=delivered)  # fmt: skip
-                ids.add(mid)
-                n += 1
-            producer.poll(0)
-            time.sleep(0.01)
-        producer.flush(30)
-        deadline = time.monotonic() + 240
+        ramp_at = t0 + shape.warmup_s
+        ramp_ms = int(time.time() * 1000 + shape.warmup_s * 1000)
+        if not on:
+            first = ramp_at - shape.poll_phase_s
+            while first - shape.poll_interval_s >= t0:
+                first -= shape.poll_interval_s
+            poll = LagPoll(bootstrap, group, topic, shape.partitions, loop.control,
+                           interval_s=shape.poll_interval_s, first_poll=first).start()  # fmt: skip
+        agent.run(t0)
+        deadline = time.monotonic() + shape.drain_timeout_s
         while time.monotonic() < deadline:
-            if acked <= {r[0] for r in ledger.rows()}:
+            if agent.acked <= {r[0] for r in ledger.rows()}:
                 drained = True
                 break
             time.sleep(0.5)
         time.sleep(1.0)
     finally:
-        if scaler is not None:
-            scaler.stop()
-        for w in workers:
-            w.stop()
+        if poll is not None:
+            poll.stop()
+        _stop(supervisor)
         reader.close()
         loop.stop()
+    reported = loop.reported()
     rows = ledger.rows()
     done = [r[0] for r in rows]
+    done_ms = {r[0]: r[4] for r in rows}
+    gone = backlog_gone_ms([(agent.ids[m], done_ms.get(m)) for m in agent.acked], ramp_ms,
+                           late_s=shape.late_s, settled_s=shape.settled_s)  # fmt: skip
     latency = np.array([r[4] - r[3] for r in rows], dtype=np.float64)
     events = reader.select(lambda e: e["event"] == "partition_lag")
-    detected = [e for e in events if e["status"] != "OK" and e["observed_at_ms"] >= start_ms]
-    reported = loop.reported() if on else []
+    detected = [e for e in events if e["status"] != "OK" and e["observed_at_ms"] >= ramp_ms]
+    scaled = [[o["at"] - ramp_ms, o.get("replicas")] for o in reported
+              if o.get("event") == "worker_outcome" and o.get("did") == "scaled"]  # fmt: skip
     # what was injected: inflow above the whole group's capacity, on every partition
     slow = Injected("slow_group", (f"group:{group}", f"topic:{topic}"))
+    judged = judge_run(loop.actions(), reported, [slow], ramp_ms) if on else {"actions": []}
     return {
+        "arm": arm,
         "policy_sha256": loop.policy_sha256,
         "drained": drained,
-        "produced": len(acked),
-        "dropped": len(ids - acked),  # never acknowledged: the harness gave them up
+        "drain_s": round((gone - ramp_ms) / 1000, 2) if gone is not None else None,
+        "produced": len(agent.acked),
+        "dropped": len(set(agent.ids) - agent.acked),  # never acknowledged: given up
         "processed": len(set(done)),
-        "lost": len(acked - set(done)),
+        "lost": len(agent.acked - set(done)),
         "duplicates": len(done) - len(set(done)),
         "p50_ms": round(float(np.percentile(latency, 50)), 1) if len(latency) else None,
         "p99_ms": round(float(np.percentile(latency, 99)), 1) if len(latency) else None,
         "max_ms": round(float(latency.max()), 1) if len(latency) else None,
         "max_time_lag_s": max((e["time_lag_s"] for e in events), default=0.0),
-        "detection_ms": (min(e["_received_ms"] for e in detected) - start_ms) if detected else None,
-        "workers": len(workers),
-        "workers_at_ms": [[t - start_ms, k] for t, k in workers_at],
-        "hints_at_ms": [[t - start_ms, r] for t, r in scaler.hints] if scaler else [],
-        **judge_run(loop.actions(), reported, [slow], start_ms),
+        "detection_ms": (min(e["_received_ms"] for e in detected) - ramp_ms) if detected else None,
+        "replicas_at_ms": scaled,
+        "polls": [[t - ramp_ms, lag, n] for t, lag, n in poll.polls] if poll else [],
+        **judged,
         "outcomes": outcome_rows(reported),
-        "verdicts": verdict_rows(reported, start_ms),
-        "timeline": timeline(events, start_ms),
+        "verdicts": verdict_rows(reported, ramp_ms),
+        "timeline": timeline(events, ramp_ms),
     }
+
+
+def _without(run: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in run.items() if k not in keys}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -235,76 +245,67 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def slow_group(
     bootstrap: str, shape: SlowShape, workdir: Path, *, parallel: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    off, on = both_arms(one_slow, bootstrap, shape, workdir, parallel=parallel)
-    remedy = remedy_of(on["actions"])
-    adds = [a for a in on["actions"] if a["type"] == "add_partitions"]
-    scaled = [w for w in on["workers_at_ms"] if w[1] > 1]
+    poll30, on = both_arms(one_slow, bootstrap, shape, workdir, parallel=parallel)
+    arms = {"poll30": poll30, "lagpilot": on}
     summary = {
-        "remedy": remedy,
+        "policy_sha256": on["policy_sha256"],
+        "remedy": remedy_of(on["actions"]),
         "causes": sorted({a["cause"] for a in on["actions"] if a["cause"]}),
         "detection_ms": on["detection_ms"],
         "first_action_ms": min((a["at_ms"] for a in on["actions"]), default=None),
-        "policy_sha256": on["policy_sha256"],
         "actions": on["actions"],
         "wrong_actions": on["wrong_actions"],
         "wrong_undos": on["wrong_undos"],
         "applied_actions": on["applied_actions"],
         "verified": on["verified"],
         "verdicts": on["verdicts"],
-        "off_p99_ms": off["p99_ms"],
+        "poll30_drain_s": poll30["drain_s"],
+        "on_drain_s": on["drain_s"],
+        "drain_ratio_vs_poll30": _ratio(poll30["drain_s"], on["drain_s"]),
+        "poll30_p99_ms": poll30["p99_ms"],
         "on_p99_ms": on["p99_ms"],
-        "ratio": _ratio(off["p99_ms"], on["p99_ms"]),
-        "off_max_time_lag_s": off["max_time_lag_s"],
-        "on_max_time_lag_s": on["max_time_lag_s"],
-        "dropped": off["dropped"] + on["dropped"],  # either arm's: its figures lack them
+        "replicas_at_ms": {k: r["replicas_at_ms"] for k, r in arms.items()},
+        "poll30_polls": poll30["polls"],
+        "dropped": poll30["dropped"] + on["dropped"],  # either arm's: its figures lack them
         "lost": on["lost"],
         "duplicates": on["duplicates"],
-        "workers_off": off["workers"],
-        "workers_on": on["workers"],
-        "scaled_at_ms": [w[0] for w in scaled],
-        "hints": on["hints_at_ms"],
-        "add_partitions": [
-            {"at_ms": a["at_ms"], "mode": a["mode"], "params": a["params"]} for a in adds
-        ],
-        "add_partitions_at_partition_count": bool(adds)
-        and on["workers"] >= shape.partitions
-        and all(a["params"]["current"] == shape.partitions for a in adds),
-        "off": {k: v for k, v in off.items() if k not in ("timeline", "actions")},
-        "on": {k: v for k, v in on.items() if k not in ("timeline", "actions")},
+        "arms": {k: _without(r, "timeline", "actions") for k, r in arms.items()},
         "shape": {k: getattr(shape, k) for k in shape.__dataclass_fields__},
         "targets": {
-            "remedy": ["scale_consumers", "add_partitions"],
-            "add_partitions_mode": "recommend",
+            "drain_ratio_vs_poll30": 3,
+            "verified": True,
             "wrong_actions": 0,
             "lost": 0,
             "duplicates": 0,
         },
     }
-    return summary, {"off": off, "on": on}
-
-
-def _action_color(action: dict[str, Any]) -> str:
-    return "tab:green" if action["type"] == "scale_consumers" else "tab:red"
+    return summary, arms
 
 
 def plot_slow_group(runs: dict[str, dict[str, Any]], out: Path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
-    for ax, name in zip(axes, ("off", "on"), strict=True):
+    for ax, name in zip(axes, ("poll30", "lagpilot"), strict=True):
         res = runs[name]
         time_lag_lines(ax, res["timeline"], lw=1.2)
-        action_lines(ax, res["actions"], color=_action_color)
-        for t_ms, k in res["workers_at_ms"]:
-            if k > 1:
-                ax.axvline(t_ms / 1000, color="tab:blue", lw=0.8, ls=":")
-        ax.set_title(f"lagpilot {name}: p99 {(res['p99_ms'] or 0) / 1000:.1f} s, "
-                     f"workers {res['workers']}")  # fmt: skip
+        action_lines(ax, res["actions"])
+        for t_ms, _lag, _n in res["polls"]:
+            ax.axvline(t_ms / 1000, color="tab:gray", lw=0.6, ls=":")
+        steps = sorted((t / 1000, n) for t, n in res["replicas_at_ms"] if n is not None)
+        if steps:
+            twin = ax.twinx()
+            xs, ys = zip(*steps, strict=True)
+            twin.step(xs, ys, where="post", color="tab:blue", lw=1.0)
+            twin.set_ylabel("worker processes")
+        drain = res["drain_s"]
+        ax.set_title(f"{name}: drained {drain if drain is not None else '-'} s after the ramp, "
+                     f"p99 {(res['p99_ms'] or 0) / 1000:.1f} s")  # fmt: skip
         ax.set_xlabel("seconds since the inflow began to rise")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)
     axes[0].set_ylabel("time lag per partition (s)")
-    fig.suptitle("slow_group: inflow above capacity (green: scale_consumers, blue dotted: a "
-                 "worker added, red: add_partitions recommended)")  # fmt: skip
+    fig.suptitle("slow_group: the same supervisor scaled by lagpilot vs a 30 s lag poll (green: "
+                 "scale_consumers, grey dotted: a poll, blue: worker processes)")  # fmt: skip
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

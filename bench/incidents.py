@@ -18,7 +18,9 @@ default):
 - ``storm`` (bench/incident_storm.py): each member that takes the heavy partition dies on it;
   reports rebalances per minute off and on, and the hand-off to the dedicated pool.
 - ``slow_group`` (bench/incident_slow_group.py): inflow rises above the group's capacity on
-  every partition.
+  every partition; the same ``lagpilot workers`` supervisor is scaled by lagpilot and, in
+  the ``poll30`` arm, by a lag poll every 30 s as KEDA's Kafka scaler does by default;
+  reports each arm's time to drain and ``drain_ratio_vs_poll30``.
 
 Each scenario knows what it injected (bench/support/judge.py ``Injected``) and reports every
 action the loop issued, judged against it (``actions``, ``wrong_actions``,
@@ -226,17 +228,22 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
     if "slow_group" in wanted:
         from bench.incident_slow_group import SlowShape, plot_slow_group, slow_group
 
-        slow_shape = SlowShape(peak_s=args.slow_peak_s)
+        slow_shape = SlowShape(peak_s=args.slow_peak_s, poll_interval_s=args.slow_poll_s,
+                               poll_phase_s=args.slow_poll_s / 2)  # fmt: skip
         if args.smoke:
-            # twice what the one worker processes: the inflow outgrows it, and the off
-            # arm's backlog drains in seconds, not half a minute
-            slow_shape = replace(slow_shape, warmup_s=4, ramp_s=3, peak_s=5, cooldown_s=1,
-                                 peak_per_s=100.0)  # fmt: skip
+            # two partitions, 0.7x what two workers process, and a 5 s poll: both arms
+            # scale within the smoke (the mechanics: the supervisor obeys either publisher)
+            slow_shape = replace(slow_shape, partitions=2, base_per_s=10.0, peak_per_s=70.0,
+                                 warmup_s=6, ramp_s=2, peak_s=10, cooldown_s=1,
+                                 poll_interval_s=5.0, poll_phase_s=2.5,
+                                 drain_timeout_s=60.0)  # fmt: skip
 
         def report_slow(summary: dict[str, Any], runs: Any, out: Path) -> None:
             plot_slow_group(runs, out.with_name("incidents_slow_group.png"))
-            print(f"slow_group: p99 off {summary['off_p99_ms']} ms, on {summary['on_p99_ms']} "
-                  f"ms; workers {summary['workers_on']}; remedy {summary['remedy']}")  # fmt: skip
+            print(f"slow_group: drained after {summary['poll30_drain_s']} s with the 30 s poll, "
+                  f"{summary['on_drain_s']} s with lagpilot ({summary['drain_ratio_vs_poll30']}"
+                  f"x); verified {summary['verified']}; wrong actions "
+                  f"{summary['wrong_actions']}; remedy {summary['remedy']}")  # fmt: skip
 
         jobs.append(("slow_group",
                      lambda: slow_group(args.bootstrap, slow_shape, tmp, parallel=par),
@@ -257,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flood-factor", type=float, default=10.0)
     ap.add_argument("--producers", type=int, default=3, help="flood: producers on the topic")
     ap.add_argument("--storm-s", type=float, default=180.0, help="storm: heavy documents, s")
-    ap.add_argument("--slow-peak-s", type=float, default=12.0, help="slow_group: peak inflow, s")
+    ap.add_argument("--slow-peak-s", type=float, default=60.0, help="slow_group: peak inflow, s")
+    ap.add_argument("--slow-poll-s", type=float, default=30.0,
+                    help="slow_group: the baseline's lag poll interval, s")  # fmt: skip
     ap.add_argument("--smoke", action="store_true", help="tiny runs for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "incidents.json"))
     args = ap.parse_args(argv)

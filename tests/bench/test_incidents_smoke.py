@@ -93,3 +93,15 @@ def test_incident_suite_smoke_merges_into_the_results(kafka_bootstrap: str, tmp_
     slow = scenarios["slow_group"]
     assert slow["lost"] == 0
     assert slow["detection_ms"] is not None  # the inflow outgrew the one worker
+    for arm, r in slow["arms"].items():  # both arms ran their supervisor to the end
+        assert r["produced"] > 0 and r["drained"] and r["lost"] == r["duplicates"] == 0, arm
+        assert r["policy_sha256"] == sha, arm
+        assert "drain_s" in r, arm
+    # the baseline polled the group's lag and `lagpilot workers` obeyed its signed hints
+    polls, parts = slow["poll30_polls"], slow["shape"]["partitions"]
+    assert polls and all(n == max(1, min(parts, -(-lag // 10))) for _t, lag, n in polls)
+    assert slow["replicas_at_ms"]["poll30"], "the supervisor never reported a step"
+    # a scale step lagpilot issued is applied by the supervisor's own report
+    for a in slow["actions"]:
+        if a["type"] == "scale_consumers":
+            assert a["applied"] and a["outcome"] in ("applied", "recorded"), a
