@@ -6,9 +6,9 @@ ramps over ``ramp_s`` to ``peak_per_s``, holds it for ``peak_s``, then falls bac
 ``base_per_s``. Each worker is a process (bench/slow_member.py: the worker SDK, one handler
 thread, ``1000 / work_ms`` records/s) run by the worker supervisor users run, ``lagpilot
 workers --group G --min 1 --max <partitions>``, with its shipped defaults otherwise; the
-group starts with one. The peak is below what one worker per partition processes, so
-scaling to the partition count fixes the group, and it lasts long enough for two polls of
-the baseline.
+group starts with one, beside a ``PoolWorker`` of the policy's hand-off pool. The peak is
+below what one worker per partition processes, so scaling to the partition count fixes the
+group, and it lasts long enough for two polls of the baseline.
 
 Two arms, each scaling the same supervisor:
 
@@ -42,7 +42,9 @@ import numpy as np
 import orjson
 from confluent_kafka import Producer
 
-from bench.support.control_loop import ControlLoop, both_arms
+from actuators.workers import PoolWorker
+from bench.storm_member import record
+from bench.support.control_loop import ControlLoop, both_arms, policy_config
 from bench.support.drain import backlog_gone_ms
 from bench.support.harness import LagReader
 from bench.support.judge import Injected, judge_run
@@ -138,6 +140,24 @@ def _supervisor(bootstrap: str, group: str, topic: str, loop: ControlLoop, ledge
     return subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
 
 
+def _pool(bootstrap: str, group: str, loop: ControlLoop, ledger: Path,
+          shape: SlowShape) -> PoolWorker | None:  # fmt: skip
+    """The dedicated pool a team that ships ``hotspot.pool`` runs beside the group (it idles
+    unless lagpilot hands a partition off), processing as the workers do."""
+    name = policy_config(loop.policy).spread_pool
+    if not name:
+        return None
+
+    def handle(msg: Any, ctx: Any) -> None:
+        head = orjson.loads(msg.value().split(b"\n", 1)[0])
+        time.sleep(shape.work_ms / 1000)
+        record(ctx, head, msg.partition())
+
+    return PoolWorker(pool=name, bootstrap=bootstrap, group=group, handler=handle,
+                      max_workers=1, dedupe=ledger, control_topic=loop.control,
+                      outcomes_topic=loop.outcomes, commit_interval_s=0.2)  # fmt: skip
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGTERM)  # it stops its worker processes in order
     try:
@@ -159,11 +179,14 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
     agent = _Producer(bootstrap, topic, run, shape)
     supervisor = _supervisor(bootstrap, group, topic, loop, ledger.path, shape,
                              workdir / f"workers-{run}.log")  # fmt: skip
+    pool = _pool(bootstrap, group, loop, ledger.path, shape)
     poll: LagPoll | None = None
     ramp_ms = 0
     drained = False
     try:
         loop.wait_modelling()
+        if pool is not None:
+            pool.start()
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not reader.select(
             lambda e: (
@@ -193,6 +216,8 @@ def one_slow(bootstrap: str, shape: SlowShape, workdir: Path, *, on: bool) -> di
     finally:
         if poll is not None:
             poll.stop()
+        if pool is not None:
+            pool.stop()
         _stop(supervisor)
         reader.close()
         loop.stop()
