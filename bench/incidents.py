@@ -21,6 +21,13 @@ default):
   every partition; the same ``lagpilot workers`` supervisor is scaled by lagpilot and, in
   the ``poll30`` arm, by a lag poll every 30 s as KEDA's Kafka scaler does by default;
   reports each arm's time to drain and ``drain_ratio_vs_poll30``.
+- ``mixed`` (bench/incident_mixed.py): a hotspot in one group, a producer flood on a second
+  topic and a healthy group with heavy-tailed traffic, in one run under one pipeline and one
+  actuator; each incident judged against its own remedy, any action on the healthy group
+  wrong; per group p99 off and on.
+- ``calm`` (bench/incident_calm.py): minutes of healthy heavy-tailed traffic with a rolling
+  restart of the group's members and a member joining and leaving, the loop on; nothing
+  injected (target ``applied_actions`` 0).
 
 Each scenario knows what it injected (bench/support/judge.py ``Injected``) and reports every
 action the loop issued, judged against it (``actions``, ``wrong_actions``,
@@ -31,7 +38,8 @@ each arm's p99 and its ``shape``, under ``scenarios.<name>`` in
 into the file (other scenarios' entries are kept); each entry has its own ``measured_at``,
 ``commit`` and the host's 1-minute load average at its start and end (``load_avg_1m``).
 
-    .venv/bin/python -m bench.incidents [--scenarios avalanche,flood,storm,slow_group] [--smoke]
+    .venv/bin/python -m bench.incidents [--scenarios avalanche,flood,storm,slow_group,mixed,calm]
+        [--smoke]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150]
         [--flood-s 30] [--flood-factor 10] [--producers 3]
 """
@@ -55,7 +63,7 @@ from bench.war_story import one_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCENARIOS = ("avalanche", "flood", "storm", "slow_group")
+SCENARIOS = ("avalanche", "flood", "storm", "slow_group", "mixed", "calm")
 #: the avalanche's arms, in the order they run and are drawn
 ARMS = ("naive", "sdk", "static", "lagpilot")
 #: what each arm reports beside its p99 (``arms.<name>``)
@@ -248,6 +256,31 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
         jobs.append(("slow_group",
                      lambda: slow_group(args.bootstrap, slow_shape, tmp, parallel=par),
                      report_slow))  # fmt: skip
+    if "mixed" in wanted:
+        from bench.incident_mixed import MixedShape, mixed, plot_mixed
+
+        mixed_shape = MixedShape.smoke() if args.smoke else MixedShape()
+
+        def report_mixed(summary: dict[str, Any], runs: Any, out: Path) -> None:
+            plot_mixed(runs, out.with_name("incidents_mixed.png"))
+            print(f"mixed: p99 off {summary['off_p99_ms']} ms, on {summary['on_p99_ms']} ms; "
+                  f"wrong actions {summary['wrong_actions']}; "
+                  f"remedy {summary['remedy']}")  # fmt: skip
+
+        jobs.append(("mixed", lambda: mixed(args.bootstrap, mixed_shape, tmp, parallel=par),
+                     report_mixed))  # fmt: skip
+    if "calm" in wanted:
+        from bench.incident_calm import CalmShape, calm, plot_calm
+
+        calm_shape = CalmShape.smoke() if args.smoke else CalmShape()
+
+        def report_calm(summary: dict[str, Any], runs: Any, out: Path) -> None:
+            plot_calm(runs, out.with_name("incidents_calm.png"))
+            print(f"calm: applied actions {summary['applied_actions']}, wrong actions "
+                  f"{summary['wrong_actions']}; p99 {summary['on_p99_ms']} ms; remedy "
+                  f"{summary['remedy']}")  # fmt: skip
+
+        jobs.append(("calm", lambda: calm(args.bootstrap, calm_shape, tmp), report_calm))
     return jobs
 
 
