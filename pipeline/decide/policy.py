@@ -137,6 +137,14 @@ def step_hysteresis(
         inc.active = False
 
 
+def pool_group(group: str, config: PolicyConfig) -> bool:
+    """A dedicated pool's own group (``<group>.pool.<pool>``, actuators/workers/handoff.py):
+    it serves partitions handed to it, whose lag the owner group mirrors and is judged by;
+    nothing acts on the pool's group itself (no worker would obey it)."""
+    pool = config.spread_pool
+    return pool is not None and group.endswith(f".pool.{pool}")
+
+
 def halted(state: PolicyState, group: str) -> bool:
     return "all" in state.halted or group in state.halted
 
@@ -211,7 +219,7 @@ def decide(
     step_hysteresis(inc, level(summary, t), t, now, confirmed=confirmed_stall(summary))
     acting = not halted(s, summary.group)
     _prune(c, acting)
-    if not acting:
+    if not acting or pool_group(summary.group, config):
         return [], s
     if config.diagnose:
         remedies.run(c)

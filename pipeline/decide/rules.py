@@ -155,7 +155,8 @@ def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartit
 
     Hot: consumed (not STOP), above the enter level (``behind`` it, with ``min_status``) and at
     least ``ratio`` times the time lag of the worst partition that is not above it (the
-    "rest"), while that rest keeps up: it is not behind at the exit level. At most a
+    "rest"), while that rest keeps up: it is not behind at the exit level and its lag does
+    not grow (an overloaded group's partitions fall behind unevenly at first). At most a
     quarter of the topic's partitions (and at least one) may be hot. When more lag, or the
     rest lags too, the group is slow, and spreading is not the fix (scale_consumers is).
     ``worst`` comes ordered by status first, so it is re-ordered by time lag here.
@@ -171,9 +172,21 @@ def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartit
     rest = next((w for w in ranked if w not in above), None)
     if rest is None or len(above) > max(1, s.topic_partitions // 4):
         return []
-    if behind(rest, t.time_lag_s * t.exit_ratio, t.min_status):
-        return []  # the rest lags too: a slow group, not a hotspot
+    if behind(rest, t.time_lag_s * t.exit_ratio, t.min_status) or growing(rest):
+        return []  # the rest lags too, or falls behind: a slow group, not a hotspot
     return [w for w in above if w.time_lag_s >= ratio * rest.time_lag_s]
+
+
+#: a partition whose lag grows faster than this share of its produce rate falls behind (the
+#: model's own growth rule, docs/lag-model.md): a healthy partition's commit sawtooth fits
+#: to about zero over the model's window
+GROWTH_RATIO = 0.05
+
+
+def growing(w: WorstPartition) -> bool:
+    """``w``'s lag keeps growing over the model's window (it is consumed slower than it is
+    produced), however small its time lag still is."""
+    return w.lag_rate_per_s > GROWTH_RATIO * max(w.produce_rate_per_s, 1.0)
 
 
 def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | None:

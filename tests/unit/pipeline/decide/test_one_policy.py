@@ -190,3 +190,24 @@ def test_a_partition_nobody_consumes_is_not_spread() -> None:
     stuck = replace(wp(3, 5.0), status=LagStatus.STALL)  # its worker reports, stuck on work
     loop.feed(gl([stuck, *rest], parts=16), 2)
     assert kinds(loop.actions) == ["spread_partition"]
+
+
+def test_an_overloaded_group_falling_behind_unevenly_is_not_a_hotspot() -> None:
+    """One worker for four partitions: one partition is 3.4x behind the next, but the next
+    falls behind too (its lag grows): a slow group in the making, not a hotspot."""
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"confirm_s": {"slow_group": 3.0}}))
+    grow = {"produce": 50.0, "consume": 30.0}
+    first = [replace(wp(1, 3.4, **grow), lag_rate_per_s=20.0),
+             replace(ok(0, 1.0, **grow), lag_rate_per_s=20.0),
+             replace(ok(2, 0.9, **grow), lag_rate_per_s=20.0)]  # fmt: skip
+    loop.feed(gl(first, parts=4), 8)
+    assert "spread_partition" not in kinds(loop.actions)
+
+
+def test_a_pools_own_group_is_never_acted_on() -> None:
+    loop = Loop(cfg())
+    hot = [wp(3, 40.0, consume=0.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    loop.feed(gl(hot, group="workers.pool.dedicated"), 10)
+    assert loop.actions == []
+    loop.feed(gl(hot, group="workers"), 3)
+    assert kinds(loop.actions) == ["spread_partition"]
