@@ -193,11 +193,11 @@ def test_a_partition_nobody_consumes_is_not_spread() -> None:
 
 
 def test_an_overloaded_group_falling_behind_unevenly_is_not_a_hotspot() -> None:
-    """One worker for four partitions: one partition is 3.4x behind the next, but the next
+    """One worker for four partitions: one partition is 5x behind the next, but the next
     falls behind too (its lag grows): a slow group in the making, not a hotspot."""
     loop = Loop(cfg(thresholds=GATED, diagnosis={"confirm_s": {"slow_group": 3.0}}))
     grow = {"produce": 50.0, "consume": 30.0}
-    first = [replace(wp(1, 3.4, **grow), lag_rate_per_s=20.0),
+    first = [replace(wp(1, 5.0, **grow), lag_rate_per_s=20.0),
              replace(ok(0, 1.0, **grow), lag_rate_per_s=20.0),
              replace(ok(2, 0.9, **grow), lag_rate_per_s=20.0)]  # fmt: skip
     loop.feed(gl(first, parts=4), 8)
