@@ -222,9 +222,7 @@ def _diagnose(
     s = group_lag_from_dict(dict(summary))
     t = policy.thresholds_for(s.group, s.topic)
     hot = hot_partitions(s, t, policy.hot_ratio)
-    cfg = dg.DiagnosisConfig(
-        policy.burst_ratio, policy.hold_ratio, policy.leadership_min_partitions, policy.hot_ratio
-    )
+    cfg = policy.diagnosis_config(t)
     return dg.diagnose(s, t.time_lag_s * t.exit_ratio, hot, cfg, health=health)
 
 
