@@ -101,11 +101,6 @@ class Records:
     heavy_work_ms: float = 150.0
     heavy_size_bytes: int = 48 * 1024
 
-    def mean_work_ms(self) -> float:
-        """The expected work of one record (lognormal mean, cap ignored), for capacities."""
-        light = self.work_median_ms * math.exp(self.work_sigma**2 / 2)
-        return (1 - self.heavy_share) * light + self.heavy_share * self.heavy_work_ms
-
     def draw(self, rng: np.random.Generator) -> tuple[int, float, bool]:
         """(size bytes, work ms, heavy) of one record."""
         if self.heavy_share and rng.random() < self.heavy_share:
@@ -325,9 +320,6 @@ class Agents:
         self.agents = list(agents)
         self.start_ms = 0
         self._threads: list[threading.Thread] = []
-
-    def by_client(self) -> dict[str, Agent]:
-        return {a.client_id: a for a in self.agents}
 
     def start(self, give_up_after_s: float) -> int:
         """Start every agent now; returns the start (epoch ms). After ``give_up_after_s``
