@@ -211,7 +211,7 @@ def one_flood(bootstrap: str, shape: FloodShape, workdir: Path, *, on: bool) -> 
         "throttled": sorted(per_client),
         "throttle_actions_per_client": per_client,
         "released_at_ms": releases,
-        "released_while_flooding": any(t < shape.flood_s * 1000 for t in releases),
+        "released_while_flooding": any(0 <= t < shape.flood_s * 1000 for t in releases),
         "reported_rates_events": len(read_topic(bootstrap, rates_topic)),
         "worker": workers.stats(),
         "flooder": flooder.client_id,
