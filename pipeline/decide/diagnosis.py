@@ -9,8 +9,10 @@ rules, in severity order (the first that holds wins):
 
 1. ``stalled``: the group lags and none of its partitions is consumed (members or not);
 2. ``rebalance_storm``: group health says STORM (generation churn while commits stall);
-3. ``rebalancing``: the group's generation moved within ``settle_s``: its lag is the
-   rebalance's own (partitions wait while they move); nothing acts until it settles;
+3. ``rebalancing``: the group's generation moved within ``settle_s``, or one of its
+   partitions is not consumed at all (STOP: a member restarting, leaving, gone) or was
+   within ``settle_s``: its lag is the membership change's own (partitions wait while they
+   move, then drain); nothing acts until it settles;
 4. ``inflow_burst``: the produce rate is ``burst_ratio`` times its usual level while the
    consumers hold at least ``hold_ratio`` of their usual rate (the producers changed, not
    the consumers);
@@ -132,10 +134,12 @@ def diagnose(
     baseline: Sequence[float] | None = None,
     producers: Mapping[str, Sequence[float]] | None = None,
     now_ms: int | None = None,
+    stopped_ms: int | None = None,
 ) -> Diagnosis:
     """The cause of ``s``'s lag. ``hot`` is ``rules.hot_partitions(s, ...)``;
     ``producers`` maps client id -> ``[bytes_per_s now, usual bytes_per_s]`` for the topic;
-    ``now_ms`` (the summary's time when not given) dates the group's last rebalance."""
+    ``now_ms`` (the summary's time when not given) dates the group's last rebalance and
+    ``stopped_ms``, when a partition of it was last seen in STOP."""
     produce, consume = rates(s)
     lagging = [w for w in s.worst if behind(w, exit_time_lag_s, cfg.min_status)]
     # 1. stalled
@@ -164,17 +168,13 @@ def diagnose(
             "leaves": storm.get("leaves", 0), "partitions": sorted(parts),
         })  # fmt: skip
     # 3. rebalancing: the lag of partitions that wait while they move
-    # the folded health's generation_ms, or a raw group_health event's last_rebalance_ms
-    moved_ms = None if health is None else health.get("generation_ms",
-                                                      health.get("last_rebalance_ms"))  # fmt: skip
-    now = s.observed_at_ms if now_ms is None else now_ms
-    if cfg.settle_s > 0 and isinstance(moved_ms, int) and now - moved_ms < cfg.settle_s * 1000:
-        return Diagnosis(REBALANCING, {"generation": (health or {}).get("generation"),
-                                       "since_rebalance_s": _r((now - moved_ms) / 1000),
-                                       "settle_s": cfg.settle_s,
-                                       "lagging_partitions": len(lagging)})  # fmt: skip
-    # 4. inflow burst: from producer rates when known, else from the partitions' rates
-    burst = _burst(produce, consume, None if hot else baseline, producers, cfg)
+    moving = _moving(s, cfg, health, now_ms, stopped_ms)
+    if moving is not None:
+        return Diagnosis(REBALANCING, {**moving, "lagging_partitions": len(lagging)})
+    # 4. inflow burst: from producer rates when known, else from the partitions' rates. Not
+    # where a few partitions are far behind the rest: heavy records on a few keys raise their
+    # producers' bytes too, and spreading those partitions (cheap, consumer-side) is the fix
+    burst = None if hot else _burst(produce, consume, baseline, producers, cfg)
     if burst is not None:
         return Diagnosis(BURST, burst)
     # 5. broker skew
@@ -195,6 +195,32 @@ def diagnose(
     if lagging and not many:
         return Diagnosis(WATCHING, {**evidence, "hot_ratio": cfg.hot_ratio})
     return Diagnosis(DRAINING, evidence)
+
+
+def _moving(
+    s: GroupLag,
+    cfg: DiagnosisConfig,
+    health: Mapping[str, Any] | None,
+    now_ms: int | None,
+    stopped_ms: int | None,
+) -> dict[str, Any] | None:
+    """The evidence that the group's membership is moving (``rebalancing``), or None."""
+    if cfg.settle_s <= 0:
+        return None
+    now, settle_ms = (s.observed_at_ms if now_ms is None else now_ms), cfg.settle_s * 1000
+    stopped = [w.partition for w in s.worst if w.status is LagStatus.STOP]
+    if stopped or (stopped_ms is not None and now - stopped_ms < settle_ms):
+        since = 0.0 if stopped or stopped_ms is None else (now - stopped_ms) / 1000
+        return {"stopped_partitions": stopped, "since_stop_s": _r(since),
+                "settle_s": cfg.settle_s}  # fmt: skip
+    # the folded health's generation_ms, or a raw group_health event's last_rebalance_ms
+    moved_ms = None if health is None else health.get("generation_ms",
+                                                      health.get("last_rebalance_ms"))  # fmt: skip
+    if isinstance(moved_ms, int) and now - moved_ms < settle_ms:
+        since_s = _r((now - moved_ms) / 1000)
+        return {"generation": (health or {}).get("generation"), "since_rebalance_s": since_s,
+                "settle_s": cfg.settle_s}  # fmt: skip
+    return None
 
 
 def hotspot_evidence(

@@ -91,8 +91,10 @@ def fold_producer_rate(
         usual = (usual * seen + float(rate)) / (seen + 1)
     elif old is not None and rate <= burst_ratio * max(usual, 1.0):
         usual = (1 - dg.BASELINE_ALPHA) * usual + dg.BASELINE_ALPHA * float(rate)
+    # [rate, usual, at_ms, reports, pushing, the rate before]
+    before = float(rate) if old is None else old[0]
     s.producer_rates[key] = [float(rate), usual, at, min(seen + 1, 1_000_000),
-                             _pushing(event)]  # fmt: skip
+                             _pushing(event), before]  # fmt: skip
     return s
 
 
@@ -121,11 +123,14 @@ def pressure(c: Ctx, client_id: str) -> bool | None:
 
 
 def topic_producers(c: Ctx) -> dict[str, list[float]]:
-    """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only."""
+    """client id -> [bytes_per_s, usual] of the summary's topic, fresh ones only; the rate
+    is the lower of the client's last two reports (what it sustained)."""
     stale_ms = c.config.rates_stale_s * 1000
     out: dict[str, list[float]] = {}
     for key, entry in c.state.producer_rates.items():
         rate, usual, at = entry[:3]
+        if len(entry) > 5:  # sustained: the lower of its last two reports (one heavy record
+            rate = min(rate, entry[5])  # in a second is no burst; a flood lasts)
         warm = len(entry) < 4 or entry[3] >= dg.RATE_WARMUP_REPORTS
         cid, _, topic = key.rpartition("|")
         if topic == c.summary.topic and c.now - at <= stale_ms and warm:

@@ -187,6 +187,7 @@ def _prune(c: Ctx, acting: bool) -> None:
     s.scale_issued_ms = {g: t for g, t in s.scale_issued_ms.items() if g in s.scale_hints}
     # what diagnosis keeps: bounded by the groups and producers seen lately
     s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
+    s.stops_ms = {k: t for k, t in s.stops_ms.items() if k in s.incidents}
     # a hot partition's ladder is keyed "<incident key>\x00<partition>" (pipeline.remedies)
     s.ladders = {k: lad for k, lad in s.ladders.items()
                  if "\x00".join(k.split("\x00", 2)[:2]) in s.incidents}  # fmt: skip

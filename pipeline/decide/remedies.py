@@ -45,7 +45,7 @@ from pipeline.decide.rules import (
     spread,
 )
 from pipeline.decide.state import PolicyState
-from schemas import ActionType, Mode
+from schemas import ActionType, LagStatus, Mode
 
 
 def verification_event(lad: dict[str, Any], verdict: str, lag_now_s: float, now: int,
@@ -109,6 +109,8 @@ def _upkeep(c: Ctx, lad: dict[str, Any] | None) -> None:
 def run(c: Ctx) -> None:
     s, key = c.state, c.key
     lad = s.ladders.get(key)
+    if any(w.status is LagStatus.STOP for w in c.summary.worst):
+        s.stops_ms[key] = c.now  # seen before an incident opens too: a restart's first sign
     if not c.incident.active:
         if lad is None or lad.get("closed"):
             s.baselines[key] = dg.update_baseline(s.baselines.get(key), c.summary)
@@ -129,7 +131,7 @@ def run(c: Ctx) -> None:
     hot = hot_partitions(c.summary, t, c.config.hot_ratio)
     d = dg.diagnose(c.summary, exit_s, hot, c.config.diagnosis_config(t), now_ms=c.now,
                     health=s.health.get(c.summary.group), baseline=s.baselines.get(key),
-                    producers=topic_producers(c))  # fmt: skip
+                    producers=topic_producers(c), stopped_ms=s.stops_ms.get(key))  # fmt: skip
     if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
         for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
             del s.ladders[sub_key]

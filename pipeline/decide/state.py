@@ -82,6 +82,9 @@ class PolicyState:
     baselines: dict[str, list[float]] = field(default_factory=dict)
     health: dict[str, dict[str, Any]] = field(default_factory=dict)
     producer_rates: dict[str, list[float]] = field(default_factory=dict)
+    # per incident key: when a partition of it was last seen in STOP (nobody consuming it:
+    # a member restarting or gone), so its comeback is waited out as a rebalance's is
+    stops_ms: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON; built by hand because ``dataclasses.asdict`` is ~10x slower."""
@@ -124,6 +127,7 @@ class PolicyState:
             "baselines": {k: list(v) for k, v in self.baselines.items()},
             "health": dict(self.health),
             "producer_rates": {k: list(v) for k, v in self.producer_rates.items()},
+            "stops_ms": dict(self.stops_ms),
         }  # fmt: skip
 
     def copy(self) -> PolicyState:

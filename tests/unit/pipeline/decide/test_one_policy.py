@@ -97,8 +97,11 @@ def test_a_slow_group_waits_its_confirmation_and_a_burst_named_meanwhile_wins() 
     lagging = [wp(p, 5.0, produce=400.0, consume=100.0) for p in range(4)]
     loop.feed(gl(lagging, parts=4), 6)  # slow, by the summaries alone: not yet 3 s
     assert loop.actions == []
-    loop.rates(**{"ingest-a": 900_000.0, "ingest-b": 100_000.0})  # the report arrives
-    loop.feed(gl(lagging, parts=4), 2)
+    loop.rates(**{"ingest-a": 900_000.0, "ingest-b": 100_000.0})  # the reports arrive: one
+    loop.feed(gl(lagging, parts=4), 2)  # high report is no burst yet (one heavy record?)
+    assert loop.actions == []
+    loop.rates(**{"ingest-a": 900_000.0, "ingest-b": 100_000.0})  # two are
+    loop.feed(gl(lagging, parts=4), 1)
     assert [(a["type"], a["target"]) for a in loop.actions] == [
         ("throttle_producer", "client-id:ingest-a")
     ]
@@ -210,4 +213,35 @@ def test_a_pools_own_group_is_never_acted_on() -> None:
     loop.feed(gl(hot, group="workers.pool.dedicated"), 10)
     assert loop.actions == []
     loop.feed(gl(hot, group="workers"), 3)
+    assert kinds(loop.actions) == ["spread_partition"]
+
+
+def test_a_restarting_members_partitions_are_waited_out_until_they_drain() -> None:
+    """A static member restarts (no rebalance): its partitions go unconsumed (STOP), come
+    back and drain far behind the rest. Nothing acts until settle_s after the last STOP."""
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"settle_s": 5.0}))
+    rest = [ok(p, 0.1) for p in (0, 1, 2)]
+    gone = replace(wp(3, 2.0, consume=0.0), status=LagStatus.STOP)
+    loop.feed(gl([gone, *rest], parts=16), 8)
+    draining = wp(3, 2.5)
+    loop.feed(gl([draining, *rest], parts=16), 16)  # 4 s after the last STOP
+    assert loop.actions == []
+    assert loop.state.ladders and next(iter(loop.state.ladders.values()))["cause"] == (
+        "rebalancing"
+    )
+    loop.feed(gl([draining, *rest], parts=16), 8)  # past settle_s and still behind: a hotspot
+    assert kinds(loop.actions) == ["spread_partition"]
+
+
+def test_heavy_records_on_a_few_partitions_are_spread_not_throttled() -> None:
+    """A few partitions far behind while their producers' bytes jumped (heavy documents on
+    a few keys): spread those partitions; a burst is for a group lagging everywhere."""
+    loop = Loop(cfg())
+    for _ in range(20):
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(CALM))
+    hot = [wp(3, 40.0, consume=50.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    for _ in range(3):
+        loop.rates(**{"ingest-a": 1_500_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(hot))
     assert kinds(loop.actions) == ["spread_partition"]

@@ -229,6 +229,7 @@ def test_a_throttle_another_group_let_go_is_released_never_adopted() -> None:
         loop.rates(**{"ingest-a": 100_000.0})
         loop.feed(gl(CALM))
     loop.rates(**{"ingest-a": 900_000.0})
+    loop.rates(**{"ingest-a": 900_000.0})  # sustained: two reports
     loop.feed(gl([wp(p, 20.0, produce=400.0) for p in range(4)]), 3)
     assert kinds(loop.actions) == ["throttle_producer"]
     loop.feed(gl(CALM), 8)  # the burst's incident clears; the throttle is 3 s old
@@ -322,7 +323,8 @@ def test_a_slow_groups_rising_inflow_does_not_turn_into_an_unattributed_burst() 
     assert "throttle_producer" not in kinds(loop.actions)
     for _ in range(5):  # the producer's warm-up: its usual rate
         loop.rates(**{"ingest-1": 1000.0})
-    loop.rates(**{"ingest-1": 9000.0})  # a named producer's burst still takes over
+    loop.rates(**{"ingest-1": 9000.0})  # a named producer's burst (two reports: sustained)
+    loop.rates(**{"ingest-1": 9000.0})  # still takes over
     loop.feed(gl(rising, parts=4, rate=5.0), 3)
     assert [lad["cause"] for lad in loop.state.ladders.values()] == ["inflow_burst"]
 
