@@ -7,8 +7,12 @@ folded by ``ProducerView``). A partition is *behind* when its time lag is at the
 and the model judges it late against its own cadence (``min_status``: ``behind``). The
 rules, in severity order (the first that holds wins):
 
-1. ``stalled``: the group lags and none of its partitions is consumed (members or not);
-2. ``rebalance_storm``: group health says STORM (generation churn while commits stall);
+1. ``stalled``: the group lags and none of its partitions, or none of those behind, is
+   consumed (STOP; members or not): a person must look (a member restarting shows so for
+   a moment, then ``rebalancing`` while its partitions drain);
+2. ``rebalance_storm``: group health says STORM (generation churn while commits stall)
+   and one member keeps leaving (``MIN_STORM_LEAVES`` times in the window: a rollout or a
+   member joining and leaving moves the generation as often, each member leaving once);
 3. ``rebalancing``: the group's generation moved within ``settle_s``, or one of its
    partitions is not consumed at all (STOP: a member restarting, leaving, gone) or was
    within ``settle_s``: its lag is the membership change's own (partitions wait while they
@@ -58,6 +62,9 @@ STALLED, STORM, REBALANCING, BURST, SKEW, HOTSPOT, SLOW, WATCHING, DRAINING = (
 #: Causes in severity order; a cause may be replaced during an incident only by one before it.
 CAUSES: tuple[str, ...] = (STALLED, STORM, REBALANCING, BURST, SKEW, HOTSPOT, SLOW, WATCHING,
                            DRAINING)  # fmt: skip
+#: a member that left this often in the storm window keeps leaving (the storm's remedy hands
+#: off its partitions); one that left once is a restart, a rollout's step
+MIN_STORM_LEAVES = 2
 #: causes that change nothing: they never replace a ladder that acted (pipeline.decide.remedies)
 PASSIVE: frozenset[str] = frozenset({STALLED, REBALANCING, WATCHING, DRAINING})
 SEVERITY = {c: i for i, c in enumerate(CAUSES)}
@@ -147,22 +154,21 @@ def diagnose(
     members = None if health is None else health.get("members")
     if isinstance(members, list | tuple):
         members = len(members)
-    if (
-        lagging
-        and all(w.consume_rate_per_s <= 0 for w in s.worst)
-        and (health is None or health.get("status") != "STORM")
-    ):
+    unconsumed = all(w.consume_rate_per_s <= 0 for w in s.worst) or all(
+        w.status is LagStatus.STOP for w in lagging
+    )  # the whole group, or every partition behind: nobody consumes them
+    if lagging and unconsumed and (health is None or health.get("status") != "STORM"):
         return Diagnosis(STALLED, {"members": members, "health": (health or {}).get("status"),
                                    "lagging_partitions": len(lagging),
                                    "consume_rate_per_s": 0.0})  # fmt: skip
     # 2. rebalance storm
-    if health is not None and health.get("status") == "STORM":
-        storm = health.get("storm") or {}
+    storm = (health or {}).get("storm") or {}
+    if (health or {}).get("status") == "STORM" and storm.get("leaves", 0) >= MIN_STORM_LEAVES:
         parts = [p for a in storm.get("partitions") or () if a.get("topic") == s.topic
                  for p in a.get("partitions") or ()]  # fmt: skip
         return Diagnosis(STORM, {
-            "rebalances_per_min": _r(health.get("rebalances_per_min", 0.0)),
-            "commits_stalled": bool(health.get("commits_stalled")),
+            "rebalances_per_min": _r((health or {}).get("rebalances_per_min", 0.0)),
+            "commits_stalled": bool((health or {}).get("commits_stalled")),
             "member": storm.get("identity", ""), "member_id": storm.get("member_id", ""),
             "client_id": storm.get("client_id", ""), "client_host": storm.get("client_host", ""),
             "leaves": storm.get("leaves", 0), "partitions": sorted(parts),
@@ -213,6 +219,9 @@ def _moving(
         since = 0.0 if stopped or stopped_ms is None else (now - stopped_ms) / 1000
         return {"stopped_partitions": stopped, "since_stop_s": _r(since),
                 "settle_s": cfg.settle_s}  # fmt: skip
+    status = (health or {}).get("status")
+    if status in ("REBALANCING", "STORM"):  # a storm that names no member leaving again
+        return {"health": status, "settle_s": cfg.settle_s}
     # the folded health's generation_ms, or a raw group_health event's last_rebalance_ms
     moved_ms = None if health is None else health.get("generation_ms",
                                                       health.get("last_rebalance_ms"))  # fmt: skip

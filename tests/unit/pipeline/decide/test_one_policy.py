@@ -245,3 +245,17 @@ def test_heavy_records_on_a_few_partitions_are_spread_not_throttled() -> None:
         loop.rates(**{"ingest-a": 1_500_000.0, "ingest-b": 100_000.0})
         loop.feed(gl(hot))
     assert kinds(loop.actions) == ["spread_partition"]
+
+
+def test_a_storm_needs_a_member_that_keeps_leaving() -> None:
+    """A rollout moves the generation as often as a storm, each member leaving once: no
+    hand-off; a member that left twice in the window keeps leaving."""
+    from pipeline.decide.diagnosis import DiagnosisConfig, diagnose
+
+    s = gl([wp(p, 20.0, consume=50.0) for p in range(4)], parts=4)
+    storm = {"status": "STORM", "rebalances_per_min": 6.0, "commits_stalled": True,
+             "storm": {"identity": "w-1", "leaves": 1, "partitions": []}}  # fmt: skip
+    cfg_ = DiagnosisConfig(settle_s=5.0)
+    assert diagnose(s, 5.0, [], cfg_, health=storm).cause == "rebalancing"
+    storm["storm"] = {"identity": "w-1", "leaves": 2, "partitions": []}
+    assert diagnose(s, 5.0, [], cfg_, health=storm).cause == "rebalance_storm"

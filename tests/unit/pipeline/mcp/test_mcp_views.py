@@ -182,8 +182,8 @@ WORST = [
         "lag_rate_per_s": 3.0 if p == 3 else 0.0,
         "lag_accel_per_s2": 0.0,
         "produce_rate_per_s": 10.0,
-        "consume_rate_per_s": 0.0 if p == 3 else 10.0,
-        "status": "STOP" if p == 3 else "OK",
+        "consume_rate_per_s": 2.0 if p == 3 else 10.0,
+        "status": "WARN" if p == 3 else "OK",
         "leader": -1,
     }
     for p in (3, 0, 1)
