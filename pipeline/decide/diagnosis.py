@@ -17,16 +17,17 @@ rules, in severity order (the first that holds wins):
    partitions is not consumed at all (STOP: a member restarting, leaving, gone) or was
    within ``settle_s``: its lag is the membership change's own (partitions wait while they
    move, then drain); nothing acts until it settles;
-4. ``inflow_burst``: the produce rate is ``burst_ratio`` times its usual level while the
-   consumers hold at least ``hold_ratio`` of their usual rate (the producers changed, not
-   the consumers);
+4. ``inflow_burst``: more than a few partitions behind, and the produce rate is
+   ``burst_ratio`` times its usual level (a producer's: sustained over two reports) while
+   the consumers hold at least ``hold_ratio`` of their usual rate (the producers changed,
+   not the consumers);
 5. ``broker_skew``: one broker leads at least ``skew_min_partitions`` of the partitions
    behind, and the partitions other brokers lead keep up;
 6. ``hotspot``: a few partitions far behind their siblings while the rest keep up
    (``rules.hot_partitions``);
 7. ``slow_group``: more than a few partitions are behind (a quarter of the topic's, or
-   every partition the summary names) and the group consumes slower than the topic is
-   produced;
+   every partition the summary names) and the group clearly consumes slower than the topic
+   is produced (``falls_behind``);
 8. ``watching``: a few partitions behind, not (yet) far beyond the rest: nothing to do
    until it is a hotspot or a slow group;
 9. ``draining``: none of the above: lag is high but shrinking; nothing to do.
@@ -177,10 +178,15 @@ def diagnose(
     moving = _moving(s, cfg, health, now_ms, stopped_ms)
     if moving is not None:
         return Diagnosis(REBALANCING, {**moving, "lagging_partitions": len(lagging)})
-    # 4. inflow burst: from producer rates when known, else from the partitions' rates. Not
-    # where a few partitions are far behind the rest: heavy records on a few keys raise their
+    # more than a few partitions behind (a quarter of the topic's, or every one the summary
+    # names): the group as a whole falls behind, not a few of its partitions
+    many = len(lagging) > max(1, s.topic_partitions // 4) or (
+        bool(lagging) and len(lagging) == len(s.worst)
+    )
+    # 4. inflow burst: from producer rates when known, else from the partitions' rates; only
+    # where the group as a whole falls behind: heavy records on a few keys raise their
     # producers' bytes too, and spreading those partitions (cheap, consumer-side) is the fix
-    burst = None if hot else _burst(produce, consume, baseline, producers, cfg)
+    burst = _burst(produce, consume, baseline, producers, cfg) if many and not hot else None
     if burst is not None:
         return Diagnosis(BURST, burst)
     # 5. broker skew
@@ -193,14 +199,24 @@ def diagnose(
     # 7. slow group: more than a few partitions behind, consumed slower than produced
     evidence = {"lagging_partitions": len(lagging), "topic_partitions": s.topic_partitions,
                 "produce_rate_per_s": _r(produce), "consume_rate_per_s": _r(consume)}  # fmt: skip
-    few = max(1, s.topic_partitions // 4)
-    many = len(lagging) > few or (len(lagging) == len(s.worst) and len(lagging) > 1)
-    if many and (consume < produce or s.lag_rate_per_s > 0):
+    if many and falls_behind(s, produce, consume):
         return Diagnosis(SLOW, evidence)
     # 8. a few partitions behind, not (yet) far beyond the rest
     if lagging and not many:
         return Diagnosis(WATCHING, {**evidence, "hot_ratio": cfg.hot_ratio})
     return Diagnosis(DRAINING, evidence)
+
+
+#: a group falls behind when it consumes less than this share of what is produced (or its lag
+#: grows faster than ``1 - SLOW_SHARE`` of the produce rate): rates fitted over the model's
+#: window wobble by a few percent around equality in a group that keeps up
+SLOW_SHARE = 0.9
+
+
+def falls_behind(s: GroupLag, produce: float, consume: float) -> bool:
+    """The group consumes clearly slower than it is produced, or its lag clearly grows."""
+    total_produce = sum(w.produce_rate_per_s for w in s.worst)
+    return consume < SLOW_SHARE * produce or s.lag_rate_per_s > (1 - SLOW_SHARE) * total_produce
 
 
 def _moving(
