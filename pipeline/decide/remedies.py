@@ -229,17 +229,24 @@ def _replaces(lad: dict[str, Any], d: dg.Diagnosis, since_ms: int) -> bool:
 
     Until the ladder has acted, the diagnosis follows the evidence: an incident that opens
     while a group is still joining (no consumption yet: ``stalled``, which only alerts) is
-    a hotspot a second later, and must not stay an alert. Once it acted, only a more severe
-    cause replaces it, and never a passive one (``stalled``, ``rebalancing``, ...): they
-    change nothing, and dropping the watch of a standing remedy (one summary with every
-    worker busy, the rebalance a scale-up makes) would leave it unjudged.
+    a hotspot a second later, and must not stay an alert. Once it acted, only a storm
+    replaces it (members dying on what the remedy moved), or a burst a slow group's (the
+    producers named after the scale step: their inflow was the cause). A passive cause
+    changes nothing, and dropping the watch of a standing remedy (one summary with every
+    worker busy, the rebalance a scale-up makes) would leave it unjudged; the evidence of
+    other causes is often the remedy's own doing or the incident's (a spread's lanes load
+    the other partitions; the heavy records that made a hotspot raised their producers'
+    bytes), so the ladder goes on and is judged by its target's time lag.
     A burst read from partition rates alone never replaces a cause (``_unattributed_burst``).
     """
     if d.cause == lad["cause"] or lad["since_ms"] != since_ms or _unattributed_burst(d):
         return False
     if not lad.get("acted"):
         return True
-    return dg.SEVERITY[d.cause] < dg.SEVERITY[lad["cause"]] and d.cause not in dg.PASSIVE
+    if d.cause == dg.STORM:
+        return lad["cause"] != dg.STORM
+    # a named producer's burst found after a slow group's step: its inflow was the cause
+    return d.cause == dg.BURST and lad["cause"] == dg.SLOW
 
 
 def _unattributed_burst(d: dg.Diagnosis) -> bool:

@@ -259,3 +259,22 @@ def test_a_storm_needs_a_member_that_keeps_leaving() -> None:
     assert diagnose(s, 5.0, [], cfg_, health=storm).cause == "rebalancing"
     storm["storm"] = {"identity": "w-1", "leaves": 2, "partitions": []}
     assert diagnose(s, 5.0, [], cfg_, health=storm).cause == "rebalance_storm"
+
+
+def test_after_a_spread_the_heavy_records_producers_are_not_throttled() -> None:
+    """The spread's lanes load the other partitions, which fall behind for a while, while the
+    heavy documents' producers still write 15x their bytes: the hotspot's ladder goes on
+    (judged by its partition), no burst takes it over."""
+    loop = Loop(cfg())
+    for _ in range(20):
+        loop.rates(**{"ingest-a": 100_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(CALM))
+    hot = [wp(3, 40.0, consume=50.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    loop.rates(**{"ingest-a": 1_500_000.0})
+    loop.feed(gl(hot), 3)
+    assert kinds(loop.actions) == ["spread_partition"]
+    everywhere = [wp(p, 20.0, produce=400.0, consume=100.0) for p in range(4)]
+    for _ in range(8):
+        loop.rates(**{"ingest-a": 1_500_000.0, "ingest-b": 100_000.0})
+        loop.feed(gl(everywhere))
+    assert "throttle_producer" not in kinds(loop.actions)
