@@ -153,12 +153,13 @@ def release_throttle(c: Ctx, target: str, th: Throttle, why: str) -> None:
 def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartition]:
     """The partitions far worse than the rest: a hotspot, not a slow group.
 
-    Hot: consumed (not STOP), above the enter level (``behind`` it, with ``min_status``) and at
-    least ``ratio`` times the time lag of the worst partition that is not above it (the
-    "rest"), while that rest keeps up: it is not behind at the exit level and its lag does
-    not grow (an overloaded group's partitions fall behind unevenly at first). At most a
-    quarter of the topic's partitions (and at least one) may be hot. When more lag, or the
-    rest lags too, the group is slow, and spreading is not the fix (scale_consumers is).
+    Hot: consumed (not STOP), above the enter level (``behind`` it, with ``min_status``) and
+    at least ``ratio`` times the time lag of the worst partition that keeps up (the "rest":
+    not behind at the exit level, and its lag not growing: an overloaded group's partitions
+    fall behind unevenly at first). Partitions behind at the exit level but not at the enter
+    level are neither: a second hot partition on its way up must not stand as the rest of
+    the first. At most a quarter of the topic's partitions (and at least one) may be behind:
+    when more are, the group is slow, and spreading is not the fix (scale_consumers is).
     ``worst`` comes ordered by status first, so it is re-ordered by time lag here.
     """
     if s.topic_partitions < 2 or len(s.worst) < 2:
@@ -168,13 +169,12 @@ def hot_partitions(s: GroupLag, t: Thresholds, ratio: float) -> list[WorstPartit
     # worker that serves it; a member that is gone is a rebalance's business
     ranked = sorted((w for w in s.worst if w.status is not LagStatus.STOP),
                     key=lambda w: -w.time_lag_s)  # fmt: skip
-    above = [w for w in ranked if behind(w, t.time_lag_s, t.min_status)]
-    rest = next((w for w in ranked if w not in above), None)
-    if rest is None or len(above) > max(1, s.topic_partitions // 4):
-        return []
-    if behind(rest, t.time_lag_s * t.exit_ratio, t.min_status) or growing(rest):
-        return []  # the rest lags too, or falls behind: a slow group, not a hotspot
-    return [w for w in above if w.time_lag_s >= ratio * rest.time_lag_s]
+    lagging = [w for w in ranked if behind(w, t.time_lag_s * t.exit_ratio, t.min_status)]
+    rest = next((w for w in ranked if w not in lagging), None)
+    if rest is None or len(lagging) > max(1, s.topic_partitions // 4) or growing(rest):
+        return []  # more than a few behind, or the rest falls behind too: a slow group
+    far = ratio * rest.time_lag_s
+    return [w for w in lagging if behind(w, t.time_lag_s, t.min_status) and w.time_lag_s >= far]
 
 
 #: a partition whose lag grows faster than this share of its produce rate falls behind (the

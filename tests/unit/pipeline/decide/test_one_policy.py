@@ -67,7 +67,7 @@ def test_a_slow_committer_within_its_cadence_is_no_incident_a_late_one_is() -> N
 
 def test_a_few_partitions_behind_but_not_far_beyond_the_rest_change_nothing() -> None:
     loop = Loop(cfg(thresholds=GATED))
-    near = [wp(3, 2.0), wp(1, 0.9), ok(2, 0.3), ok(0, 0.2), ok(4, 0.1)]  # 2.2x: not hot
+    near = [wp(3, 2.0), ok(1, 0.9), ok(2, 0.3), ok(0, 0.2), ok(4, 0.1)]  # 2.2x: not hot
     loop.feed(gl(near, parts=16), 20)
     assert loop.actions == []
     assert loop.state.ladders and all(
@@ -278,3 +278,15 @@ def test_after_a_spread_the_heavy_records_producers_are_not_throttled() -> None:
         loop.rates(**{"ingest-a": 1_500_000.0, "ingest-b": 100_000.0})
         loop.feed(gl(everywhere))
     assert "throttle_producer" not in kinds(loop.actions)
+
+
+def test_a_second_hot_partition_on_its_way_up_does_not_hold_back_the_first() -> None:
+    """Two partitions get heavy documents; one crossed the enter level, the other is behind
+    but not there yet: the first is spread at once (the second is not the "rest" it is
+    judged against), the second when it crosses."""
+    loop = Loop(cfg(thresholds=GATED))
+    rest = [ok(p, 0.1) for p in (0, 1, 2)]
+    loop.feed(gl([wp(11, 1.2), wp(4, 0.8), *rest], parts=16), 2)
+    assert [a["params"]["partition"] for a in loop.actions] == [11]
+    loop.feed(gl([wp(11, 1.4), wp(4, 1.1), *rest], parts=16), 1)
+    assert [a["params"]["partition"] for a in loop.actions] == [11, 4]
