@@ -28,8 +28,9 @@ rules, in severity order (the first that holds wins):
 7. ``slow_group``: more than a few partitions are behind (a quarter of the topic's, or
    every partition the summary names) and the group clearly consumes slower than the topic
    is produced (``falls_behind``);
-8. ``watching``: a few partitions behind, not (yet) far beyond the rest: nothing to do
-   until it is a hotspot or a slow group;
+8. ``watching``: a few partitions behind, not (yet) far beyond the rest, or a throttle of
+   the topic's producers is held (its steps probe what the consumers absorb): nothing to
+   do until it is a hotspot or a slow group, or the throttle's own rule steps it;
 9. ``draining``: none of the above: lag is high but shrinking; nothing to do.
 
 "Usual" is a ``Baseline``: an exponential mean of the per-partition produce and consume
@@ -143,11 +144,13 @@ def diagnose(
     producers: Mapping[str, Sequence[float]] | None = None,
     now_ms: int | None = None,
     stopped_ms: int | None = None,
+    throttled: Sequence[str] = (),
 ) -> Diagnosis:
     """The cause of ``s``'s lag. ``hot`` is ``rules.hot_partitions(s, ...)``;
     ``producers`` maps client id -> ``[bytes_per_s now, usual bytes_per_s]`` for the topic;
     ``now_ms`` (the summary's time when not given) dates the group's last rebalance and
-    ``stopped_ms``, when a partition of it was last seen in STOP."""
+    ``stopped_ms``, when a partition of it was last seen in STOP; ``throttled``: the
+    producers of the topic this policy holds throttled for the group."""
     produce, consume = rates(s)
     lagging = [w for w in s.worst if behind(w, exit_time_lag_s, cfg.min_status)]
     # 1. stalled
@@ -178,6 +181,11 @@ def diagnose(
     moving = _moving(s, cfg, health, now_ms, stopped_ms)
     if moving is not None:
         return Diagnosis(REBALANCING, {**moving, "lagging_partitions": len(lagging)})
+    # a throttle held for the topic's producers: its steps probe what the consumers absorb,
+    # so lag on a few partitions now is the throttle's own; its renewals step it down
+    if throttled:
+        return Diagnosis(WATCHING, {"throttled": sorted(throttled),
+                                    "lagging_partitions": len(lagging)})  # fmt: skip
     # more than a few partitions behind (a quarter of the topic's, or every one the summary
     # names): the group as a whole falls behind, not a few of its partitions
     many = len(lagging) > max(1, s.topic_partitions // 4) or (

@@ -124,11 +124,23 @@ def confirmed_stall(s: GroupLag) -> bool:
 
 
 def step_hysteresis(
-    inc: Incident, lvl: str, t: Thresholds, now: int, *, confirmed: bool = False
+    inc: Incident,
+    lvl: str,
+    t: Thresholds,
+    now: int,
+    *,
+    confirmed: bool = False,
+    raw_above: bool = False,
 ) -> None:
-    """N consecutive windows above enter open an incident, M below exit close it; one
-    window above is enough when ``confirmed`` (a STALL the workers' reports confirm)."""
-    inc.above = inc.above + 1 if lvl == ABOVE else 0
+    """N windows above enter open an incident, M consecutive below exit close it; one
+    window above is enough when ``confirmed`` (a STALL the workers' reports confirm).
+    ``raw_above``: the time lag is above enter though no partition is judged late now; it
+    keeps the windows counted so far (a hot partition's status flickers between WARN and
+    OK while the model learns its new, slower pace) without adding one."""
+    if lvl == ABOVE:
+        inc.above += 1
+    elif not (raw_above and inc.above > 0):
+        inc.above = 0
     inc.below = inc.below + 1 if lvl == BELOW else 0
     enter = 1 if confirmed else t.enter_windows
     if not inc.active and inc.above >= enter:
@@ -217,7 +229,11 @@ def decide(
     for w in summary.worst:
         if w.leader >= 0:
             s.brokers_seen[str(w.leader)] = now
-    step_hysteresis(inc, level(summary, t), t, now, confirmed=confirmed_stall(summary))
+    lvl = level(summary, t)
+    raw_above = lvl != ABOVE and t.min_status != LagStatus.OK and (
+        level(summary, replace(t, min_status=LagStatus.OK.value)) == ABOVE
+    )  # fmt: skip
+    step_hysteresis(inc, lvl, t, now, confirmed=confirmed_stall(summary), raw_above=raw_above)
     acting = not halted(s, summary.group)
     _prune(c, acting)
     if not acting or pool_group(summary.group, config):

@@ -129,9 +129,11 @@ def run(c: Ctx) -> None:
     t = c.thresholds
     exit_s = t.time_lag_s * t.exit_ratio
     hot = hot_partitions(c.summary, t, c.config.hot_ratio)
+    held = [target for target, th in s.throttles.items() if key in th.holders]
     d = dg.diagnose(c.summary, exit_s, hot, c.config.diagnosis_config(t), now_ms=c.now,
                     health=s.health.get(c.summary.group), baseline=s.baselines.get(key),
-                    producers=topic_producers(c), stopped_ms=s.stops_ms.get(key))  # fmt: skip
+                    producers=topic_producers(c), stopped_ms=s.stops_ms.get(key),
+                    throttled=held)  # fmt: skip
     if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
         for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
             del s.ladders[sub_key]

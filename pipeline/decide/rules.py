@@ -326,9 +326,17 @@ SCALE_RENEW_MS = 20_000
 
 
 def renew_scale(c: Ctx) -> None:
-    """Publish the group's standing hint again (same replicas, a new id; not budgeted: it
-    keeps a decision, as a throttle's renewal does) while the incident lasts."""
+    """While the incident lasts: raise the group's standing hint when the rates ask for more
+    (``rule_scale``: an inflow still ramping up asks for more than it did at first), else
+    publish it again (same replicas, a new id; not budgeted: it keeps a decision, as a
+    throttle's renewal does)."""
     g = c.summary.group
+    if not c.incident.active or g not in c.state.scale_hints:
+        return
+    before = c.state.scale_hints[g]
+    rule_scale(c)
+    if c.state.scale_hints[g] != before:
+        return
     replicas = c.state.scale_hints.get(g)
     last = c.state.scale_issued_ms.get(g)
     if not c.incident.active or replicas is None or last is None:

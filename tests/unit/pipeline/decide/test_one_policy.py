@@ -290,3 +290,39 @@ def test_a_second_hot_partition_on_its_way_up_does_not_hold_back_the_first() -> 
     assert [a["params"]["partition"] for a in loop.actions] == [11]
     loop.feed(gl([wp(11, 1.4), wp(4, 1.1), *rest], parts=16), 1)
     assert [a["params"]["partition"] for a in loop.actions] == [11, 4]
+
+
+def test_a_hot_partition_whose_status_flickers_still_opens_its_incident() -> None:
+    """While the model learns a hot partition's slower pace its status flickers WARN/OK;
+    the time lag stays above the level, so the windows counted so far are kept."""
+    loop = Loop(cfg(thresholds=GATED))
+    rest = [ok(p, 0.1) for p in (0, 1, 2)]
+    for i in range(4):
+        hot = wp(4, 1.2 + 0.1 * i) if i % 2 else ok(4, 1.2 + 0.1 * i)
+        loop.feed(gl([hot, *rest], parts=16), 1)
+    assert kinds(loop.actions) == ["spread_partition"]
+
+
+def test_a_rising_inflow_raises_the_standing_scale_hint() -> None:
+    loop = Loop(cfg(thresholds=GATED, scale={"lag_per_replica": 10**6}))
+    health(loop, members=1)
+    loop.feed(gl([wp(p, 5.0, produce=120.0, consume=100.0) for p in range(8)], parts=8), 3)
+    assert [a["params"]["replicas"] for a in loop.actions] == [2]  # 1 x 1.2 x 1.5
+    rising = gl([wp(p, 9.0, produce=300.0, consume=100.0) for p in range(8)], parts=8)
+    loop.feed(rising, 2)
+    assert [a["params"]["replicas"] for a in loop.actions] == [2]  # within the cooldown
+    loop.feed(rising, 24)
+    assert [a["params"]["replicas"] for a in loop.actions] == [2, 5]  # 1 x 3 x 1.5
+
+
+def test_lag_on_a_topic_whose_producer_is_held_throttled_is_the_throttles_own() -> None:
+    loop = Loop(cfg())
+    _flooded(loop)
+    for _ in range(40):  # the incident clears; the flooder still pushes: the throttle holds
+        pressure(loop, "ingest-a", 100_000.0, throttle_ms=400.0, queued=50_000)
+        loop.feed(gl(CALM))
+    one = [wp(3, 40.0, consume=50.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    for _ in range(8):  # the step-ups push the consumers: one partition falls behind
+        pressure(loop, "ingest-a", 100_000.0, throttle_ms=400.0, queued=50_000)
+        loop.feed(gl(one))
+    assert "spread_partition" not in kinds(loop.actions)
