@@ -244,7 +244,10 @@ def _replaces(lad: dict[str, Any], d: dg.Diagnosis, since_ms: int) -> bool:
     if d.cause == lad["cause"] or lad["since_ms"] != since_ms or _unattributed_burst(d):
         return False
     if not lad.get("acted"):
-        return True
+        # until it acts the cause follows the evidence, but "nothing to do yet" is no
+        # evidence against it: a hot partition's status flickers while the model learns its
+        # pace, and the cause's confirmation (``confirm_s``) must not restart at each flicker
+        return d.cause not in (dg.WATCHING, dg.DRAINING)
     if d.cause == dg.STORM:
         return lad["cause"] != dg.STORM
     # a named producer's burst found after a slow group's step: its inflow was the cause

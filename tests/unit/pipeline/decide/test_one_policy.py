@@ -326,3 +326,17 @@ def test_lag_on_a_topic_whose_producer_is_held_throttled_is_the_throttles_own() 
         pressure(loop, "ingest-a", 100_000.0, throttle_ms=400.0, queued=50_000)
         loop.feed(gl(one))
     assert "spread_partition" not in kinds(loop.actions)
+
+
+def test_a_flickering_hotspot_keeps_its_confirmation_running() -> None:
+    """The hotspot's 0.5 s confirmation runs through summaries where the hot partition reads
+    OK (nothing to do yet is no evidence against it): spread after 0.5 s, not after 0.5 s
+    of WARN in a row."""
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"confirm_s": {"hotspot": 0.5}}))
+    rest = [ok(p, 0.1) for p in (0, 1, 2)]
+    for i in range(4):  # WARN, OK, WARN, OK: the incident opens, hot every other summary
+        hot = wp(4, 1.2 + 0.1 * i) if i % 2 == 0 else ok(4, 1.2 + 0.1 * i)
+        loop.feed(gl([hot, *rest], parts=16), 1)
+    assert loop.actions == []
+    loop.feed(gl([wp(4, 1.7), *rest], parts=16), 1)  # 0.5 s since the hotspot was named
+    assert kinds(loop.actions) == ["spread_partition"]
