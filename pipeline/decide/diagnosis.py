@@ -243,10 +243,9 @@ def _moving(
         since = 0.0 if stopped or stopped_ms is None else (now - stopped_ms) / 1000
         return {"stopped_partitions": stopped, "since_stop_s": _r(since),
                 "settle_s": cfg.settle_s}  # fmt: skip
-    # a storm that names no member leaving again (its REBALANCING status is not used: it
-    # stands for seconds after a generation move, which settle_s already measures)
-    if (health or {}).get("status") == "STORM":
-        return {"health": "STORM", "settle_s": cfg.settle_s}
+    status = (health or {}).get("status")
+    if status in ("REBALANCING", "STORM"):  # a storm that names no member leaving again
+        return {"health": status, "settle_s": cfg.settle_s}
     # the folded health's generation_ms, or a raw group_health event's last_rebalance_ms
     moved_ms = None if health is None else health.get("generation_ms",
                                                       health.get("last_rebalance_ms"))  # fmt: skip

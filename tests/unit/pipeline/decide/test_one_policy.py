@@ -340,17 +340,3 @@ def test_a_flickering_hotspot_keeps_its_confirmation_running() -> None:
     assert loop.actions == []
     loop.feed(gl([wp(4, 1.7), *rest], parts=16), 1)  # 0.5 s since the hotspot was named
     assert kinds(loop.actions) == ["spread_partition"]
-
-
-def test_a_health_status_of_rebalancing_past_settle_s_does_not_hold_a_hotspot() -> None:
-    """Group health keeps REBALANCING for seconds after a generation move; settle_s measures
-    that wait from the move itself (the avalanche waited 2 s on the status)."""
-    loop = Loop(cfg(thresholds=GATED, diagnosis={"settle_s": 5.0}))
-    e = {"event": "group_health", "group": "workers", "observed_at_ms": loop.now,
-         "status": "REBALANCING", "members": ["m0"], "generation": 1,
-         "rebalances_per_min": 1.0, "commits_stalled": False, "storm": None,
-         "last_rebalance_ms": loop.now - 8_000}  # fmt: skip
-    loop.state = inputs.fold_health(loop.state, e)
-    rest = [ok(p, 0.1) for p in (0, 1, 2)]
-    loop.feed(gl([wp(4, 1.2), *rest], parts=16), 2)
-    assert kinds(loop.actions) == ["spread_partition"]
