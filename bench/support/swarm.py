@@ -66,7 +66,7 @@ class SwarmConfig:
     heavy_rate_per_s: float = 10.0  # per hot partition, during the avalanche
     heavy_work_ms: float = 150.0
     heavy_size_bytes: int = 48 * 1024
-    warmup_s: float = 8.0
+    warmup_s: float = 15.0
     avalanche_s: float = 30.0
     lanes: int = 1  # lanes per partition from the start (lagpilot spreads a hot one further)
     max_workers: int = 48  # the SDK's handler threads; the naive arm runs as many consumers
