@@ -71,7 +71,7 @@ def test_demo_stops_everything_it_started(tmp_path: Path, how: str) -> None:
                 names = admin.list_topics(timeout=5).topics
             except KafkaException:  # a loaded host's fresh broker: not answering yet
                 return False
-            return any(t.startswith("agent-perception-stream.on-") for t in names)
+            return any(t.startswith("agents.perception.on-") for t in names)
 
         _wait(swarm_running, 120, "the demo's swarm topic")
         time.sleep(3)  # the pipeline, the actuator and the workers are up

@@ -192,9 +192,16 @@ def wait_for(what: str, pred: Callable[[], bool], timeout_s: float = 60, tick: A
             time.sleep(0.02)
 
 
-def child_env(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+def child_env(pid: int, timeout_s: float = 10.0) -> dict[str, str]:
+    """The environment a running child was started with. /proc shows it once the child has
+    exec'd; a busy host can let the test look a moment before that, so it waits for it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+        if "LAGPILOT_WORKER_INDEX" in env or time.monotonic() > deadline:
+            return env
+        time.sleep(0.02)
 
 
 @pytest.fixture
