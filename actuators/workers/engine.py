@@ -126,6 +126,7 @@ class Engine(Obeying, Committing, abc.ABC):
             asynchronous=asynchronous,
         )
         self._stop = threading.Event()
+        self._closing = False  # shutting down: every partition released, none reported
         self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
         self._control: ControlReader | None = None
@@ -210,16 +211,19 @@ class Engine(Obeying, Committing, abc.ABC):
         return getattr(self, "instance_id", "") or f"{socket.gethostname()}-{os.getpid()}"
 
     def _progress_snapshot(self) -> list[PartitionProgress]:
+        if self._closing:  # every partition released: it finishes what runs, fetches no more
+            return []
         return [
             PartitionProgress(t, p, pos, at_ms, in_flight, running)
             for (t, p), (pos, at_ms, in_flight, running) in self._dispatcher.progress().items()
             if not self._held((t, p))
         ]
 
-    def _released(self, tps: Iterable[TopicPart]) -> None:
-        """Partitions this worker gave up: its next report says so (not a dead worker)."""
+    def _released(self, tps: Iterable[TopicPart], *, handed_off: bool = False) -> None:
+        """Partitions this worker gave up (or handed to a pool): its next report says so,
+        so the pipeline sees a rebalance, not a dead worker."""
         if self._progress is not None:
-            self._progress.release(tps)
+            self._progress.release(tps, handed_off=handed_off)
 
     def _loop(self) -> None:
         try:
@@ -291,6 +295,7 @@ class Engine(Obeying, Committing, abc.ABC):
         try:
             if self._consumer is not None:
                 self._before_drain()
+                self._closing = True
                 self._released(self._assigned)
                 self._close_partitions(list(self._assigned), self._close_timeout_s)
                 self._before_close()

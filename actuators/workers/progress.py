@@ -19,8 +19,9 @@ alarm.
 
 A worker that stops reporting while its partitions' watermarks move is itself the signal
 (hung or dead): the model reports those partitions STOP, naming the member and host of the
-last report. Partitions the worker gives up are listed once in ``released``, so a rebalance
-does not look like a dead worker.
+last report. Partitions the worker gives up are listed once in ``released`` (no one
+consumes them until their new owner does: a rebalance is seen from its first moment, and
+never as a dead worker), those it hands to a pool in ``handed_off``.
 """
 
 from __future__ import annotations
@@ -117,9 +118,10 @@ def progress_event(
     interval_ms: int,
     partitions: Iterable[PartitionProgress],
     released: Iterable[tuple[str, int]] = (),
+    handed_off: Iterable[tuple[str, int]] = (),
 ) -> dict[str, Any]:
     """The ``progress`` event (schemas/progress.v1.json) of one report."""
-    return {
+    event = {
         "event": "progress",
         "v": 1,
         "group": group,
@@ -140,6 +142,10 @@ def progress_event(
         ],
         "released": [[t, p] for t, p in released],
     }
+    handed = [[t, p] for t, p in handed_off]
+    if handed:
+        event["handed_off"] = handed
+    return event
 
 
 def next_report_s(now_s: float, interval_s: float, lead_s: float) -> float:
@@ -184,20 +190,24 @@ class ProgressReporter:
         self._producer_config = producer_config
         self._producer = producer
         self._released: list[tuple[str, int]] = []
+        self._handed: list[tuple[str, int]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0
         self.errors = 0
 
-    def release(self, tps: Iterable[tuple[str, int]]) -> None:
+    def release(self, tps: Iterable[tuple[str, int]], *, handed_off: bool = False) -> None:
+        """Say in the next report that these partitions are no longer this worker's:
+        released (no one consumes them until a new owner does) or handed to a pool."""
         with self._lock:
-            self._released.extend(tps)
+            (self._handed if handed_off else self._released).extend(tps)
 
     def report(self, now_ms: int | None = None) -> dict[str, Any]:
         """Build and publish one report now (the thread calls this every interval)."""
         with self._lock:
             released, self._released = list(dict.fromkeys(self._released)), []
+            handed, self._handed = list(dict.fromkeys(self._handed)), []
         event = progress_event(
             group=self.group,
             member=self.member,
@@ -206,8 +216,9 @@ class ProgressReporter:
             interval_ms=self.interval_ms,
             partitions=self._snapshot(),
             released=released,
+            handed_off=handed,
         )
-        if event["partitions"] or event["released"]:
+        if event["partitions"] or event["released"] or handed:
             try:
                 self._producer.produce(
                     self.topic,
@@ -255,7 +266,7 @@ class ProgressReporter:
             self._thread.join(timeout_s)
         if self._producer is not None:
             with self._lock:
-                pending = bool(self._released)
+                pending = bool(self._released or self._handed)
             if pending:
                 self._snapshot = list  # the last report releases, it claims nothing
                 self.report()

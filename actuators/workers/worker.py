@@ -269,7 +269,7 @@ class Worker(Engine):
             del self._handing[tp]
             del self._handoff_pos[tp]
             self._handed[tp] = marker
-            self._released([tp])  # the pool processes it now, under its own group
+            self._released([tp], handed_off=True)  # the pool processes it now
             self._count("handed_off")
             self._report_step(
                 marker.action_id, ActionType.SPREAD_PARTITION, HANDOFF_STARTED, tp, pos, marker.pool

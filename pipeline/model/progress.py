@@ -25,6 +25,12 @@ per topic and, where a fresh one exists, replaces the inputs of the status rules
 - the lag-growth inputs are disabled there: between commits the committed lag grows by
   design, and the processed position already says whether the worker keeps up.
 
+A partition its worker gave up (a rebalance, a shutdown, a hand-off: the report lists it
+as ``released``) is owned by no one until another member reports it or a commit moves
+its offset: where data waits there, nobody consumes it, and ``classify`` says STOP at once
+(the ``released`` input) instead of after the time a dead consumer's silence takes. A
+rebalance is then seen for what it is from its first moment, never as a slow partition.
+
 The samples judge every cell; between them, a report that shows a stalled worker
 (``suspects``) is judged the moment it lands (``TopicModel.judge_reports``), so detection
 waits for no sampler tick. Everything is measured as of the report, not as of the moment
@@ -141,16 +147,19 @@ class WorkerProgress:
         self.cfg = cfg or ProgressConfig()
         self.warn_factor = warn_factor  # LagConfig.warn_factor: WARN after that x usual
         self.reports: dict[tuple[str, int], Report] = {}
+        # cells a worker released and no one has taken since: the release's report
+        self.released: dict[tuple[str, int], Report] = {}
         self.skipped = 0  # malformed rows, counted and ignored
 
     def __len__(self) -> int:
-        return len(self.reports)
+        return len(self.reports) + len(self.released)
 
     def report_many(self, rows: list[Any]) -> list[tuple[str, int]]:
         """Apply ``[group, partition, processed, progress_ms, sent_at_ms, interval_ms,
         member, host, in_flight]`` rows (``in_flight`` may be left out: 0); older reports
         than the one held change nothing; a processed offset of -1 releases the partition
-        (its worker gave it up). Returns the (group, partition) of the reports taken."""
+        (its worker gave it up: no one consumes it), -2 hands it to a pool (commits judge
+        it again). Returns the (group, partition) of the reports taken."""
         a = self.cfg.gap_alpha
         whole = self._whole_pauses(rows) if self.cfg.pause_half_life_s > 0 else {}
         taken: list[tuple[str, int]] = []
@@ -169,9 +178,21 @@ class WorkerProgress:
             prev = self.reports.get(key)
             if prev is not None and sent_ms < prev.sent_at_ms:
                 continue  # a replay
-            if processed < 0:
+            gone = self.released.get(key)
+            if gone is not None and sent_ms < gone.sent_at_ms:
+                continue  # older than the release
+            if processed < -1:  # handed to a pool: commits (the mirrored position) judge it
                 self.reports.pop(key, None)
+                self.released.pop(key, None)
                 continue
+            if processed < 0:  # released: the worker's last position, as of the release
+                self.reports.pop(key, None)
+                last = prev.processed if prev is not None else -1
+                self.released[key] = Report(last, sent_ms, sent_ms, interval_ms, str(member),
+                                            str(host))  # fmt: skip
+                taken.append(key)
+                continue
+            self.released.pop(key, None)  # reported again: owned
             gap = math.nan if prev is None else prev.gap_s
             pause = (
                 0.0
@@ -262,6 +283,10 @@ class WorkerProgress:
         width = len(hw_now)
         for key in keys:
             r = self.reports.get(key)
+            gone = self.released.get(key)
+            if gone is not None and key[1] < width and hw_now[key[1]] > gone.processed:
+                newest = max(newest, gone.sent_at_ms)  # released with data waiting: STOP now
+                continue
             if r is None or key[1] >= width:
                 continue
             if hw_now[key[1]] <= r.processed and r.in_flight <= 0:
@@ -286,13 +311,15 @@ class WorkerProgress:
 
     def forget(self, group: str, partition: int | None = None) -> None:
         """Drop a group-partition's report (offset deleted), or all of a group's."""
-        for key in [k for k in self.reports if k[0] == group and partition in (None, k[1])]:
-            del self.reports[key]
+        for cells in (self.reports, self.released):
+            for key in [k for k in cells if k[0] == group and partition in (None, k[1])]:
+                del cells[key]
 
     def expire(self, now_ms: int) -> None:
         horizon = now_ms - int(self.cfg.expire_s * 1000)
-        for key in [k for k, r in self.reports.items() if r.sent_at_ms < horizon]:
-            del self.reports[key]
+        for cells in (self.reports, self.released):
+            for key in [k for k, r in cells.items() if r.sent_at_ms < horizon]:
+                del cells[key]
 
     def overlay(
         self,
@@ -314,9 +341,14 @@ class WorkerProgress:
             for (g, p), r in self.reports.items()
             if g in index and p < width and len(t_ms)
         ]
-        if not cells:
+        unowned = self._unowned(inputs, index, width, now_ms)
+        if not cells and unowned is None:
             return inputs
         out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+        if unowned is not None:
+            out["released"] = unowned
+        if not cells:
+            return out
         gi = np.fromiter((c[0] for c in cells), np.intp, len(cells))
         pi = np.fromiter((c[1] for c in cells), np.intp, len(cells))
         reports = [c[2] for c in cells]
@@ -377,6 +409,27 @@ class WorkerProgress:
             out["recent_lag_rate"][gi, pi] = np.nan
         return out
 
+    def _unowned(
+        self, inputs: dict[str, np.ndarray], index: dict[str, int], width: int, now_ms: int
+    ) -> np.ndarray | None:
+        """(groups x partitions): the released cells no one has taken since, None if none.
+        A commit that moved the offset after the release (the worker commits what it
+        finished before it releases) shows a new consumer, one that may not report: the
+        cell is commits' to judge again."""
+        if not self.released:
+            return None
+        since = inputs["since_progress_s"]
+        out = np.zeros(since.shape, bool)
+        for (g, p), r in list(self.released.items()):
+            gi = index.get(g)
+            if gi is None or p >= width or p >= since.shape[1]:
+                continue
+            if now_ms - since[gi, p] * 1000.0 > r.sent_at_ms:
+                del self.released[(g, p)]  # committed since: someone consumes it
+                continue
+            out[gi, p] = True
+        return out if out.any() else None
+
     def _moving_floor(self, reports: list[Report]) -> np.ndarray:
         """Per reported cell, its WARN floor but for a whole worker's pause: ``warn_min_s``,
         or ``moving_worker_min_s`` where another partition of the same member advanced at
@@ -425,6 +478,16 @@ class WorkerProgress:
         latest report older than the missed reports and grace allow: hung or dead) is
         named, and flagged."""
         for ev in events:
+            gone = self.released.get((ev["group"], ev["partition"]))
+            if gone is not None and gone.processed >= 0:
+                ev["worker"] = {
+                    "member": gone.member,
+                    "host": gone.host,
+                    "processed_offset": gone.processed,
+                    "report_age_s": round((now_ms - gone.sent_at_ms) / 1000.0, 3),
+                    "released": True,
+                }
+                continue
             r = self.reports.get((ev["group"], ev["partition"]))
             if r is not None:
                 age_s = (now_ms - r.sent_at_ms) / 1000.0
@@ -442,7 +505,11 @@ class WorkerProgress:
         return (1 + self.cfg.missed_reports) * interval_ms / 1000.0 + self.cfg.grace_s
 
     def reporters(self, index: dict[str, int]) -> dict[tuple[int, int], tuple[str, str]]:
-        """(group row, partition) -> (member, host) of the worker that reports it."""
+        """(group row, partition) -> (member, host) of the worker that reports it (or
+        released it, no one having taken it since)."""
         return {
-            (index[g], p): (r.member, r.host) for (g, p), r in self.reports.items() if g in index
+            (index[g], p): (r.member, r.host)
+            for cells in (self.released, self.reports)
+            for (g, p), r in cells.items()
+            if g in index
         }

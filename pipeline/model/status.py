@@ -86,18 +86,21 @@ def classify(
     warn_min_s: np.ndarray | None = None,
     stop_min_s: np.ndarray | None = None,
     limits: Limits | None = None,
+    released: np.ndarray | None = None,
 ) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
     1. REWIND: the committed offset went back (an offset reset) within ``rewind_hold_s``.
-    2. STALL: data waits, the group keeps committing, but the offset does not move.
-    3. STOP: data waits, and neither the offset has moved nor has the oldest waiting message
+    2. STOP, released: data waits on a partition its worker gave up and no member has taken
+       since (``released``, from worker progress): nobody consumes it, from the first moment.
+    3. STALL: data waits, the group keeps committing, but the offset does not move.
+    4. STOP: data waits, and neither the offset has moved nor has the oldest waiting message
        been waiting for ``stop_factor`` x the usual progress interval (>= ``stop_min_s``):
        seen from the growing time lag, without waiting for another commit.
-    4. ERR: the oldest waiting message waited ``err_time_lag_s`` beyond the usual progress
+    5. ERR: the oldest waiting message waited ``err_time_lag_s`` beyond the usual progress
        interval (a group that commits every 5 s shows up to 5 s of time lag while it keeps
        up: that much is its commit cadence, not lag).
-    5. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
+    6. WARN: no progress for ``warn_factor`` x the usual interval, or the oldest waiting
        message waited ``time_lag_factor`` x the usual interval + ``time_lag_allowance_s``
        (or 2 intervals, if that is less)
        (a stall seen from the time it began, not from the last commit; a partition that still
@@ -105,7 +108,7 @@ def classify(
        or the lag keeps growing (Burrow's WARN: a least-squares lag rate above
        ``growth_ratio`` of the produce rate) with data waiting longer than the warn level,
        over a span holding more than two usual intervals.
-    6. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
+    7. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
 
     ``limits``: ``Limits.of(usual_interval_s(interval_s, cfg), cfg)`` when the caller keeps
@@ -146,6 +149,7 @@ def classify(
     )
     rules = [
         (rewound, LagStatus.REWIND),
+        (waiting & released if released is not None else np.zeros_like(waiting), LagStatus.STOP),
         (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
         (waiting & (stuck > stop_after), LagStatus.STOP),
         (waiting & (beyond_cadence >= cfg.err_time_lag_s), LagStatus.ERR),

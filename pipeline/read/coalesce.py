@@ -94,7 +94,8 @@ class Coalescer:
 
     def add_progress(self, report: Any, now_ms: int) -> int:
         """Queue the rows of one ``progress`` report (schemas/progress.v1.json); returns
-        how many. A released partition is a row with processed offset -1. A malformed
+        how many. A released partition is a row with processed offset -1, one handed to a
+        pool a row with -2 (``pipeline.model.progress``). A malformed
         report raises ``AttributeError``, ``KeyError``, ``TypeError`` or ``ValueError``
         (the caller counts it; never fatal) and queues nothing."""
         if report.get("event") != "progress":
@@ -110,6 +111,7 @@ class Coalescer:
         ]
         held = [int(p.get("in_flight", 0)) for p in report["partitions"]]
         rows += [(str(t), [group, int(part), -1, 0]) for t, part in report.get("released", ())]
+        rows += [(str(t), [group, int(part), -2, 0]) for t, part in report.get("handed_off", ())]
         held += [0] * (len(rows) - len(held))
         for (topic, row), in_flight in zip(rows, held, strict=True):
             row += [sent, interval, member, host, in_flight]

@@ -117,3 +117,6 @@ def test_reports_show_the_stuck_prefix_long_before_a_commit_and_release_on_stop(
     released = [r for r in tail.reports if r["released"]]
     tail.close()
     assert released and released[-1]["released"] == [[topic, 0]], released
+    # from its first release on, a stopping worker claims nothing: no one consumes it
+    after = tail.reports[tail.reports.index(released[0]) :]
+    assert not any(r["partitions"] for r in after), after

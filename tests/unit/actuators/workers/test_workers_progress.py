@@ -71,6 +71,18 @@ def test_a_report_carries_the_snapshot_and_the_released_partitions_once() -> Non
     validate(first)
 
 
+def test_a_hand_off_is_said_apart_from_a_release() -> None:
+    producer = FakeProducer()
+    r = ProgressReporter(group="g", member="w-1", host="h", snapshot=list, producer=producer)
+    r.release([("t", 2)], handed_off=True)
+    r.release([("t", 3)])
+    r.report(now_ms=6_000)
+    r.report(now_ms=6_250)  # nothing left to say: not sent
+    (event,) = (orjson.loads(v) for _, _, v in producer.sent)
+    assert (event["handed_off"], event["released"]) == ([["t", 2]], [["t", 3]])
+    validate(event)
+
+
 def test_nothing_to_say_sends_nothing_and_a_failing_producer_is_counted() -> None:
     producer = FakeProducer()
     r = ProgressReporter(group="g", member="w", host="h", snapshot=list, producer=producer)

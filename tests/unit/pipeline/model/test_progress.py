@@ -269,14 +269,73 @@ def test_an_idle_worker_that_gets_a_message_is_not_stalled_by_its_old_progress_t
     assert w.not_ok((T0 + 4500, T0 + 20_000)) == []
 
 
-def test_a_released_partition_is_judged_by_commits_again():
+def test_a_partition_handed_to_a_pool_is_judged_by_commits_again():
     w = Worker(commit_every_ms=5000)
     w.run(T0 + 12_000)
-    w.model.progress.report_many([["g", 0, -1, 0, w.t + 1, 250, "w-1", "host-a"]])
+    w.model.progress.report_many([["g", 0, -2, 0, w.t + 1, 250, "w-1", "host-a"]])
     assert len(w.model.progress) == 0
-    w.reports = False
+    w.reports = False  # the owner mirrors the pool's position in its commits
     w.run(T0 + 30_000)
     assert w.not_ok((T0 + 12_000, T0 + 30_000)) == []  # 5 s commits, judged at 5 s
+
+
+def release(w: Worker, member: str = "w-1") -> None:
+    """The worker gives partition 0 up (a rebalance, its shutdown): it commits what it
+    processed, then says so in its last report."""
+    if w.processed > w.committed:
+        w.model.commit("g", 0, w.processed, w.t)
+        w.committed = w.processed
+    keys = w.model.progress.report_many([["g", 0, -1, 0, w.t + 1, 125, member, "host-a"]])
+    judged = w.model.judge_reports(keys)
+    if judged is not None and len(judged):
+        w.statuses.append((w.t + 1, STATUS[int(judged[0].status[0])]))
+
+
+def test_a_released_partition_with_data_waiting_is_stop_at_once_never_warn_first():
+    w = Worker(commit_every_ms=5000)
+    w.run(T0 + 12_000)
+    at = w.t
+    release(w)
+    w.reports, w.stalled = False, True  # no one has taken it: nothing is processed
+    w.run(T0 + 14_000)
+    (first, *_), stop = w.not_ok((at, T0 + 14_000)), w.first(at, LagStatus.STOP)
+    assert first[1] == LagStatus.STOP and stop <= 0.25  # judged as the release lands
+    assert {s for _, s in w.not_ok((at, T0 + 14_000))} == {LagStatus.STOP}
+    obs = w.model.observe(w.t)
+    events = obs.partition_events(*np.nonzero(obs.mask))
+    w.model.progress.annotate(events, w.t)
+    assert events[0]["worker"]["released"] is True and events[0]["worker"]["member"] == "w-1"
+    validate(events[0])  # the partition_lag schema's worker.released
+
+
+def test_a_released_partition_is_judged_by_its_new_owners_reports():
+    w = Worker(commit_every_ms=5000)
+    w.run(T0 + 12_000)
+    release(w)
+    w.model.progress.report_many([["g", 0, w.processed, w.progress_ms, w.t + 20, 125, "w-2",
+                                   "host-b", 0]])  # fmt: skip
+    assert not w.model.progress.released
+    w.run(T0 + 20_000)
+    assert w.not_ok((T0 + 12_000, T0 + 20_000)) == []
+
+
+def test_a_released_partition_is_commits_to_judge_once_its_offset_moves():
+    w = Worker(commit_every_ms=1000)
+    w.run(T0 + 12_100)
+    release(w)
+    w.reports = False  # a plain consumer takes it: it commits, and reports nothing
+    w.run(T0 + 20_000)
+    assert not w.model.progress.released
+    assert w.not_ok((T0 + 13_100, T0 + 20_000)) == []  # from its first commit on, OK
+    assert w.first(T0 + 12_100, LagStatus.STOP) < 1.0  # until then, no one consumed it
+
+
+def test_a_released_partition_with_nothing_waiting_is_ok():
+    w = Worker(rate=0, commit_every_ms=5000)
+    w.run(T0 + 12_000)
+    release(w)
+    w.run(T0 + 20_000)
+    assert w.not_ok((T0 + 12_000, T0 + 20_000)) == []
 
 
 def test_replays_and_malformed_rows_change_nothing():
