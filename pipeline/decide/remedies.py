@@ -43,6 +43,7 @@ from pipeline.decide.rules import (
     rule_spread,
     rule_throttle,
     spread,
+    time_lag_samples,
 )
 from pipeline.decide.state import PolicyState
 from schemas import ActionType, LagStatus, Mode
@@ -137,12 +138,17 @@ def run(c: Ctx) -> None:
     if lad is None or lad.get("closed") or _replaces(lad, d, c.incident.since_ms):
         for sub_key in _partition_ladders(s, key):  # a new ladder: the old one's rungs go
             del s.ladders[sub_key]
+        # the incident's time lag goes on from the ladder it replaces
+        kept = lad.get("time_lags", []) if lad is not None and not lad.get("closed") else []
         lad = s.ladders[key] = {"cause": d.cause, "evidence": d.evidence, "step": 0,
                                 "phase": "ready", "since_ms": c.incident.since_ms,
                                 "cause_since_ms": c.now,
-                                "group": c.summary.group, "topic": c.summary.topic}  # fmt: skip
+                                "group": c.summary.group, "topic": c.summary.topic,
+                                "time_lags": kept}  # fmt: skip
     else:
         lad = s.ladders[key] = dict(lad)
+    # the worst time lag of the last seconds: how fast the group falls behind (rule_scale)
+    lad["time_lags"] = time_lag_samples(lad.get("time_lags"), c.now, c.summary.max_time_lag_s)
     c.diagnosis = {"cause": lad["cause"], "evidence": lad["evidence"]}
     _upkeep(c, lad)
     steps = c.config.ladders.for_group(c.summary.group, lad["cause"])

@@ -274,18 +274,54 @@ def rule_leadership(c: Ctx) -> None:
 
 #: scale for this much more throughput than the inflow: capacity to drain the backlog too
 DRAIN_HEADROOM = 1.5
+#: the time lag's growth is read over the latest this many ms of an incident's summaries,
+#: and only once they span at least GROWTH_MIN_SPAN_MS (a single step is noise)
+GROWTH_SPAN_MS, GROWTH_MIN_SPAN_MS = 3_000, 1_000
+#: growth read as at most this (a consumer 10x too slow): beyond, the partition count caps
+MAX_GROWTH = 0.9
 
 
-def replicas_needed(s: GroupLag, lag_per_replica: int, members: int | None = None) -> int:
-    """The larger of KEDA's rule (total lag / lag per replica, rounded up) and the rate rule:
-    ``members`` x produce / consume rate (the group's worst partitions' means) x
-    ``DRAIN_HEADROOM``, when the group consumes slower than it is produced; not yet capped."""
+def time_lag_samples(
+    samples: list[list[float]] | None, now_ms: int, time_lag_s: float
+) -> list[list[float]]:
+    """``samples`` ([ms, worst time lag s] pairs) with this summary's added and those older
+    than ``GROWTH_SPAN_MS`` dropped, the newest beyond it kept as the span's start."""
+    kept = [x for x in samples or () if x[0] < now_ms]
+    old = [x for x in kept if now_ms - x[0] > GROWTH_SPAN_MS]
+    return [*old[-1:], *(x for x in kept if now_ms - x[0] <= GROWTH_SPAN_MS), [now_ms, time_lag_s]]
+
+
+def time_lag_growth(samples: list[list[float]] | None) -> float | None:
+    """How fast the worst time lag grew over ``samples``, in seconds per second; None when
+    they span less than ``GROWTH_MIN_SPAN_MS``. A group that consumes at ``c`` records/s
+    what is produced at ``p`` reaches records produced ever longer ago: its time lag grows
+    by ``1 - c / p`` each second, read at once, where fitted rates trail a ramp by their
+    window."""
+    if not samples or samples[-1][0] - samples[0][0] < GROWTH_MIN_SPAN_MS:
+        return None
+    (t0, lag0), (t1, lag1) = samples[0], samples[-1]
+    return (lag1 - lag0) / ((t1 - t0) / 1000.0)
+
+
+def replicas_needed(
+    s: GroupLag, lag_per_replica: int, members: int | None = None, growth: float | None = None
+) -> int:
+    """The largest of KEDA's rule (total lag / lag per replica, rounded up) and, when the
+    group consumes slower than it is produced, the rate rules: ``members`` x produce /
+    consume rate (the group's worst partitions' fitted means), and ``members`` / (1 -
+    ``growth``), the time lag's growth per second (``time_lag_growth``: the same ratio, as
+    of the last seconds), each x ``DRAIN_HEADROOM``; not yet capped."""
     by_lag = max(1, math.ceil(s.total_lag_offsets / lag_per_replica))
+    if not members:
+        return by_lag
     produce = sum(w.produce_rate_per_s for w in s.worst)
     consume = sum(w.consume_rate_per_s for w in s.worst)
-    if not members or consume <= 0 or produce <= consume:
-        return by_lag
-    return max(by_lag, math.ceil(members * produce / consume * DRAIN_HEADROOM))
+    need = float(by_lag)
+    if consume > 0 and produce > consume:
+        need = max(need, members * produce / consume * DRAIN_HEADROOM)
+    if growth is not None and growth > 0:
+        need = max(need, members / (1.0 - min(growth, MAX_GROWTH)) * DRAIN_HEADROOM)
+    return math.ceil(need - 1e-9)
 
 
 def rule_scale(c: Ctx) -> None:
@@ -302,7 +338,8 @@ def rule_scale(c: Ctx) -> None:
         return
     members = (s.health.get(g) or {}).get("members")
     members = members if isinstance(members, int) and members > 0 else None
-    needed = replicas_needed(c.summary, c.config.lag_per_replica, members)
+    growth = time_lag_growth((s.ladders.get(c.key) or {}).get("time_lags"))
+    needed = replicas_needed(c.summary, c.config.lag_per_replica, members, growth)
     replicas = min(needed, c.summary.topic_partitions)
     if replicas <= max(s.scale_hints.get(g, 0), members or 0):
         return
@@ -312,6 +349,7 @@ def rule_scale(c: Ctx) -> None:
         replicas_needed=needed,
         lag_per_replica=c.config.lag_per_replica,
         members=members,
+        time_lag_growth=None if growth is None else round(growth, 3),
     )
     if c.emit(
         ActionType.SCALE_CONSUMERS, f"group:{g}", params, reason, (c.incident.since_ms, replicas)

@@ -10,12 +10,14 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from pipeline.decide import inputs
+import pytest
+
+from pipeline.decide import inputs, rules
 from pipeline.decide.policy import level
 from pipeline.decide.policy_config import load_policy_config
 from pipeline.decide.policy_types import Thresholds
 from schemas import LagStatus, validate
-from tests.support.decide import CALM, Loop, cfg, gl, kinds, wp
+from tests.support.decide import CALM, T0, Loop, cfg, gl, kinds, wp
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -340,3 +342,27 @@ def test_a_flickering_hotspot_keeps_its_confirmation_running() -> None:
     assert loop.actions == []
     loop.feed(gl([wp(4, 1.7), *rest], parts=16), 1)  # 0.5 s since the hotspot was named
     assert kinds(loop.actions) == ["spread_partition"]
+
+
+def test_the_time_lags_growth_is_read_over_the_last_seconds() -> None:
+    samples: list[list[float]] = []
+    for i in range(40):  # 10 s, one summary each 250 ms; the time lag grows 0.5 s/s from 5 s
+        samples = rules.time_lag_samples(samples, T0 + 250 * i, 0.5 * max(0, i - 20) * 0.25)
+    assert samples[-1][0] - samples[0][0] == pytest.approx(rules.GROWTH_SPAN_MS, abs=250)
+    assert rules.time_lag_growth(samples) == pytest.approx(0.5)
+    assert rules.time_lag_growth(samples[-3:]) is None  # 0.5 s: too short a span to read
+    assert rules.time_lag_growth(None) is None
+
+
+def test_a_slow_group_on_a_ramp_is_sized_by_its_time_lags_growth_not_its_trailing_rates() -> None:
+    loop = Loop(cfg(thresholds=GATED, scale={"lag_per_replica": 10**6},
+                    diagnosis={"confirm_s": {"slow_group": 3.0}}))  # fmt: skip
+    health(loop, members=1)
+    # the fitted rates trail the ramp (1.2x: 2 replicas); the time lag grows 0.7 s each
+    # second: the one member consumes 30 % of the inflow, so 1 / 0.3 x 1.5 = 5 are needed
+    for i in range(16):
+        lag_s = 2.0 + 0.7 * 0.25 * i
+        loop.feed(gl([wp(p, lag_s, produce=120.0, consume=100.0) for p in range(8)], parts=8))
+    (hint,) = loop.actions
+    assert hint["params"]["replicas"] == 5
+    assert hint["reason"]["time_lag_growth"] == pytest.approx(0.7, abs=0.01)
