@@ -258,8 +258,9 @@ class ScriptedLoad:
     processed positions as an SDK worker does (``actuators.workers.ProgressReporter``,
     every 125 ms, on the sampler's grid), with the messages it holds (produced, not
     processed) in flight. ``stall(p)`` freezes one partition's processing
-    (its producer goes on) and returns the onset; ``resume(p)`` lets it catch up;
-    ``stop_consuming()`` stalls them all.
+    (its producer goes on) and returns the onset; ``slow(p, r)`` makes it process only
+    ``r`` msgs/s from now on (a hot partition: it moves, and falls behind); ``resume(p)``
+    lets it catch up; ``stop_consuming()`` stalls them all.
     """
 
     def __init__(
@@ -281,6 +282,7 @@ class ScriptedLoad:
         self.progress_ms = [int(time.time() * 1000)] * partitions
         self.committed = [0] * partitions
         self.stalled: dict[int, float] = {}  # partition -> onset (epoch s)
+        self.slowed: dict[int, tuple[float, int, float]] = {}  # p -> (onset, processed, rate)
         self.stopped_consuming_ms = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -353,7 +355,10 @@ class ScriptedLoad:
                     for part in range(self.partitions):
                         if part in self.stalled:
                             continue
-                        if self.consume_rate is None:
+                        if part in self.slowed:
+                            since, done, rate = self.slowed[part]
+                            target = min(done + int((now - since) * rate), self.produced[part])
+                        elif self.consume_rate is None:
                             target = self.produced[part]
                         else:
                             by_rate = int((now - t0) * self.consume_rate)
@@ -384,9 +389,16 @@ class ScriptedLoad:
             self.stalled[partition] = onset
         return onset
 
+    def slow(self, partition: int, rate_per_s: float) -> float:
+        with self._lock:
+            onset = time.monotonic()
+            self.slowed[partition] = (onset, self.processed[partition], rate_per_s)
+        return onset
+
     def resume(self, partition: int) -> None:
         with self._lock:
             self.stalled.pop(partition, None)
+            self.slowed.pop(partition, None)
 
     def stop_consuming(self) -> None:
         for part in range(self.partitions):

@@ -5,8 +5,10 @@
   (as the SDK's producer wrapper does); one floods. Exactly that client id is throttled,
   the actuator applies the quota, the step is verified once the group catches up, and the
   throttle is released after (the quota is gone);
-- hotspot: one partition's consumer stalls. It is spread; the actuator records the spread
-  (a worker action) and, with no effect by the deadline, it is handed off to the pool.
+- hotspot: one partition's work slows to a fifth of its inflow (it moves, and falls
+  behind; a partition nobody consumes is no hotspot). It is spread; the actuator records
+  the spread (a worker action; the scripted consumer obeys none) and, with no effect by
+  the deadline, it is handed off to the pool.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def test_burst_throttles_the_flooder_verified_released_and_hotspot_spread_then_h
             burst.consume_rate = 20.0
             burst.rate = 120.0
             flooding.set()
-            hot.stall(2)  # and, on the other topic, one partition's consumer stalls
+            hot.slow(2, 4.0)  # and, on the other topic, one partition's work slows: hot
 
             throttles = _wait("throttle", lambda: [
                 a for a in actions() if a["type"] == "throttle_producer"], 90, pipe)  # fmt: skip
