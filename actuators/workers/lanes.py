@@ -341,7 +341,8 @@ class LaneExecutor:
     def _next(self, tp: TopicPart, part: _Part, lane: int) -> Any | None:
         """The lane's next message if this thread may run it now (it keeps the lane), else
         None: the lane is then free for ``_kick``. Running a lane's queue on one thread
-        saves a thread-pool hand-off per message, the SDK's main per-message cost."""
+        saves a thread-pool hand-off per message, the SDK's main per-message cost; while
+        other lanes wait for a thread, ``_finished`` queues it behind them instead."""
         if self._halted or part.closing or part.target_lanes is not None:
             return None
         if not part.queues[lane]:
@@ -404,6 +405,12 @@ class LaneExecutor:
                 self._relane(tp, part)
             else:
                 nxt = self._next(tp, part, lane)
+                if nxt is not None and self._pool.pending():
+                    # other lanes wait for a thread: this one queues behind them (round
+                    # robin), so a partition that always has work cannot keep a thread
+                    # while the others' work waits (fewer threads than busy lanes)
+                    self._pool.submit(self._lane, tp, epoch, lane, nxt)
+                    nxt = None
             if part.closing:  # close() waits for the running messages of closing ones
                 self._changed.notify_all()
             return nxt

@@ -62,6 +62,10 @@ class LaneThreads:
     def threads(self) -> int:
         return self._threads
 
+    def pending(self) -> int:
+        """Items waiting for a thread (a hint: read without the lock)."""
+        return len(self._items)
+
     def shutdown(self) -> None:
         with self._cond:
             self._stopped = True
@@ -115,6 +119,10 @@ class LoopLanes:
     @property
     def threads(self) -> int:
         return 1
+
+    def pending(self) -> int:
+        """Coroutines waiting for a task slot (a hint: read off the loop's thread)."""
+        return len(self._items)
 
     @property
     def running(self) -> int:

@@ -38,6 +38,8 @@ from schemas import ActionType, ConfigError
 log = logging.getLogger(__name__)
 
 INSTANCE_ID_ENV = "LAGPILOT_WORKER_INSTANCE_ID"
+#: the group heartbeat's interval (``heartbeat.interval.ms``; ``consumer_config`` overrides it)
+HEARTBEAT_INTERVAL_MS = 1000
 
 
 class Worker(Engine):
@@ -94,6 +96,10 @@ class Worker(Engine):
         config = {
             "group.id": self.group,
             "partition.assignment.strategy": "cooperative-sticky",
+            # each of a cooperative rebalance's two rounds waits for every member to learn of
+            # it at its next heartbeat, so a partition moving to a new member has no owner for
+            # up to two intervals: 1 s (librdkafka's default is 3 s) at one request a second
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
             "auto.offset.reset": "earliest",
             **self.base_config(),
             "enable.auto.commit": False,

@@ -160,6 +160,20 @@ def test_halt_starts_nothing_until_resume() -> None:
     d.shutdown()
 
 
+def test_fewer_threads_than_busy_partitions_take_turns() -> None:
+    """One thread, three partitions that always have work: each partition's messages are
+    run in turn, never one partition's whole queue while the others wait (a worker with one
+    handler thread and four partitions served one of them and let three fall behind)."""
+    done: list[int] = []
+    d = LaneExecutor(lambda m: (time.sleep(0.001), done.append(m.partition())), max_workers=1,
+                     default_lanes=1)  # fmt: skip
+    d.submit_many([Msg(o, _partition=p) for o in range(30) for p in range(3)])
+    wait_for(lambda: len(done) == 90)
+    first = done[:12]
+    assert {first.count(p) for p in range(3)} == {4}, first  # round robin
+    d.shutdown()
+
+
 def test_close_abandons_queued_work_below_which_it_commits() -> None:
     gate = threading.Event()
     rec = Recorder(gate=gate)
