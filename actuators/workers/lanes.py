@@ -52,6 +52,11 @@ def _spread(key: bytes | None, offset: int) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
 
 
+#: how long a thread runs one lane's messages while other lanes wait for a thread: then the
+#: lane queues behind them. Long enough that a hand-off (the main per-message cost) comes
+#: once per many short messages, short enough that no partition waits long for its turn
+TURN_S = 0.05
+
 #: messages queued per hold of the lanes' lock: the lanes finishing messages meanwhile wait
 #: for it, so a whole 500-message batch under one hold stalled them all at once
 INTAKE_CHUNK = 64
@@ -363,7 +368,7 @@ class LaneExecutor:
             self._kick(tp, part, lane)
 
     def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
-        process = self._process
+        process, since = self._process, time.monotonic()
         while message is not None:
             try:
                 process(message)
@@ -371,11 +376,11 @@ class LaneExecutor:
                 log.exception(
                     "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
                 )
-            message = self._finished(tp, epoch, lane, message)
+            message = self._finished(tp, epoch, lane, message, time.monotonic() - since)
 
     async def _run_async(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
         """``_run`` for a coroutine ``process``, as a task of the lanes' event loop."""
-        process = self._process
+        process, since = self._process, time.monotonic()
         while message is not None:
             try:
                 await process(message)
@@ -383,11 +388,15 @@ class LaneExecutor:
                 log.exception(
                     "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
                 )
-            message = self._finished(tp, epoch, lane, message)
+            message = self._finished(tp, epoch, lane, message, time.monotonic() - since)
 
-    def _finished(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> Any | None:
+    def _finished(
+        self, tp: TopicPart, epoch: int, lane: int, message: Any, turn_s: float = 0.0
+    ) -> Any | None:
         """``message`` ran on ``lane``: advance the partition's prefix, and return the lane's
-        next message if this thread (or task) runs it now, else None."""
+        next message if this thread (or task) runs it now, else None. ``turn_s``: how long
+        this thread has run the lane; past ``TURN_S``, while other lanes wait for a thread,
+        the lane queues behind them instead (round robin)."""
         offset = message.offset()
         with self._lock:
             part = self._parts.get(tp)
@@ -405,10 +414,9 @@ class LaneExecutor:
                 self._relane(tp, part)
             else:
                 nxt = self._next(tp, part, lane)
-                if nxt is not None and self._pool.pending():
-                    # other lanes wait for a thread: this one queues behind them (round
-                    # robin), so a partition that always has work cannot keep a thread
-                    # while the others' work waits (fewer threads than busy lanes)
+                if nxt is not None and turn_s >= TURN_S and self._pool.pending():
+                    # fewer threads than busy lanes: a partition that always has work must
+                    # not keep a thread while the others' work waits
                     self._pool.submit(self._lane, tp, epoch, lane, nxt)
                     nxt = None
             if part.closing:  # close() waits for the running messages of closing ones
