@@ -25,11 +25,12 @@ per topic and, where a fresh one exists, replaces the inputs of the status rules
 - the lag-growth inputs are disabled there: between commits the committed lag grows by
   design, and the processed position already says whether the worker keeps up.
 
-A partition its worker gave up (a rebalance, a shutdown, a hand-off: the report lists it
-as ``released``) is owned by no one until another member reports it or a commit moves
-its offset: where data waits there, nobody consumes it, and ``classify`` says STOP at once
+A partition its worker gave up (a revoke, a loss, its shutdown: the report lists it as
+``released``) is owned by no one until another member reports it or a commit moves its
+offset: where data waits there, nobody consumes it, and ``classify`` says STOP at once
 (the ``released`` input) instead of after the time a dead consumer's silence takes. A
 rebalance is then seen for what it is from its first moment, never as a slow partition.
+A partition handed to a pool (``handed_off``) is consumed there: commits judge it again.
 
 The samples judge every cell; between them, a report that shows a stalled worker
 (``suspects``) is judged the moment it lands (``TopicModel.judge_reports``), so detection
