@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 BROKER := deploy/local/kafka.sh
 BROKERS ?= 1
 PYTEST_ARGS ?= --durations=25
+# `make test TESTS=<paths>` runs just those; unset, the whole suite (see `test`)
+TESTS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
@@ -69,6 +71,10 @@ broker-status:
 
 # Starts the local broker unless KAFKA_BOOTSTRAP names one (or one is already up), runs
 # pytest with KAFKA_BOOTSTRAP set to it, stops only what it started, returns pytest's status.
+# The whole suite runs as two pytest processes at once: the unit and conformance tests
+# (pure, CPU-bound, no broker) beside the broker-facing ones (which mostly wait on the
+# broker and their own subprocesses), so the two overlap on two cores; the pure half's
+# report prints after the other's, and either failing fails the run.
 test: install
 	@started=0; \
 	if [ -z "$$KAFKA_BOOTSTRAP" ]; then \
@@ -79,7 +85,16 @@ test: install
 	fi; \
 	trap '[ $$started = 1 ] && $(BROKER) down' EXIT; \
 	echo "testing against $$KAFKA_BOOTSTRAP"; \
-	$(PY) -m pytest $(PYTEST_ARGS)
+	if [ -n "$(TESTS)" ]; then $(PY) -m pytest $(PYTEST_ARGS) $(TESTS); exit $$?; fi; \
+	pure=$$(mktemp); \
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/unit tests/conformance \
+	  >$$pure 2>&1 & pure_pid=$$!; \
+	$(PY) -m pytest $(PYTEST_ARGS) tests/integration tests/bench; rc=$$?; \
+	wait $$pure_pid; pure_rc=$$?; \
+	echo "== tests/unit and tests/conformance (run beside the tests above) =="; \
+	cat $$pure; rm -f $$pure; \
+	echo "broker-facing tests: exit $$rc; unit and conformance tests: exit $$pure_rc"; \
+	[ $$rc -eq 0 ] && [ $$pure_rc -eq 0 ]
 
 # The README's main command: the avalanche incident and lagpilot fixing it, live.
 demo: install

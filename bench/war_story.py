@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -209,8 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, partitions=4, hot_partitions=(1,), rate_per_s=40, warmup_s=3,
                       avalanche_s=5, heavy_rate_per_s=12)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        off = one_run(cfg, balancer=False, workdir=Path(tmp))
-        on = one_run(cfg, balancer=True, workdir=Path(tmp))
+        if args.smoke:  # the mechanics: both runs at once (their own topics, groups, loops)
+            with ThreadPoolExecutor(2, thread_name_prefix="run") as pool:
+                off_run = pool.submit(one_run, cfg, balancer=False, workdir=Path(tmp))
+                on_run = pool.submit(one_run, cfg, balancer=True, workdir=Path(tmp))
+                off, on = off_run.result(), on_run.result()
+        else:  # the figures: one after the other, each with the machine to itself
+            off = one_run(cfg, balancer=False, workdir=Path(tmp))
+            on = one_run(cfg, balancer=True, workdir=Path(tmp))
     ratio = off["p99_ms"] / on["p99_ms"] if off["p99_ms"] and on["p99_ms"] else None
     result = {
         "off_p99_ms": off["p99_ms"],
