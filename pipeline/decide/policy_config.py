@@ -297,6 +297,9 @@ def _hotspot(raw: Any, p: _Parse) -> Fields:
         "hot_ratio": r.number("ratio", d.hot_ratio, minimum=1.0, unit="ratio to the next worst"),
         "spread_lanes": r.integer("lanes", d.spread_lanes, minimum=2, unit="number of lanes"),
         "spread_pool": r.string("pool", d.spread_pool),
+        "spread_restore_after_s": r.number(
+            "restore_after_s", d.spread_restore_after_s, strict=False, unit="number of seconds"
+        ),
     }
     r.done()
     return out

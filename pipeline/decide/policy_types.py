@@ -116,6 +116,7 @@ class PolicyConfig:
     hot_ratio: float = 4.0
     spread_lanes: int = 4
     spread_pool: str | None = None
+    spread_restore_after_s: float = 0.0  # a spread stays this long after its incident clears
     leadership_min_partitions: int = 2
     lag_per_replica: int = 10_000
     partitions_growth_ratio: float = 2.0

@@ -34,6 +34,7 @@ from pipeline.decide.ladder import Step
 from pipeline.decide.policy_config import Producer
 from pipeline.decide.rules import (
     hot_partitions,
+    keep_spreads,
     release_throttle,
     renew_scale,
     restore_spread,
@@ -105,6 +106,8 @@ def _upkeep(c: Ctx, lad: dict[str, Any] | None) -> None:
     if not c.incident.active:
         rule_spread(c)  # restores
         rule_scale(c)  # drops the hint
+    else:
+        keep_spreads(c)
 
 
 def run(c: Ctx) -> None:

@@ -196,18 +196,34 @@ def hot_partition(s: GroupLag, t: Thresholds, ratio: float) -> WorstPartition | 
 
 
 def rule_spread(c: Ctx) -> None:
-    """Tell the group's workers to spread a hot partition; restore it when the incident ends
-    (once the spread's cooldown has passed: a spread and its restore never flap)."""
+    """Tell the group's workers to spread a hot partition; restore it once the incident has
+    stayed clear ``hotspot.restore_after_s`` (a spread that works clears its incident while
+    the heavy records may still come) and the spread's cooldown has passed (a spread and
+    its restore never flap)."""
     s = c.state
+    mine = [(t, sp) for t, sp in s.spreads.items() if sp["incident"] == c.key]
     if not c.incident.active:
         cooldown_ms = c.config.cooldown_s(ActionType.SPREAD_PARTITION) * 1000
-        for target in [t for t, sp in s.spreads.items() if sp["incident"] == c.key
-                       and not sp.get("keep")  # a storm's hand-off (pipeline.remedies)
-                       and c.now - sp.get("issued_ms", sp["since_ms"]) >= cooldown_ms]:  # fmt: skip
-            restore_spread(c, target, "incident cleared")
+        hold_ms = c.config.spread_restore_after_s * 1000
+        for target, sp in mine:
+            if sp.get("keep"):  # a storm's hand-off (pipeline.remedies)
+                continue
+            clear_ms = sp.setdefault("clear_ms", c.now)  # when the incident was first clear
+            if (c.now - sp.get("issued_ms", sp["since_ms"]) >= cooldown_ms
+                    and c.now - clear_ms >= hold_ms):  # fmt: skip
+                restore_spread(c, target, "incident cleared")
         return
+    keep_spreads(c)
     for hot in hot_partitions(c.summary, c.thresholds, c.config.hot_ratio):
         spread(c, hot)
+
+
+def keep_spreads(c: Ctx) -> None:
+    """The incident is on (again): its spreads stay, and their clear window starts afresh
+    when it next clears."""
+    for sp in c.state.spreads.values():
+        if sp["incident"] == c.key:
+            sp.pop("clear_ms", None)
 
 
 _CONFIG_POOL = object()

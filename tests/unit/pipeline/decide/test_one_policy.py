@@ -366,3 +366,26 @@ def test_a_slow_group_on_a_ramp_is_sized_by_its_time_lags_growth_not_its_trailin
     (hint,) = loop.actions
     assert hint["params"]["replicas"] == 5
     assert hint["reason"]["time_lag_growth"] == pytest.approx(0.7, abs=0.01)
+
+
+def test_a_spread_stays_until_its_incident_has_been_clear_restore_after_s() -> None:
+    """A spread that works clears its incident while the heavy records may still come: it is
+    restored only once the incident has stayed clear ``hotspot.restore_after_s``, and an
+    incident that comes back meanwhile keeps it (no restore, no second spread)."""
+    loop = Loop(cfg(hotspot={"restore_after_s": 20.0}))
+    hot = [wp(3, 40.0, consume=50.0), wp(1, 1.0), wp(2, 0.5), wp(0, 0.4)]
+    loop.feed(gl(hot), 4)
+    assert kinds(loop.actions) == ["spread_partition"]
+    loop.feed(gl(CALM), 40)  # 10 s: clear (after its exit windows), not yet 20 s
+    assert kinds(loop.actions) == ["spread_partition"]
+    loop.feed(gl(hot), 4)  # the heavy records again: the spread holds, nothing new
+    loop.feed(gl(CALM), 60)  # 15 s clear: the window starts again from this clear
+    assert kinds(loop.actions) == ["spread_partition"]
+    loop.feed(gl(CALM), 30)  # 22.5 s clear
+    assert kinds(loop.actions) == ["spread_partition", "restore_partition"]
+    assert loop.actions[-1]["reason"]["why"] == "incident cleared"
+
+
+def test_the_shipped_policy_keeps_a_spread_a_minute_after_its_incident() -> None:
+    c = load_policy_config(ROOT / "deploy" / "policy.default.toml", env={})
+    assert c.spread_restore_after_s == 60.0
