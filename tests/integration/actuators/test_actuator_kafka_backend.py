@@ -17,11 +17,13 @@ from actuators.backends import KafkaBackend
 from bench.support import actuator_harness as T
 from bench.support.actuator_harness import KEY, Harness, by_id
 
-QUOTA = 200_000  # bytes/s
+QUOTA = 100_000  # bytes/s
 VALUE = b"x" * 10_000
 WINDOW_S = 10.5  # just under Kafka's quota window of 11 x 1 s
 #: "Restored": a 1 s rate no throttled client reaches (its bursts are at most QUOTA x 10 s).
-RESTORED = 25 * QUOTA
+#: Low enough that a producer on a busy 2-core host, whose unthrottled rate has measured
+#: 2.9-5 MB/s there, shows it twice over.
+RESTORED = 12 * QUOTA
 
 
 def now_ms() -> int:
