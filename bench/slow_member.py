@@ -15,6 +15,7 @@ the running record, commits and stops.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import time
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{name}", required=True)
     ap.add_argument("--work-ms", type=float, required=True)
     args = ap.parse_args(argv)
+    # the SDK's joins, assignments and revokes, in the supervisor's log (workers-<run>.log)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(message)s")
 
     def handle(msg: Any, ctx: Any) -> None:
         head = orjson.loads(msg.value().split(b"\n", 1)[0])

@@ -365,7 +365,12 @@ class ControlSource:
                                for tp in ends])  # fmt: skip
 
     def poll(self, timeout_s: float) -> list[bytes | None]:
-        msgs = self._consumer.consume(num_messages=100, timeout=timeout_s)
+        """What has arrived, else the first event within ``timeout_s``: ``consume(100,
+        timeout)`` alone returns only once 100 are in or the timeout passed, so every hint
+        would wait the whole timeout before the supervisor scales."""
+        msgs = self._consumer.consume(num_messages=100, timeout=0) or self._consumer.consume(
+            num_messages=1, timeout=timeout_s
+        )
         for bad in [m for m in msgs if m.error() is not None]:
             log.warning("control topic %s: %s", self.topic, bad.error())
         return [m.value() for m in msgs if m.error() is None]

@@ -35,6 +35,7 @@ from pipeline.decide.policy_config import Producer
 from pipeline.decide.rules import (
     hot_partitions,
     keep_spreads,
+    recent_growth,
     release_throttle,
     renew_scale,
     restore_spread,
@@ -168,12 +169,19 @@ def run(c: Ctx) -> None:
 
 def _confirmed(c: Ctx, lad: dict[str, Any]) -> bool:
     """A ladder that has not acted waits until its cause has held ``confirm_s`` (per cause):
-    a slow group's first seconds may still turn out a burst (its producers' next report) or
-    a rebalance's backlog that drains. Once it acted, it is judged whatever the cause does."""
+    a slow group's first seconds may still turn out a burst (its producers' next two
+    reports). A slow group acts only while its time lag is not falling (``recent_growth``):
+    a backlog that drains (after a pause, a rebalance) needs no more consumers. Once it acted,
+    it is judged whatever the cause does."""
     if lad.get("acted"):
         return True
     wait_ms = c.config.confirm_s.get(lad["cause"], 0.0) * 1000
-    return c.now - lad.get("cause_since_ms", lad["since_ms"]) >= wait_ms
+    if c.now - lad.get("cause_since_ms", lad["since_ms"]) < wait_ms:
+        return False
+    if lad["cause"] == dg.SLOW:
+        growth = recent_growth(lad.get("time_lags"), c.now)
+        return growth is None or growth >= 0
+    return True
 
 
 # -- a hotspot climbs the ladder once per hot partition --------------------------------------

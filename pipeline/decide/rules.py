@@ -319,6 +319,16 @@ def time_lag_growth(samples: list[list[float]] | None) -> float | None:
     return (lag1 - lag0) / ((t1 - t0) / 1000.0)
 
 
+def recent_growth(samples: list[list[float]] | None, now_ms: int) -> float | None:
+    """``time_lag_growth`` over the latest ``GROWTH_MIN_SPAN_MS`` of ``samples`` (from the
+    newest sample at least that old): whether the group falls behind *now*, where the
+    longer span still carries a backlog's rise after it began to drain."""
+    if not samples:
+        return None
+    start = [x for x in samples if now_ms - x[0] >= GROWTH_MIN_SPAN_MS][-1:]
+    return time_lag_growth([*start, *(x for x in samples if now_ms - x[0] < GROWTH_MIN_SPAN_MS)])
+
+
 def replicas_needed(
     s: GroupLag, lag_per_replica: int, members: int | None = None, growth: float | None = None
 ) -> int:
@@ -354,7 +364,12 @@ def rule_scale(c: Ctx) -> None:
         return
     members = (s.health.get(g) or {}).get("members")
     members = members if isinstance(members, int) and members > 0 else None
-    growth = time_lag_growth((s.ladders.get(c.key) or {}).get("time_lags"))
+    # the time lag grows by 1 - c / p where p is the inflow when the records now consumed
+    # were produced, seconds ago: on a ramp it trails the inflow, so the latest second's
+    # growth counts where it is the higher
+    lags = (s.ladders.get(c.key) or {}).get("time_lags")
+    readings = [x for x in (time_lag_growth(lags), recent_growth(lags, c.now)) if x is not None]
+    growth = max(readings) if readings else None
     needed = replicas_needed(c.summary, c.config.lag_per_replica, members, growth)
     replicas = min(needed, c.summary.topic_partitions)
     if replicas <= max(s.scale_hints.get(g, 0), members or 0):

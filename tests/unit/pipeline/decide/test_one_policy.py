@@ -389,3 +389,53 @@ def test_a_spread_stays_until_its_incident_has_been_clear_restore_after_s() -> N
 def test_the_shipped_policy_keeps_a_spread_a_minute_after_its_incident() -> None:
     c = load_policy_config(ROOT / "deploy" / "policy.default.toml", env={})
     assert c.spread_restore_after_s == 60.0
+
+
+def _slow(lag_s: float) -> Any:
+    return gl([wp(p, lag_s - 0.1 * p, produce=200.0, consume=100.0) for p in range(4)], parts=4)
+
+
+def test_a_slow_group_acts_once_it_held_its_confirmation() -> None:
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"confirm_s": {"slow_group": 2.0}}))
+    acted_at = None
+    for i in range(20):  # growing 0.5 s each second
+        loop.feed(_slow(2.0 + 0.125 * i))
+        if loop.actions and acted_at is None:
+            acted_at = i
+    assert kinds(loop.actions) == ["scale_consumers"]
+    # the incident opens on the 2nd summary (enter_windows), the cause holds 2 s from there
+    assert acted_at == 1 + 8
+
+
+def test_a_slow_group_whose_time_lag_falls_waits_and_acts_once_it_grows_again() -> None:
+    """The fitted rates still say slow (their window holds a pause), but the worst time lag
+    has fallen over the last second: the backlog drains, no consumer is added. It grows
+    again: the group falls behind after all, and is scaled at once (its 2 s have held)."""
+    loop = Loop(cfg(thresholds=GATED, diagnosis={"confirm_s": {"slow_group": 2.0}}))
+    lags = [3.0 + 0.25 * i for i in range(4)] + [4.0 - 0.2 * i for i in range(12)]
+    for lag in lags:  # 1 s rising (a pause), then 3 s draining
+        loop.feed(_slow(lag))
+    assert loop.actions == []
+    assert next(iter(loop.state.ladders.values()))["cause"] == "slow_group"
+    for i in range(5):  # falling behind again
+        loop.feed(_slow(1.8 + 0.2 * i))
+    assert kinds(loop.actions) == ["scale_consumers"]
+
+
+def test_a_slow_group_on_a_steepening_ramp_is_sized_by_its_latest_growth() -> None:
+    """The time lag grows ever faster (the inflow still rises): since the incident opened it
+    grew 0.43 s/s (1 / 0.57 x 1.5: 3 replicas), over the last second 0.6 s/s (1 / 0.4 x 1.5:
+    4); the hint asks for what the latest second needs."""
+    loop = Loop(cfg(thresholds=GATED, scale={"lag_per_replica": 10**6},
+                    diagnosis={"confirm_s": {"slow_group": 2.0}}))  # fmt: skip
+    health(loop, members=1)
+    growth = [0.3] * 6 + [0.6] * 6  # s/s, each for one 250 ms summary
+    lag_s = 1.0
+    for g in growth:
+        lag_s += g * 0.25
+        loop.feed(gl([wp(p, lag_s, produce=60.0, consume=50.0) for p in range(8)], parts=8))
+    (hint,) = loop.actions
+    assert hint["reason"]["time_lag_growth"] == pytest.approx(0.6, abs=0.01)
+    assert hint["params"]["replicas"] == 4
+    lags = loop.state.ladders[next(iter(loop.state.ladders))]["time_lags"]
+    assert rules.time_lag_growth(lags) < 0.5  # the 3 s reading alone: 3 replicas
