@@ -27,7 +27,7 @@ class PartitionLag:
 
     Rates are least-squares slopes over the model window. ``time_lag_s`` is how long ago
     the high watermark stood at the committed offset (0 when caught up). ``eta_drain_s`` is
-    None when the lag is not shrinking.
+    None when the lag is not draining (pipeline.model.lag.drain_eta_s).
     """
 
     group: str

@@ -22,8 +22,8 @@ from schemas.lag import LagStatus
 def round3(a: np.ndarray) -> list[float]:
     """Floats to 3 decimals as events carry them, rounded as one array (numpy's
     half-to-even of the scaled value; Python's ``round`` per value cost most of a tick's
-    event building at 100 groups)."""
-    return np.round(np.asarray(a, np.float64), 3).tolist()
+    event building at 100 groups); a value that rounds to zero is 0.0, never -0.0."""
+    return (np.round(np.asarray(a, np.float64), 3) + 0.0).tolist()  # + 0.0: no -0.0
 
 
 @dataclass

@@ -69,6 +69,24 @@ _PUBLISHED = (
 )
 
 
+#: a lag drains when it falls by at least this share of the produce rate ...
+DRAIN_MIN_SHARE = 0.05
+#: ... and by at least this many offsets a second: a fitted rate a rounding error below
+#: zero (a stopped group on an idle topic) is no drain, and its ETA would be astronomical
+DRAIN_MIN_PER_S = 0.1
+
+
+def drain_eta_s(lag: np.ndarray, lag_rate: np.ndarray, produce: np.ndarray) -> np.ndarray:
+    """Seconds until the lag is gone at its current rate: 0 when caught up, NaN unless it
+    is draining (the consumers outpace the producers by ``DRAIN_MIN_SHARE`` of the produce
+    rate and ``DRAIN_MIN_PER_S``)."""
+    falls = -lag_rate
+    draining = (lag > 0) & (falls >= np.maximum(DRAIN_MIN_SHARE * produce, DRAIN_MIN_PER_S))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eta = np.where(draining, lag / falls, np.nan)
+    return np.where(lag == 0, 0.0, eta)
+
+
 class TopicModel(CommitState):
     """The model of one topic: its HWM history and every group that commits on it.
 
@@ -274,9 +292,7 @@ class TopicModel(CommitState):
         if read is not None and read.any():
             tl = np.where(read, np.maximum(0.0, (now_ms - self.read_ms[:, :width]) / 1000.0), tl)
             how = np.where(read, READ, how).astype(np.int8)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            eta = np.where((lag_rate < 0) & (lag > 0), lag / -lag_rate, np.nan)
-        eta = np.where(lag == 0, 0.0, eta)
+        eta = drain_eta_s(lag, lag_rate, produce[None, :])
         rew = self.rewind_ms[:, :width]
         inputs = {
             "lag": lag,

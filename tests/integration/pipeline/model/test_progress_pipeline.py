@@ -9,6 +9,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench.support.harness import (
@@ -88,6 +89,33 @@ def test_a_stall_and_a_silent_worker_are_seen_from_the_reports(
             assert status(["--bootstrap", kafka_bootstrap, "--group", group, "--since-s", "5"]) == 0
             out = capsys.readouterr().out
             assert f"scripted-{group}@{load.reporter.host} SILENT" in out, out
+            _status_hides_its_own_groups_and_prints_no_impossible_value(
+                kafka_bootstrap, group, capsys
+            )
     finally:
         reader.close()
         pipe.stop()
+
+
+def _status_hides_its_own_groups_and_prints_no_impossible_value(
+    bootstrap: str, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole table, as a user first runs it: lagpilot's own groups (its pipeline's, the
+    broker's readiness probe's) appear only with --all; the stopped partitions have no drain
+    ETA; no value prints as -0.0."""
+
+    def groups(*extra: str) -> tuple[set[str], dict]:
+        assert status(["--bootstrap", bootstrap, "--since-s", "5", "--json", *extra]) == 0
+        doc = orjson.loads(capsys.readouterr().out)
+        named = {e["group"] for key in ("groups", "partitions", "group_health") for e in doc[key]}
+        return named, doc
+
+    everything, _ = groups("--all")
+    assert any(g.startswith(("lagpilot-", "__lagpilot")) for g in everything), everything
+    named, doc = groups()
+    assert group in named and not any(g.startswith(("lagpilot-", "__lagpilot")) for g in named)
+    mine = [p for p in doc["partitions"] if p["group"] == group]
+    assert {p["status"] for p in mine} == {"STOP"} and all(p["eta_drain_s"] is None for p in mine)
+    assert status(["--bootstrap", bootstrap, "--since-s", "5", "--partitions"]) == 0
+    table = capsys.readouterr().out
+    assert " -0.0" not in table and "groups hidden" in table, table

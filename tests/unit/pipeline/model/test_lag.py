@@ -11,7 +11,7 @@ from support.lag_oracle import partition_lag, summary
 from pipeline.model.arrays import decode
 from pipeline.model.config import LagConfig
 from pipeline.model.history import SOURCE_NAMES
-from pipeline.model.lag import TopicModel
+from pipeline.model.lag import TopicModel, drain_eta_s
 from schemas import LagStatus, to_dict, validate
 
 CFG = LagConfig()
@@ -328,3 +328,16 @@ def test_a_new_group_is_judged_by_the_default_cadence_until_its_own_is_learned()
         obs = m.observe(t)
         statuses |= {int(s) for o in obs for s in o.status}
     assert statuses == {0}
+
+
+def test_a_drain_eta_only_where_the_lag_clearly_drains() -> None:
+    lag = np.array([[100, 100, 100, 100, 0, 10**6]])
+    lag_rate = np.array([[-10.0, -1e-12, -0.5, 5.0, 0.0, -0.05]])
+    produce = np.array([[100.0, 0.0, 100.0, 10.0, 5.0, 0.0]])
+    eta = drain_eta_s(lag, lag_rate, produce)
+    assert eta[0, 0] == pytest.approx(10.0)  # falls 10/s, 10 % of a 100/s inflow: draining
+    assert np.isnan(eta[0, 1])  # a rounding error below zero: no ETA (was 1e14 s)
+    assert np.isnan(eta[0, 2])  # falls 0.5/s under a 100/s inflow: 0.5 %, no drain yet
+    assert np.isnan(eta[0, 3])  # grows
+    assert eta[0, 4] == 0.0  # caught up
+    assert np.isnan(eta[0, 5])  # 0.05 offsets/s on an idle topic: noise, not a drain
