@@ -9,7 +9,10 @@ with its outcome, then a summary. Ctrl-C, closing the terminal (SIGHUP) or a SIG
 everything cleanly: the swarm, the pipeline, the actuator and the broker if the demo
 started it.
 
-    .venv/bin/python -m bench.demo [--avalanche-s 30] [--no-screen]
+    .venv/bin/python -m bench.demo [--avalanche-s 30] [--no-screen] [--svg docs/demo-screen.svg]
+
+``--svg`` (or ``DEMO_SVG``) writes the last screen and the summary as a picture: the one in
+the README is ``make demo DEMO_SVG=docs/demo-screen.svg``.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.support import broker
 from bench.support.swarm import SwarmConfig
+from bench.support.text_svg import text_svg
 from bench.war_story import one_run
 from pipeline.decide.tail import InstanceTally
 
 ROOT = Path(__file__).resolve().parents[1]
+SVG_COLS = 100  # the picture is what a 100-column terminal shows
 
 
 class Tail:
@@ -78,6 +83,7 @@ class Screen:
         self.enabled = enabled
         self.tails: dict[str, Tail] = {}
         self.started = time.monotonic()
+        self.last: list[str] = []  # the last frame drawn (or that would have been)
 
     def _tail(self, topic: str) -> Tail:
         if topic not in self.tails:
@@ -131,11 +137,12 @@ class Screen:
             lines.append(f"          {remedy_line(a)}")
             result = res_by_id.get(a["id"], "pending")
             if result == "delegated":
-                result += f", applied by {tally.applied_by(a['id'])} instance(s)"
+                result += f", applied by {tally.applied_by(a['id'])} workers"
             v = verdicts.get(a["id"])
             lines.append(f"          -> {result}; {verdict_line(v) if v else 'verifying...'}")
         done = len({r[0] for r in swarm.ledger.rows()})
         lines += ["", f"processed {done:,} of {len(swarm.produced.ids):,} produced"]
+        self.last = lines
         if self.enabled:
             sys.stdout.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
             sys.stdout.flush()
@@ -171,14 +178,16 @@ def remedy_line(a: dict[str, Any]) -> str:
     return f"remedy {a['type']} {a['target']}" + (f" ({why})" if why else "")
 
 
-def verdict_line(v: dict[str, Any]) -> str:
-    """``verified: time lag 3.10 s at apply -> 0.40 s`` (the policy's verification event)."""
+def verdict_line(v: dict[str, Any], at_s: float | None = None) -> str:
+    """``verified at +7.3s: time lag 3.10 s at apply -> 0.40 s`` (the policy's
+    verification event; ``at_s``: when, since the avalanche began)."""
     ref, now = v.get("time_lag_at_apply_s"), v.get("time_lag_now_s")
     ref_s = "no outcome" if ref is None else f"{ref:.2f} s at apply"
-    return f"{v['result']}: time lag {ref_s} -> {now:.2f} s"
+    when = "" if at_s is None else f" at {at_s:+.1f}s"
+    return f"{v['result']}{when}: time lag {ref_s} -> {now:.2f} s"
 
 
-def print_actions(res: dict[str, Any]) -> None:
+def action_lines(res: dict[str, Any]) -> list[str]:
     """Each action: its cause and evidence, the remedy, who applied it, and its verdict."""
     outcome = {o.get("action_id"): o["result"] for o in res["outcomes"]}
     verdict = {v.get("action_id"): v for v in res["verifications"]}
@@ -186,19 +195,34 @@ def print_actions(res: dict[str, Any]) -> None:
     for w in res["worker_outcomes"]:
         instances.setdefault(w.get("action_id") or "", set()).add(w["instance"])
     results = [v["result"] for v in res["verifications"]]
-    print(f"  actions: {len(res['actions'])}; verified {results.count('verified')}, "
-          f"no effect {results.count('no_effect')}")  # fmt: skip
+    lines = [f"  actions: {len(res['actions'])}; verified {results.count('verified')}, "
+             f"no effect {results.count('no_effect')}"]  # fmt: skip
     for a in res["actions"]:
         full = {"type": a["type"], "target": a["target"], "params": a.get("params") or {},
                 "reason": {"cause": a.get("cause"), "evidence": a.get("evidence")}}  # fmt: skip
-        print(f"  {a['at_ms'] / 1000:+6.1f}s {cause_line(full)}")
-        print(f"          {remedy_line(full)} ({a['mode']})")
         result = outcome.get(a.get("id"), "no outcome")
         if result == "delegated":
-            result += f", applied by {len(instances.get(a.get('id') or '', ()))} instance(s)"
+            result += f", applied by {len(instances.get(a.get('id') or '', ()))} workers"
         v = verdict.get(a.get("id"))
-        when = f" at {v['at_ms'] / 1000:+.1f}s" if v else ""
-        print(f"          -> {result}; {verdict_line(v) + when if v else 'not verified'}")
+        judged = verdict_line(v, v["at_ms"] / 1000) if v else "not verified"
+        lines += [f"  {a['at_ms'] / 1000:+6.1f}s {cause_line(full)}",
+                  f"          {remedy_line(full)} ({a['mode']})",
+                  f"          -> {result}; {judged}"]  # fmt: skip
+    return lines
+
+
+def summary_lines(res: dict[str, Any], took_s: float) -> list[str]:
+    """The summary printed under the last screen (and pictured with it by ``--svg``)."""
+    return [
+        "summary",
+        f"  messages: {res['produced']:,} produced, {res['processed']:,} processed, "
+        f"lost {res['lost']}, duplicate side effects {res['duplicates']}",
+        f"  end-to-end latency: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
+        f"max {res['max_ms']} ms",
+        f"  detection: {res['detection_ms']} ms after the avalanche began",
+        *action_lines(res),
+        f"  took {took_s:.0f} s; `make bench-war-story` compares with lagpilot off",
+    ]
 
 
 def _stop_on(*signums: int) -> None:
@@ -227,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP"))
     ap.add_argument("--avalanche-s", type=float, default=30.0)
     ap.add_argument("--no-screen", action="store_true", help="no live screen (logs only)")
+    ap.add_argument("--svg", default=os.environ.get("DEMO_SVG"),
+                    help="write the last screen and the summary as an SVG here")  # fmt: skip
     args = ap.parse_args(argv)
     _stop_on(signal.SIGTERM, signal.SIGHUP)
     started = False
@@ -243,17 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             res = one_run(cfg, balancer=True, workdir=Path(tmp), view=screen,
                           log=lambda *_: None)  # fmt: skip
-        print("\nsummary")
-        print(f"  messages: {res['produced']:,} produced, {res['processed']:,} processed, "
-              f"lost {res['lost']}, duplicate side effects {res['duplicates']}")  # fmt: skip
-        print(f"  end-to-end latency: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
-              f"max {res['max_ms']} ms")  # fmt: skip
-        print(f"  detection: {res['detection_ms']} ms after the avalanche began")
-        print_actions(res)
-        print(
-            f"  took {time.monotonic() - t0:.0f} s; `make bench-war-story` compares with "
-            "lagpilot off"
-        )
+        summary = summary_lines(res, time.monotonic() - t0)
+        print("\n" + "\n".join(summary))
+        if args.svg:
+            picture = text_svg([*screen.last, "", *summary], cols=SVG_COLS,
+                               title="make demo: lagpilot's last screen")  # fmt: skip
+            Path(args.svg).write_text(picture)
+            print(f"  the last screen and this summary pictured in {args.svg}")
     except KeyboardInterrupt as stop:
         why = f" ({stop.args[0]})" if stop.args else ""
         _say(f"\ninterrupted{why}: stopped the swarm, pipeline and actuator")
