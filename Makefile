@@ -11,10 +11,10 @@ PYTEST_ARGS ?= --durations=25
 TESTS ?=
 export PYTHON := $(abspath $(PY))
 
-.PHONY: install prometheus-tools postgres-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
+.PHONY: install prometheus-tools postgres-tools jaeger-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
         bench-decode bench-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
 
-install: $(VENV)/.installed prometheus-tools postgres-tools
+install: $(VENV)/.installed prometheus-tools postgres-tools jaeger-tools
 
 # Prometheus and promtool (Debian's `prometheus` package) for the tests that evaluate the
 # dashboard and the alert rules. Quick when present; as root, apt-get installs them (and
@@ -30,6 +30,11 @@ prometheus-tools:
 	else \
 	  echo "warning: prometheus/promtool not found; the Prometheus tests need them: sudo apt-get install -y --no-install-recommends prometheus (Debian/Ubuntu), or put both binaries from https://prometheus.io/download/ on PATH" >&2; \
 	fi
+
+# Jaeger, built once from its Go module and cached outside the clone (~/.cache/lagpilot), for
+# the test that finds an action's whole trace in a real trace backend (deploy/local/jaeger.sh).
+jaeger-tools:
+	@deploy/local/jaeger.sh build
 
 # PostgreSQL's server binaries (Debian's `postgresql` package: initdb, pg_ctl) for the tests
 # of PostgresDedupeStore, which start their own server in a temp folder
