@@ -75,7 +75,7 @@ def _row(
     else:
         at, what = event.get("issued_at", 0), str(event.get("type", "?"))
         state = str(event.get("mode", "?"))
-        detail = event.get("params", "")
+        detail = params_text(event.get("params"))
         ident, sig = str(event.get("id", "")), "?"
         if key is not None:
             try:
@@ -85,6 +85,14 @@ def _row(
                 sig = "BAD"
     when = datetime.fromtimestamp(int(at) / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
     return [when, topic, what, str(event.get("target", "")), state, sig, ident[:12], str(detail)]
+
+
+def params_text(params: Any) -> str:
+    """An action's parameters as ``key=value`` pairs (``replicas=4 partitions=8``), the ones
+    not set left out: what an operator reads, not a Python dict's repr."""
+    if not isinstance(params, Mapping):
+        return "" if params is None else str(params)
+    return " ".join(f"{k}={v}" for k, v in params.items() if v is not None)
 
 
 def parse_since(text: str) -> float:

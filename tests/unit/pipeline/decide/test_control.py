@@ -183,3 +183,13 @@ def test_scopes_are_explicit_and_workload_needs_a_group() -> None:
     unsigned_workload = {**workload, "params": {"scope": "workload"}}
     with pytest.raises(EventError, match="group"):
         validate(sign(unsigned_workload, KEY))
+
+
+def test_an_actions_params_read_as_key_value_pairs() -> None:
+    from pipeline.decide.tail import _row
+
+    action = {"event": "action", "issued_at": 1_796_000_000_000, "type": "spread_partition",
+              "target": "group:g/topic:t/4", "mode": "act", "id": "0123456789abcdef",
+              "params": {"group": "g", "topic": "t", "partition": 4, "lanes": 12,
+                         "pool": None}}  # fmt: skip
+    assert _row("lagpilot.control", action, None)[-1] == "group=g topic=t partition=4 lanes=12"
