@@ -137,7 +137,7 @@ class Screen:
             lines.append(f"          {remedy_line(a)}")
             result = res_by_id.get(a["id"], "pending")
             if result == "delegated":
-                result += f", applied by {tally.applied_by(a['id'])} workers"
+                result += f", applied by {_workers(tally.applied_by(a['id']))}"
             v = verdicts.get(a["id"])
             lines.append(f"          -> {result}; {verdict_line(v) if v else 'verifying...'}")
         done = len({r[0] for r in swarm.ledger.rows()})
@@ -150,6 +150,10 @@ class Screen:
     def close(self) -> None:
         for t in self.tails.values():
             t.close()
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker" if n == 1 else f"{n} workers"
 
 
 def cause_line(a: dict[str, Any]) -> str:
@@ -202,7 +206,7 @@ def action_lines(res: dict[str, Any]) -> list[str]:
                 "reason": {"cause": a.get("cause"), "evidence": a.get("evidence")}}  # fmt: skip
         result = outcome.get(a.get("id"), "no outcome")
         if result == "delegated":
-            result += f", applied by {len(instances.get(a.get('id') or '', ()))} workers"
+            result += f", applied by {_workers(len(instances.get(a.get('id') or '', ())))}"
         v = verdict.get(a.get("id"))
         judged = verdict_line(v, v["at_ms"] / 1000) if v else "not verified"
         lines += [f"  {a['at_ms'] / 1000:+6.1f}s {cause_line(full)}",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Jaeger (v2: the OpenTelemetry Collector-based all-in-one) built from its Go module, for the
 # tests that follow an action's trace through a real trace backend. Cached outside the
-# clone, as Maven caches the broker's jars: a second `make install` is instant.
+# clone, as Maven caches the broker's jars: a second build is instant.
 #
 #   deploy/local/jaeger.sh build   # go build ./cmd/jaeger of github.com/jaegertracing/jaeger@VERSION
 #   deploy/local/jaeger.sh path    # the binary's path (exit 1 when not built)
@@ -18,13 +18,13 @@ BIN="$DIR/jaeger"
 
 case "${1:-}" in
   path)
-    [ -x "$BIN" ] || { echo "jaeger $VERSION is not built: run make install (or $0 build)" >&2; exit 1; }
+    [ -x "$BIN" ] || { echo "jaeger $VERSION is not built: run make test (or $0 build)" >&2; exit 1; }
     echo "$BIN"
     ;;
   build)
     [ -x "$BIN" ] && exit 0
     if ! command -v go >/dev/null; then
-      echo "error: Go is not installed; the trace tests need Jaeger built from its module: install Go (https://go.dev/dl, or apt-get install golang-go), then run make install" >&2
+      echo "error: Go is not installed; the trace tests need Jaeger built from its module: install Go (https://go.dev/dl, or apt-get install golang-go), then run make test" >&2
       exit 1
     fi
     echo "building Jaeger $VERSION from its Go module (once; cached in $DIR) ..."

@@ -1,8 +1,8 @@
-"""A real Jaeger for the tests: the binary ``make install`` builds from Jaeger's Go module
-(deploy/local/jaeger.sh), run with deploy/local/jaeger.yaml on free 127.0.0.1 ports,
-traces kept in memory.
+"""A real Jaeger for the tests: the binary ``make test`` builds from Jaeger's Go module
+(``make jaeger-tools``: deploy/local/jaeger.sh), run with deploy/local/jaeger.yaml on free
+127.0.0.1 ports, traces kept in memory.
 
-A test that needs it and finds it missing fails with the fix (``make install``) instead of
+A test that needs it and finds it missing fails with the fix (``make jaeger-tools``) instead of
 skipping.
 """
 
@@ -32,7 +32,9 @@ def binary() -> Path:
     """The Jaeger binary; AssertionError with the fix when it is not built."""
     got = subprocess.run([str(SCRIPT), "path"], capture_output=True, text=True, check=False)
     if got.returncode != 0:
-        raise AssertionError(got.stderr.strip() or "jaeger is not built: run make install")
+        raise AssertionError(
+            got.stderr.strip() or "jaeger is not built: run make jaeger-tools (make test does)"
+        )
     return Path(got.stdout.strip())
 
 

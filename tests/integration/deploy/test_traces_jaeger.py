@@ -1,7 +1,7 @@
 """An action's whole trace in a real Jaeger, found by its action id through Jaeger's query
 API, as an operator finds it (docs/runbook.md, "Follow one action").
 
-Jaeger runs as ``make install`` built it from its Go module (tests/support/jaeger.py); the
+Jaeger runs as ``make test`` built it from its Go module (tests/support/jaeger.py); the
 pipeline and the actuator run as the processes users run (bench/support/control_loop.py),
 under the shipped policy, each exporting OTLP over HTTP to it from the standard
 ``OTEL_EXPORTER_OTLP_ENDPOINT``. The incident: one partition's work slows to a fifth of its
