@@ -76,6 +76,10 @@ DRAIN_MIN_SHARE = 0.05
 DRAIN_MIN_PER_S = 0.1
 
 
+#: the status codes of partitions nobody consumes (no drain ETA)
+UNCONSUMED_CODES = np.array([SEVERITY[LagStatus.STALL], SEVERITY[LagStatus.STOP]], np.int8)
+
+
 def drain_eta_s(lag: np.ndarray, lag_rate: np.ndarray, produce: np.ndarray) -> np.ndarray:
     """Seconds until the lag is gone at its current rate: 0 when caught up, NaN unless it
     is draining (the consumers outpace the producers by ``DRAIN_MIN_SHARE`` of the produce
@@ -314,6 +318,9 @@ class TopicModel(CommitState):
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )
         status = classify(cfg=cfg, limits=self._status_limits(inputs), **inputs)
+        # nobody consumes a STALL or STOP partition: whatever its commits' fit says, it does
+        # not drain (its worker's own reports, where present, decided the status)
+        eta = np.where(np.isin(status, UNCONSUMED_CODES), np.nan, eta)
         return self._observation(
             now_ms,
             mask,
