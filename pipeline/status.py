@@ -79,9 +79,10 @@ def _num(x: float, width: int, decimals: int) -> str:
     return f"{round(x, decimals) + 0.0:>{width}.{decimals}f}"
 
 
-#: groups lagpilot itself runs (its pipeline, actuator, readers, readiness probe): hidden
-#: unless ``--all``, as groups that never commit are (a plain reader: no lag to show)
-OWN_PREFIXES = ("lagpilot-", "__lagpilot")
+#: groups lagpilot itself runs (its pipeline, actuator and readers: ``OWN_GROUP_PREFIX``;
+#: the local broker's readiness probe: ``__lagpilot``): hidden unless ``--all``, as groups
+#: that never commit are (a plain reader: no lag to show)
+OWN_PREFIXES = (topics.OWN_GROUP_PREFIX, "__lagpilot")
 
 
 def own_group(group: str) -> bool:

@@ -80,12 +80,17 @@ DRAIN_MIN_PER_S = 0.1
 UNCONSUMED_CODES = np.array([SEVERITY[LagStatus.STALL], SEVERITY[LagStatus.STOP]], np.int8)
 
 
-def drain_eta_s(lag: np.ndarray, lag_rate: np.ndarray, produce: np.ndarray) -> np.ndarray:
+def drain_eta_s(
+    lag: np.ndarray, lag_rate: np.ndarray, produce: np.ndarray, status: np.ndarray | None = None
+) -> np.ndarray:
     """Seconds until the lag is gone at its current rate: 0 when caught up, NaN unless it
     is draining (the consumers outpace the producers by ``DRAIN_MIN_SHARE`` of the produce
-    rate and ``DRAIN_MIN_PER_S``)."""
+    rate and ``DRAIN_MIN_PER_S``) and someone consumes it (``status`` codes, when given,
+    not STALL or STOP: whatever its commits' fit says, such a partition does not drain)."""
     falls = -lag_rate
     draining = (lag > 0) & (falls >= np.maximum(DRAIN_MIN_SHARE * produce, DRAIN_MIN_PER_S))
+    if status is not None:
+        draining &= ~np.isin(status, UNCONSUMED_CODES)
     with np.errstate(divide="ignore", invalid="ignore"):
         eta = np.where(draining, lag / falls, np.nan)
     return np.where(lag == 0, 0.0, eta)
@@ -296,7 +301,6 @@ class TopicModel(CommitState):
         if read is not None and read.any():
             tl = np.where(read, np.maximum(0.0, (now_ms - self.read_ms[:, :width]) / 1000.0), tl)
             how = np.where(read, READ, how).astype(np.int8)
-        eta = drain_eta_s(lag, lag_rate, produce[None, :])
         rew = self.rewind_ms[:, :width]
         inputs = {
             "lag": lag,
@@ -318,9 +322,7 @@ class TopicModel(CommitState):
                 inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
             )
         status = classify(cfg=cfg, limits=self._status_limits(inputs), **inputs)
-        # nobody consumes a STALL or STOP partition: whatever its commits' fit says, it does
-        # not drain (its worker's own reports, where present, decided the status)
-        eta = np.where(np.isin(status, UNCONSUMED_CODES), np.nan, eta)
+        eta = drain_eta_s(lag, lag_rate, produce[None, :], status)
         return self._observation(
             now_ms,
             mask,
