@@ -23,6 +23,7 @@ COPY pyproject.toml README.md /src/
 COPY pipeline /src/pipeline
 COPY actuators /src/actuators
 COPY schemas /src/schemas
+COPY runtime /src/runtime
 RUN /opt/lagpilot/bin/pip wheel --no-deps --wheel-dir /wheels /src \
  && /opt/lagpilot/bin/pip install --no-deps /wheels/lagpilot-*.whl \
  && /opt/lagpilot/bin/pip check

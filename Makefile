@@ -192,8 +192,8 @@ down:
 	$(COMPOSE) down
 
 # The KEDA external scaler's gRPC stubs are committed (docs/keda.md says why); regenerate
-# them after a change to the .proto. tests/unit/pipeline/keda/test_proto_contract.py fails
+# them after a change to the .proto. tests/unit/pipeline/serve/keda/test_proto_contract.py fails
 # when they differ from it.
 .PHONY: keda-stubs
 keda-stubs: install
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. pipeline/keda/externalscaler.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. pipeline/serve/keda/externalscaler.proto

@@ -16,8 +16,8 @@ from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.errors import ActuatorError
 from actuators.runner import Runner
 from actuators.settings import Settings, from_env, load_policy
-from schemas import load_verifier, tracing
-from schemas.cli import (
+from runtime import tracing
+from runtime.cli import (
     EX_CONFIG,
     EX_FAILED,
     EX_NOPERM,
@@ -28,6 +28,7 @@ from schemas.cli import (
     connect,
     run,
 )
+from schemas import load_verifier
 
 EXAMPLE = """example:
   export KAFKA_BOOTSTRAP=redpanda-0:9092 LAGPILOT_SIGNING_KEY_FILE=/etc/lagpilot/key

@@ -25,7 +25,7 @@ import orjson
 from actuators.errors import ActuatorError
 from actuators.partitions import leadership_noop
 from actuators.settings import Settings
-from schemas.runtime.errors import LagpilotError
+from schemas.errors import LagpilotError
 
 BACKENDS_HELP = (
     "kafka (Kafka protocol: Apache Kafka, Redpanda >= 24.2), redpanda (plus the Admin API "

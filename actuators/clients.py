@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from actuators.settings import Settings
-from schemas.cli import CLIENT_LOG
+from runtime.cli import CLIENT_LOG
 
 __all__ = ["ClientConfigs", "client_configs"]
 

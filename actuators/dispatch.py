@@ -14,8 +14,8 @@ from typing import Any
 
 from actuators.backends import Backend
 from actuators.errors import ActuatorError
+from runtime.backoff import jittered_s
 from schemas import ActionType
-from schemas.runtime.backoff import jittered_s
 
 __all__ = ["dispatch", "with_retries"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.runtime.errors import LagpilotError
-from schemas.runtime.kafka import fault
+from runtime.kafka import fault
+from schemas.errors import LagpilotError
 
 
 class ActuatorError(LagpilotError):
@@ -34,6 +34,6 @@ class ActuatorError(LagpilotError):
 def from_kafka(op: str, exc: BaseException, *, hint: str = "") -> ActuatorError:
     """A Kafka client's exception (librdkafka's or kafka-python's) as the actuator's error,
     translated at the edge: code and ``retriable`` as the one translator reads them
-    (``schemas.runtime.kafka.fault``); ``op`` says what was being done."""
+    (``runtime.kafka.fault``); ``op`` says what was being done."""
     f = fault(exc)
     return ActuatorError(f"{op}: {f.message}", code=f.code, retriable=f.retriable, hint=hint)

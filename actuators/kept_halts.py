@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from runtime.halts import read_in_force
 from schemas import EventError, Verifier, validate, verify
-from schemas.halts import ACTIONS, HaltScope, halt_scope, halts_topic_for, read_in_force
+from schemas.halts import ACTIONS, HaltScope, halt_scope, halts_topic_for
 
 
 def kept_global_halt_ms(

@@ -1,7 +1,7 @@
 """The actuator's Prometheus metrics and its /metrics, /healthz, /readyz endpoints.
 
 Each Runner owns its own registry, so two actuators (or a test's several) in one process
-never collide on metric names. The HTTP server (schemas.runtime.http, shared with the
+never collide on metric names. The HTTP server (runtime.http, shared with the
 pipeline) never touches the runner's clients, only the ``ready`` callable it is given.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from runtime.http import HealthServer
 from schemas import ActionType, OutcomeResult
-from schemas.runtime.http import HealthServer
 
 
 class Metrics:
@@ -47,7 +47,7 @@ class Metrics:
 
 class MetricsServer(HealthServer):
     """/metrics (Prometheus text), /healthz (the process answers), /readyz (``ready()``):
-    the one server of schemas.runtime.http, on the actuator's registry."""
+    the one server of runtime.http, on the actuator's registry."""
 
     def __init__(self, metrics: Metrics, ready: Callable[[], bool], port: int) -> None:
         def readiness() -> tuple[bool, str]:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import httpx
 
 from actuators.redpanda_admin_errors import RETRY_STATUSES, RedpandaAdminError
-from schemas.runtime.backoff import backoff_s
+from runtime.backoff import backoff_s
 
 __all__ = ["AdminTransport", "normalise_urls", "ssl_context"]
 

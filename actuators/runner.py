@@ -48,7 +48,8 @@ from actuators.reconcile import IntentLog, in_effect, observe
 from actuators.settings import Policy, Settings
 from actuators.topics import ensure_topics
 from actuators.transactions import Stopped, Transactions, is_fatal
-from schemas import ActionType, OutcomeResult, Verifier, tracing
+from runtime import tracing
+from schemas import ActionType, OutcomeResult, Verifier
 
 log = logging.getLogger("lagpilot.actuator")
 

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from runtime import env as env_values
+from runtime.kafka import KAFKA_PYTHON_NAMES as _KAFKA_PYTHON_NAMES
 from schemas import ConfigError, Mode
 from schemas import topics as topic_names
+from schemas.allow import AllowList
 from schemas.policy_file import parse_allow, parse_mode, read_policy_file
-from schemas.runtime import env as env_values
-from schemas.runtime.allow import AllowList
-from schemas.runtime.kafka import KAFKA_PYTHON_NAMES as _KAFKA_PYTHON_NAMES
 
 BACKENDS = ("kafka", "redpanda", "dry-run")
 
@@ -128,7 +128,7 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Settings)}
 
 
 def _coerce(name: str, raw: str) -> Any:
-    """An environment value as the setting's type (schemas.runtime.env, as the pipeline)."""
+    """An environment value as the setting's type (runtime.env, as the pipeline)."""
     key = next(k for k, v in ENV_KEYS.items() if v == name)
     return env_values.coerce(key, _FIELD_TYPES[name], raw)
 

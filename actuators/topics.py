@@ -8,7 +8,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from actuators.errors import from_kafka
 from actuators.settings import Settings
-from schemas.runtime.kafka import fault
+from runtime.kafka import fault
 
 __all__ = ["CONTROL_PARTITIONS", "OUTCOME_PARTITIONS", "ensure_topics"]
 

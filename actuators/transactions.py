@@ -27,9 +27,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from runtime.backoff import jittered_s
 from schemas import encode
-from schemas.runtime.backoff import jittered_s
-from schemas.runtime.errors import LagpilotError
+from schemas.errors import LagpilotError
 
 log = logging.getLogger("lagpilot.actuator")
 

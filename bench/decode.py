@@ -11,7 +11,7 @@ then times, in one process and one core, best of 3:
   ``$LAGPILOT_REFERENCE_DIR``); without it the benchmark stops and says so.
 
 The records are encoded from lagpilot's stated layout table
-(``pipeline.read.coordinator_layouts``); both decoders must read them alike.
+(``pipeline.coordinator.layouts``); both decoders must read them alike.
 
 Records are decoded one at a time and dropped, as the pipeline does; every run gets fresh
 bytes objects (as consumed messages are) and runs with the cyclic GC paused, as ``timeit``

@@ -37,7 +37,7 @@ from bench.support import broker
 from bench.support.swarm import SwarmConfig
 from bench.support.text_svg import text_svg
 from bench.war_story import one_run
-from pipeline.decide.tail import InstanceTally
+from pipeline.commands.tail import InstanceTally
 
 ROOT = Path(__file__).resolve().parents[1]
 SVG_COLS = 100  # the picture is what a 100-column terminal shows

@@ -7,7 +7,7 @@ values drawn as the model's are shaped: integer lags, full-precision rates and f
 of them below 1e-4, which are written by ``repr``), time lags in milliseconds, every
 status.
 
-Measured, for today's ``pipeline.exposition`` and for the code before issue 16's /metrics
+Measured, for today's ``pipeline.observe.exposition`` and for the code before issue 16's /metrics
 work (``bench.support.exposition_before``) on the same observations:
 
 1. ``render_lag`` in this process: CPU time (``time.process_time``), best of 3, with the
@@ -53,11 +53,11 @@ from bench.support.exposition_before import (
 )
 from bench.support.machine import load_avg_1m
 from bench.support.scale_probes import cpu_ticks
-from pipeline.exposition import LabelCache, render_chunks, render_lag
-from pipeline.metrics import LagCollector, PipelineMetrics
 from pipeline.model.events import TopicObservation
-from pipeline.render_process import RenderProcess
-from schemas.runtime.http import HealthServer
+from pipeline.observe.exposition import LabelCache, render_chunks, render_lag
+from pipeline.observe.metrics import LagCollector, PipelineMetrics
+from pipeline.observe.render_process import RenderProcess
+from runtime.http import HealthServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")

@@ -7,8 +7,9 @@ import sys
 import time
 from typing import Any
 
-from schemas import ConfigError, Mode, load_signer, load_verifier, tracing
-from schemas.cli import (
+from runtime import tracing
+from runtime.backoff import backoff_s
+from runtime.cli import (
     CLIENT_LOG,
     EX_CONFIG,
     EX_NOPERM,
@@ -23,8 +24,8 @@ from schemas.cli import (
     unreachable_sentence,
     watch_client_logs,
 )
+from schemas import ConfigError, Mode, load_signer, load_verifier
 from schemas.keys import DECIDE
-from schemas.runtime.backoff import backoff_s
 
 log = logging.getLogger("lagpilot.pipeline")
 
@@ -143,8 +144,8 @@ def _run(args: Any) -> int:
         )
     tracing.setup("lagpilot-pipeline")
     from pipeline.app import build_app
-    from pipeline.metrics import BrokerProbe, HealthServer, PipelineMetrics
-    from pipeline.render_process import RenderProcess
+    from pipeline.observe.metrics import BrokerProbe, HealthServer, PipelineMetrics
+    from pipeline.observe.render_process import RenderProcess
 
     metrics = PipelineMetrics()
     if policy is not None:

@@ -27,17 +27,18 @@ from quixstreams.kafka.configuration import ConnectionConfig
 from quixstreams.models import TopicConfig
 from quixstreams.state.rocksdb import RocksDBOptions
 
-from pipeline.metrics import PipelineMetrics
 from pipeline.model.events import TopicObservation
 from pipeline.model.model_op import LagOperator, lag_key
 from pipeline.model.publish import LagEvents
 from pipeline.model.truth import ReadLimits, RecordTimeReader
+from pipeline.observe.metrics import PipelineMetrics
 from pipeline.read.commits import CommitsSource
 from pipeline.read.counters import CounterChannel, RunTotals
 from pipeline.read.sampling import make_selector
 from pipeline.read.watermarks import HighWatermarkSource
 from pipeline.settings import Settings
-from schemas import topics, tracing
+from runtime import tracing
+from schemas import topics
 
 #: The state store's memory. Quix's defaults (64 MB memtables, up to 3, per store partition:
 #: 16 of them here; a 1 GiB block cache) are sized for large state; the model's is a few

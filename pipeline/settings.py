@@ -16,9 +16,9 @@ from typing import Any
 from pipeline.model.config import LagConfig
 from pipeline.model.group_health import HealthConfig
 from pipeline.model.progress import ProgressConfig
+from runtime import env as env_values
 from schemas import ConfigError
 from schemas import topics as topic_names
-from schemas.runtime import env as env_values
 
 ENV_PREFIX = "LAGPILOT_"
 KAFKA_ENV_PREFIX = "LAGPILOT_KAFKA_"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas.runtime.errors import ConfigError, LagpilotError
+from schemas.errors import ConfigError, LagpilotError
 
 if TYPE_CHECKING:
     from schemas.keys import Keyring, SigningKey

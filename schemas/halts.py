@@ -14,14 +14,13 @@ for that group). A ``resume`` lifts the halt of exactly its own scope.
 
 Every halt and resume is also written to ``lagpilot.halts``, a compacted topic keyed by
 ``state_key`` (one key per scope), so its latest value per key is the halt state. A worker,
-actuator or pipeline that starts later reads it from the beginning (``read_in_force``)
+actuator or pipeline that starts later reads it from the beginning (``runtime.halts.read_in_force``)
 and obeys what is still in force; the events are signed operator events, verified like any
 other, so nobody can forge a state by writing to that topic.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -94,46 +93,3 @@ def in_force(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         if event.get("type") in ("halt", "resume") and isinstance(params, Mapping):
             last[halt_scope(params).state_key] = event
     return [e for e in last.values() if e.get("type") == "halt"]
-
-
-def read_in_force(
-    config: Mapping[str, Any], topic: str, accept: Any, timeout_s: float = 10.0
-) -> list[dict[str, Any]]:
-    """Read ``topic`` (``lagpilot.halts``) from its beginning to its end; the halts still in
-    force among the events ``accept(event)`` keeps (it decodes, validates and verifies, and
-    returns the event or None). A missing topic means no halt was ever kept: []."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from schemas.codec import EventError, decode
-
-    consumer = Consumer({**config, "enable.auto.commit": False, "enable.partition.eof": False})
-    try:
-        info = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            return []
-        ends: dict[int, int] = {}
-        for p in info.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            if high > low:
-                ends[p] = high
-        if not ends:
-            return []
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        events: list[dict[str, Any]] = []
-        done: set[int] = set()
-        deadline = time.monotonic() + timeout_s
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=0.2):
-                if msg.error() is not None:
-                    continue
-                if msg.offset() >= ends[msg.partition()] - 1:
-                    done.add(msg.partition())
-                try:
-                    event = accept(decode(msg.value() or b""))
-                except EventError:
-                    continue
-                if event is not None:
-                    events.append(event)
-        return [dict(e) for e in in_force(events)]
-    finally:
-        consumer.close()

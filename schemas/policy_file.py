@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.actions import Mode
-from schemas.runtime.allow import AllowList
-from schemas.runtime.errors import ConfigError
+from schemas.allow import AllowList
+from schemas.errors import ConfigError
 
 FILE_ENV = "LAGPILOT_POLICY_FILE"
 ALLOW_KEYS = ("partition_topics", "throttle_client_ids")
@@ -48,7 +48,7 @@ def parse_mode(raw: Any, name: str = "policy.mode") -> Mode:
 
 
 def parse_allow(table: Any) -> AllowList:
-    """``[allow]``: lists of fnmatch globs (schemas/runtime/allow.py); empty allows nothing."""
+    """``[allow]``: lists of fnmatch globs (schemas/allow.py); empty allows nothing."""
     if not isinstance(table, Mapping):
         raise ConfigError(
             f"policy.allow: must be a table (got {type(table).__name__}); write it as [allow]"

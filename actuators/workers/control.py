@@ -18,6 +18,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from runtime import tracing
+from runtime.backoff import backoff_s
+from runtime.halts import read_in_force
+from runtime.kafka import kafka_error
 from schemas import (
     WORKER_ACTIONS,
     ActionType,
@@ -26,13 +30,10 @@ from schemas import (
     Verifier,
     decode,
     encode,
-    tracing,
     validate,
     verify,
 )
-from schemas.halts import halt_scope, halts_topic_for, read_in_force
-from schemas.runtime.backoff import backoff_s
-from schemas.runtime.kafka import kafka_error
+from schemas.halts import halt_scope, halts_topic_for
 
 log = logging.getLogger(__name__)
 

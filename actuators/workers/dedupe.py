@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from actuators.workers.dedupe_sql import Claim, SQLMarks
-from schemas.runtime.errors import LagpilotError
+from schemas.errors import LagpilotError
 
 T = TypeVar("T")
 InDoubt = Literal["raise", "retry", "skip"]

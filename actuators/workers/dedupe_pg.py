@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from actuators.workers.dedupe_sql import SQLMarks, now_ms
-from schemas.runtime.errors import LagpilotError
+from schemas.errors import LagpilotError
 
 #: schema migrations, in order; the version table says how many have run
 MIGRATIONS: tuple[tuple[str, ...], ...] = (

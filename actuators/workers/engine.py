@@ -39,7 +39,8 @@ from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.obeying import Obeying
 from actuators.workers.outcomes import OutcomeReporter
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
-from schemas import Verifier, load_verifier, tracing
+from runtime import tracing
+from schemas import Verifier, load_verifier
 from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from runtime.http import HealthServer
 from schemas import WORKER_ACTIONS
-from schemas.runtime.http import HealthServer
 
 if TYPE_CHECKING:
     from actuators.workers.engine import Engine
@@ -117,7 +117,7 @@ def _snapshot(read: Any) -> set[tuple[str, int]]:
 def serve_metrics(worker: Engine, port: int, host: str = "0.0.0.0") -> tuple[Any, threading.Thread]:
     """Serve ``worker``'s metrics on ``http://host:port/metrics`` (a daemon thread; with
     /healthz, and /readyz true while its poll loop runs), on the server every lagpilot
-    process uses (``schemas.runtime.http``); returns (server, thread):
+    process uses (``runtime.http``); returns (server, thread):
     ``server.shutdown()`` stops it.
 
     >>> from actuators.workers import MemoryDedupeStore, Worker, serve_metrics

@@ -17,7 +17,8 @@ from typing import Any
 from actuators.workers.control import Command, ControlReader
 from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.outcomes import HALTED, RESUMED, OutcomeReporter, worker_outcome
-from schemas import ActionType, tracing
+from runtime import tracing
+from schemas import ActionType
 from schemas.halts import ACTIONS, WORKLOAD
 
 log = logging.getLogger("actuators.workers.engine")

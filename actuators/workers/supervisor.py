@@ -36,10 +36,10 @@ from actuators.workers.control import DUPLICATE, EXPIRED, OTHER_GROUP, RECOMMEND
 from actuators.workers.control import _end_offset as end_offset
 from actuators.workers.outcomes import outcome_key, worker_outcome
 from actuators.workers.worker import INSTANCE_ID_ENV
+from runtime.backoff import backoff_s
 from schemas import ActionType, ConfigError, EventError, OutcomeResult, Verifier
 from schemas.codec import decode, encode, validate, verify
 from schemas.keys import load_verifier
-from schemas.runtime.backoff import backoff_s
 from schemas.topics import CONTROL, OUTCOMES
 
 log = logging.getLogger(__name__)
@@ -414,7 +414,7 @@ Each child gets LAGPILOT_WORKER_INDEX, LAGPILOT_WORKER_GROUP and LAGPILOT_WORKER
 
 
 def _parser() -> Any:
-    from schemas.cli import Parser, add_connection
+    from runtime.cli import Parser, add_connection
 
     p = Parser(prog="lagpilot workers", epilog=EXAMPLE,
                usage="lagpilot workers --group G --min N --max M [options] -- CMD [ARGS...]",
@@ -441,7 +441,7 @@ def _parser() -> Any:
 
 
 def _workers(args: Any, cmd: list[str]) -> int:
-    from schemas.cli import EX_NOINPUT, EX_USAGE, CommandError, client_config, connect
+    from runtime.cli import EX_NOINPUT, EX_USAGE, CommandError, client_config, connect
 
     if not cmd:
         raise CommandError("no worker command: put it after --, e.g. lagpilot workers "
@@ -486,7 +486,7 @@ def _workers(args: Any, cmd: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from schemas.cli import run
+    from runtime.cli import run
 
     args = list(sys.argv[1:] if argv is None else argv)
     cut = args.index("--") if "--" in args else len(args)

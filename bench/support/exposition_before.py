@@ -1,4 +1,4 @@
-"""The lag families' text as ``pipeline.exposition.render_lag`` wrote it before issue 16's
+"""The lag families' text as ``pipeline.observe.exposition.render_lag`` wrote it before issue 16's
 /metrics work: the baseline of bench/metrics_render.py, and the reference the unit tests
 hold today's renderer to (the same bytes for the same observations).
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.exposition import FAMILIES, PARTITION_GAUGES, STATUS_NAMES
 from pipeline.model.events import TopicObservation
+from pipeline.observe.exposition import FAMILIES, PARTITION_GAUGES, STATUS_NAMES
 
 
 def _label(value: str) -> str:

@@ -1,4 +1,4 @@
-"""An encoder of ``__consumer_offsets`` records driven by ``pipeline.read.coordinator_layouts``.
+"""An encoder of ``__consumer_offsets`` records driven by ``pipeline.coordinator.layouts``.
 
 It shares no code with ``pipeline.read.offsets``: it walks the stated layout table and writes
 each field by its wire type. The decoder's unit tests use it to show that the hand-written
@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from pipeline.read.coordinator_layouts import Field, Layout, layout
+from pipeline.coordinator.layouts import Field, Layout, layout
 
 
 def _uvarint(n: int) -> bytes:

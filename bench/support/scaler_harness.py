@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 
 from bench.support.harness import free_port
-from pipeline.keda import externalscaler_pb2 as pb
-from pipeline.keda import externalscaler_pb2_grpc as pb_grpc
+from pipeline.serve.keda import externalscaler_pb2 as pb
+from pipeline.serve.keda import externalscaler_pb2_grpc as pb_grpc
 
 
 class ScalerProcess:
-    """``python -m pipeline.keda.server`` in a subprocess (a fixed port, so a restarted one
+    """``python -m pipeline.serve.keda.server`` in a subprocess (a fixed port, so a restarted one
     is found where the old one was, as a Kubernetes Service would)."""
 
     def __init__(self, bootstrap: str, log_dir: Path, port: int | None = None) -> None:
@@ -34,7 +34,7 @@ class ScalerProcess:
     def start(self) -> ScalerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process' life
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.keda.server", "--port", str(self.port),
+            [sys.executable, "-m", "pipeline.serve.keda.server", "--port", str(self.port),
              "--metrics-port", str(self.metrics_port)],
             env={**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap},
             stdout=log, stderr=subprocess.STDOUT,

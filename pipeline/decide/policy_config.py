@@ -46,9 +46,9 @@ from pipeline.decide.policy_types import (
     Thresholds,
 )
 from pipeline.decide.table_reader import TableReader
+from runtime.env import parse_list
 from schemas import ActionType, ConfigError, LagStatus
 from schemas.policy_file import parse_allow, parse_mode, read_policy_file
-from schemas.runtime.env import parse_list
 
 _ENV: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "LAGPILOT_POLICY_MODE": (("mode",), str),

@@ -19,6 +19,8 @@ from typing import Any
 from pipeline.decide import inputs, requests
 from pipeline.decide.policy import PolicyState, apply_control, decide
 from pipeline.decide.policy_config import PolicyConfig
+from runtime import tracing
+from runtime.halts import read_in_force
 from schemas import (
     ConfigError,
     EventError,
@@ -27,11 +29,10 @@ from schemas import (
     Verifier,
     group_lag_from_dict,
     sign,
-    tracing,
     validate,
     verify,
 )
-from schemas.halts import halts_topic_for, read_in_force
+from schemas.halts import halts_topic_for
 
 log = logging.getLogger(__name__)
 

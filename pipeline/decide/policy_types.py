@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.decide.diagnosis import DiagnosisConfig
 from pipeline.decide.ladder import Ladders
 from schemas import ActionType, Mode
-from schemas.runtime.allow import throttle_allowed, topic_allowed
+from schemas.allow import throttle_allowed, topic_allowed
 
 FILE_ENV = "LAGPILOT_POLICY_FILE"
 ENV_PREFIX = "LAGPILOT_POLICY_"
@@ -155,7 +155,7 @@ class PolicyConfig:
         return self.cooldowns_s.get(action_type, self.cooldown_default_s)
 
     def may_throttle(self, name: str, entity: str = "client-id") -> bool:
-        """The actuator's rule (schemas.runtime.allow): a prefix must be covered by a glob
+        """The actuator's rule (schemas.allow): a prefix must be covered by a glob
         ending in ``*`` ("agent-" is allowed by "agent-*", not by "agent-" or "agent-?")."""
         return throttle_allowed(entity, name, self.throttle_client_ids)
 

@@ -18,6 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pipeline.coordinator.records import (
+    ConsumerGroupEpoch,
+    ConsumerGroupRecord,
+    ConsumerGroupTombstone,
+    ConsumerMemberAssignment,
+    ConsumerMemberMetadata,
+    ConsumerPartitionMetadata,
+    ConsumerTargetEpoch,
+)
 from pipeline.model.group_state import (
     STATUSES,
     Group,
@@ -29,15 +38,6 @@ from pipeline.model.group_state import (
 )
 from pipeline.model.group_status import group_status, health_event
 from pipeline.model.record_order import RecordOrder
-from pipeline.read.consumer_group_records import (
-    ConsumerGroupEpoch,
-    ConsumerGroupRecord,
-    ConsumerGroupTombstone,
-    ConsumerMemberAssignment,
-    ConsumerMemberMetadata,
-    ConsumerPartitionMetadata,
-    ConsumerTargetEpoch,
-)
 from schemas.offsets import GroupMetadata, GroupRemoved, OffsetCommit, OffsetDeleted
 
 __all__ = ["STATUSES", "GroupHealth", "HealthConfig", "Owner"]

@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 from quixstreams.sinks import BaseSink
 
-from schemas.cli import CLIENT_LOG
-from schemas.runtime.errors import LagpilotError
+from runtime.cli import CLIENT_LOG
+from schemas.errors import LagpilotError
 
 log = logging.getLogger(__name__)
 

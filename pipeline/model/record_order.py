@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.read.consumer_group_records import (
+from pipeline.coordinator.records import (
     ConsumerGroupEpoch,
     ConsumerGroupTombstone,
     ConsumerMemberAssignment,

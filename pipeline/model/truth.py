@@ -35,7 +35,7 @@ import numpy as np
 
 from pipeline.model.events import TopicObservation
 from pipeline.model.history import EXTRAPOLATED
-from schemas.cli import CLIENT_LOG
+from runtime.cli import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 

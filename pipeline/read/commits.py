@@ -43,7 +43,6 @@ import orjson
 from quixstreams.sources import Source
 
 from pipeline.model.group_health import GroupHealth, HealthConfig
-from pipeline.procs import die_with_parent
 from pipeline.read.coalesce import Coalescer
 from pipeline.read.counters import CounterChannel
 from pipeline.read.membership_scan import MembershipScan
@@ -51,8 +50,9 @@ from pipeline.read.poll import apply_scans, read_poll
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource, Tick
+from runtime.cli import CLIENT_LOG, watch_client_logs
+from runtime.procs import die_with_parent
 from schemas import topics
-from schemas.cli import CLIENT_LOG, watch_client_logs
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """GroupMetadataValue (record type 2) and the consumer assignments inside it (pure).
 
 Split from :mod:`pipeline.read.offsets`, which dispatches on the record type and turns the
-:class:`~pipeline.read.wire.Malformed` raised here into a ``Skipped`` record. Kafka writes
+:class:`~pipeline.coordinator.wire.Malformed` raised here into a ``Skipped`` record. Kafka writes
 v0..v4 (v4 flexible); Redpanda prefixes each member entry with its own int16 version.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from pipeline.read.wire import Malformed, Reader
+from pipeline.coordinator.wire import Malformed, Reader
 from schemas.offsets import GroupMember, GroupMetadata, TopicAssignment
 
 __all__ = ["FLEXIBLE_FROM", "decode_assignment", "decode_group_metadata"]

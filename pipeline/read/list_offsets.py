@@ -41,8 +41,8 @@ from kafka.future import Future
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from pipeline.read.sampling import error_code_kind, error_kind
-from schemas.client_log import route_kafka_python_logs
-from schemas.runtime.kafka import KAFKA_PYTHON_NAMES, kafka_python_unsupported
+from runtime.client_log import route_kafka_python_logs
+from runtime.kafka import KAFKA_PYTHON_NAMES, kafka_python_unsupported
 
 #: ListOffsets' "latest" timestamp (the log end) and read_uncommitted (the high watermark,
 #: not the last stable offset), as the AdminClient's way asks; read_committed (the last

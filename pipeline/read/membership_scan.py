@@ -22,8 +22,8 @@ import uuid
 from typing import Any
 
 from pipeline.read.offsets import Skipped, decode_record, is_own_group
+from runtime.cli import CLIENT_LOG
 from schemas import OffsetCommit, OffsetDeleted
-from schemas.cli import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 

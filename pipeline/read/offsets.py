@@ -4,7 +4,7 @@ A record's key is an int16 record type followed by a struct; its value is an int
 version followed by a struct; a null value is a tombstone. :func:`decode_record` is pure:
 it returns an :class:`~schemas.offsets.OffsetCommit`, :class:`~schemas.offsets.OffsetDeleted`,
 :class:`~schemas.offsets.GroupMetadata` or :class:`~schemas.offsets.GroupRemoved`, a KIP-848
-membership record of :mod:`pipeline.read.consumer_group_records` (types 3..8 and 16), or a
+membership record of :mod:`pipeline.coordinator.records` (types 3..8 and 16), or a
 :class:`Skipped` naming why and which field it could not read. It never raises: the topic
 is written by brokers of many versions and vendors, and one record we do not understand
 must not stop lag detection for every other group.
@@ -24,13 +24,13 @@ from typing import Any, Literal
 
 from quixstreams.models.serializers import Deserializer, SerializationContext
 
-from pipeline.read.consumer_group_records import (
+from pipeline.coordinator.records import (
     CONSUMER_GROUP_RECORD_TYPES,
     ConsumerGroupRecord,
     decode_consumer_group_record,
 )
+from pipeline.coordinator.wire import INT16, INT32, INT64, Malformed, Reader
 from pipeline.read.group_metadata import FLEXIBLE_FROM, decode_assignment, decode_group_metadata
-from pipeline.read.wire import INT16, INT32, INT64, Malformed, Reader
 from schemas.codec import to_dict
 from schemas.offsets import (
     CoordinatorRecord,
@@ -157,7 +157,7 @@ _FAST_BUILD = _builder_works()
 
 Decoded = CoordinatorRecord | ConsumerGroupRecord | Skipped
 """What :func:`decode_record` returns: a record the lag model and group health read, or
-why it was skipped. KIP-848 membership records (:mod:`pipeline.read.consumer_group_records`)
+why it was skipped. KIP-848 membership records (:mod:`pipeline.coordinator.records`)
 feed the group-health model inside the reader and are never forwarded as events."""
 _new_commit: Callable[..., OffsetCommit] = _build_commit if _FAST_BUILD else OffsetCommit
 

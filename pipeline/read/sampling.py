@@ -17,9 +17,9 @@ import kafka.errors as kafka_python_errors
 import orjson
 from confluent_kafka import KafkaError
 
+from runtime.backoff import backoff_s
+from runtime.kafka import kafka_error, waiting_may_fix
 from schemas import ConfigError, Watermarks
-from schemas.runtime.backoff import backoff_s
-from schemas.runtime.kafka import kafka_error, waiting_may_fix
 
 #: Topics never worth watching unless asked for: Kafka's internal topics (``__*``),
 #: lagpilot's own output (watching it would sample our own firehose), and Quix Streams'

@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from schemas.cli import CLIENT_LOG
+from runtime.cli import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class TopicIdResolver:
 
 def topic_id_text(uuid: Any) -> str:
     """A confluent-kafka ``Uuid`` as Kafka writes topic ids (URL-safe base64, unpadded),
-    the form :mod:`pipeline.read.consumer_group_records` decodes. ``str(uuid)`` is not it:
+    the form :mod:`pipeline.coordinator.records` decodes. ``str(uuid)`` is not it:
     librdkafka prints the standard alphabet (``+``, ``/``)."""
     mask = (1 << 64) - 1
     raw = (uuid.get_most_significant_bits() & mask).to_bytes(8, "big") + (

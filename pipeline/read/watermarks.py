@@ -14,7 +14,7 @@ ListOffsets result, the tick schedule, backoff, error kinds) is ``pipeline.read.
 unit-tested without a broker; ``HighWatermarkSource`` here is the thin edge that talks to
 the cluster and produces: its tick loop, metadata refresh and messages, with the two ways
 it asks for offsets (and the fallback between them) in ``pipeline.read.list_offsets_ways``;
-the ``lagpilot sample`` command is ``pipeline.read.sample_cli``.
+the ``lagpilot sample`` command is ``pipeline.commands.sample``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from quixstreams.sources import Source
 
-from pipeline.procs import die_with_parent
 from pipeline.read.list_offsets import BrokerListOffsets, kafka_python_config
 from pipeline.read.list_offsets_ways import ListOffsetsWays
 from pipeline.read.sampling import (
@@ -52,12 +51,13 @@ from pipeline.read.sampling import (
     select_watched,
     wall_grid_anchor_ns,
 )
-from schemas import ConfigError, encode
-from schemas.cli import (
+from runtime.cli import (
     CLIENT_LOG,
     watch_client_logs,
 )
-from schemas.runtime.kafka import kafka_python_unsupported
+from runtime.kafka import kafka_python_unsupported
+from runtime.procs import die_with_parent
+from schemas import ConfigError, encode
 
 logger = logging.getLogger(__name__)
 

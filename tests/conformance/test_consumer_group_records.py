@@ -1,4 +1,4 @@
-"""The KIP-848 layouts stated in ``pipeline.read.consumer_group_records.LAYOUTS`` match Apache
+"""The KIP-848 layouts stated in ``pipeline.coordinator.records.LAYOUTS`` match Apache
 Kafka's coordinator-record schemas (read where they live: see ``tests/support/reference.py``).
 
 Each schema's non-tagged fields, in order, with their types (structs expanded, common
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.read.consumer_group_records import KINDS, LAYOUTS
+from pipeline.coordinator.records import KINDS, LAYOUTS
 from tests.support.reference import require
 
 NAMES = {

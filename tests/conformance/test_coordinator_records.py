@@ -1,6 +1,6 @@
 """Conformance: lagpilot's stated record layouts against Apache Kafka's own schemas.
 
-``pipeline.read.coordinator_layouts`` states, in lagpilot's words, every ``__consumer_offsets``
+``pipeline.coordinator.layouts`` states, in lagpilot's words, every ``__consumer_offsets``
 key and value layout the decoder claims to read; the decoder's unit tests hold the decoder
 to that table. These tests hold the table to upstream: Kafka's message schemas for these
 records, read where they live (``tests/support/reference.py``), never copied in.
@@ -29,8 +29,7 @@ from support import offset_vectors
 from support.reference import require
 
 from bench.support import kafka_schemas, layout_codec
-from pipeline.read.consumer_group_records import ConsumerGroupTombstone
-from pipeline.read.coordinator_layouts import (
+from pipeline.coordinator.layouts import (
     CONSUMER_GROUP_TYPES,
     GROUP_METADATA_VALUE,
     LAYOUTS,
@@ -39,6 +38,7 @@ from pipeline.read.coordinator_layouts import (
     VALUE_OF,
     Layout,
 )
+from pipeline.coordinator.records import ConsumerGroupTombstone
 from pipeline.read.offsets import OffsetDeleted, Skipped, decode_record
 from schemas import GroupRemoved
 
@@ -215,7 +215,7 @@ def test_kafka_4x_keys_decode_or_are_skipped_as_stated(upstream: Path) -> None:
             assert got == OffsetDeleted(values["group"], values["topic"], 9)
         elif rtype == 2:
             assert got == GroupRemoved(values["group"])
-        elif rtype in CONSUMER_GROUP_TYPES:  # read by pipeline.read.consumer_group_records
+        elif rtype in CONSUMER_GROUP_TYPES:  # read by pipeline.coordinator.records
             assert isinstance(got, ConsumerGroupTombstone), got
             assert got.group == values["GroupId"]
         else:

@@ -12,7 +12,7 @@ from actuators.backends import DryRunBackend
 from actuators.runner import Runner
 from bench.support import actuator_harness as T
 from bench.support.actuator_harness import KEY, Harness
-from pipeline.decide.control import main as control_main
+from pipeline.commands.control import main as control_main
 
 
 def cli(harness: Harness, *argv: str) -> None:

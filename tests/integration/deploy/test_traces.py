@@ -30,9 +30,9 @@ from bench.support.harness import create_topic, producer
 from pipeline.app import build_app
 from pipeline.decide.policy_config import load_policy_config
 from pipeline.decide.policy_op import PolicyOperator
-from pipeline.metrics import PipelineMetrics
+from pipeline.observe.metrics import PipelineMetrics
 from pipeline.settings import load_settings
-from schemas import tracing
+from runtime import tracing
 
 HOT, PARTITIONS, LANES = 1, 2, 4
 POLICY = f"""

@@ -24,7 +24,7 @@ from actuators.settings import Settings
 from bench.support.actuator_harness import action
 from bench.support.redpanda_admin_cluster import ClusterModel
 from bench.support.redpanda_admin_stub import RedpandaAdminStub, running_stubs
-from schemas.runtime.errors import LagpilotError
+from schemas.errors import LagpilotError
 from tests.support.admin_api import CREDS, Sleeps, dead_url, orders_cluster, requests_to
 
 # -- the client's requests: retries, errors, timeouts, failover, redirects ----------------

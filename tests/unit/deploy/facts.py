@@ -14,7 +14,7 @@ from pathlib import Path
 from actuators.settings import ENV_KEYS as ACTUATOR_ENV_KEYS
 from pipeline.decide.policy_config import _ENV as POLICY_OVERRIDES
 from pipeline.decide.policy_config import FILE_ENV as POLICY_FILE_ENV
-from pipeline.keda.server import ENV_KEYS as SCALER_ENV_KEYS
+from pipeline.serve.keda.server import ENV_KEYS as SCALER_ENV_KEYS
 from pipeline.settings import ENV_PREFIX, KAFKA_ENV_PREFIX, Settings
 from schemas.codec import SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
 
@@ -43,7 +43,7 @@ def env_problem(name: str, command: str) -> str | None:
     if command == "scaler":
         if name in SCALER_ENV or re.fullmatch(r"LAGPILOT_KAFKA_[A-Z0-9_]+", name):
             return None
-        return f"{name} is not a scaler setting (pipeline/keda/server.py ENV_KEYS)"
+        return f"{name} is not a scaler setting (pipeline/serve/keda/server.py ENV_KEYS)"
     if command == "run":
         if name in PIPELINE_ENV:
             return None

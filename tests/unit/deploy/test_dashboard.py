@@ -17,7 +17,7 @@ import yaml
 from prometheus_client import generate_latest
 
 from actuators.metrics import Metrics
-from pipeline.metrics import PipelineMetrics
+from pipeline.observe.metrics import PipelineMetrics
 from tests.unit.deploy.facts import (
     ROOT,
     dashboard_metrics,

@@ -80,14 +80,14 @@ def test_runs_as_a_fixed_non_root_user(instructions: list[Instruction]) -> None:
 def test_one_image_whose_entrypoint_is_lagpilot(instructions: list[Instruction]) -> None:
     entry = [i.args for i in _final(instructions) if i.op == "ENTRYPOINT"]
     assert entry and json.loads(entry[-1]) == ["lagpilot"], "exec form, no shell"
-    assert PYPROJECT["project"]["scripts"]["lagpilot"] == "pipeline.cli:main"
-    from pipeline.cli import COMMANDS
+    assert PYPROJECT["project"]["scripts"]["lagpilot"] == "pipeline.commands.cli:main"
+    from pipeline.commands.cli import COMMANDS
 
     assert {"run", "actuate", "status", "control", "scaler"} <= set(COMMANDS)
 
 
 def test_exposes_every_process_port(instructions: list[Instruction]) -> None:
-    from pipeline.keda.server import DEFAULT_METRICS_PORT, DEFAULT_PORT
+    from pipeline.serve.keda.server import DEFAULT_METRICS_PORT, DEFAULT_PORT
 
     exposed = {int(p) for i in _final(instructions) if i.op == "EXPOSE" for p in i.args.split()}
     assert exposed == {

@@ -207,7 +207,7 @@ def test_placeholder_secrets_are_loadable_and_kafka_keys_are_settings() -> None:
 
 
 def test_scaler_runs_two_replicas_behind_a_grpc_service_a_scaled_object_names() -> None:
-    from pipeline.keda.metadata import KEDA_KEYS, parse_metadata
+    from pipeline.serve.keda.metadata import KEDA_KEYS, parse_metadata
 
     dep, _, _ = WORKLOADS["scaler"]
     assert dep["spec"]["replicas"] >= 2, "reads lagpilot.lag itself: replicas answer alike"

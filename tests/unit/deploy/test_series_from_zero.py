@@ -9,9 +9,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from actuators.metrics import Metrics
-from pipeline.metrics import BAD_MESSAGE_STAGES, PipelineMetrics
 from pipeline.model.config import LagConfig
 from pipeline.model.lag import TopicModel
+from pipeline.observe.metrics import BAD_MESSAGE_STAGES, PipelineMetrics
 from schemas import ActionType, OutcomeResult
 
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from pipeline.app import SourceStats
-from pipeline.metrics import PipelineMetrics
+from pipeline.observe.metrics import PipelineMetrics
 from pipeline.read.commits import ALIGN_DROPS
 from pipeline.read.counters import CounterChannel
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bench.support import actuator_harness as T
-from pipeline.keys import main as keys_main
-from pipeline.keys import new_pair
+from pipeline.commands.keys import main as keys_main
+from pipeline.commands.keys import new_pair
 from schemas import ConfigError, EventError, sign, validate, verify
 from schemas.keys import (
     DECIDE,

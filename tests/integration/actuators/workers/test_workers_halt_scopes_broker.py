@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from actuators.workers import MemoryDedupeStore, Worker
-from pipeline.decide.control import main as control_main
+from pipeline.commands.control import main as control_main
 from tests.integration.actuators.workers.workers_broker import (
     KEY,
     control_event,

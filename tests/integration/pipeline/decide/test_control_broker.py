@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.decide.control import main, publish_actions
+from pipeline.commands.control import main, publish_actions
 from pipeline.decide.policy import PolicyState, apply_control, decide
 from pipeline.decide.policy_config import config_from_mapping
 from schemas import GroupLag, LagStatus, WorstPartition, decode, validate, verify

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.decide.control import main as control_main
+from pipeline.commands.control import main as control_main
 from pipeline.decide.policy_config import config_from_mapping
 from pipeline.decide.policy_op import PolicyOperator
 from schemas.keys import DECIDE, Keyring, SigningKey, read_public_key
@@ -32,7 +32,7 @@ def decisions(op: PolicyOperator) -> list[dict[str, Any]]:
 def test_a_new_pipeline_obeys_the_kept_halt_and_ignores_a_workload_one(
     kafka_bootstrap: str, unique_name: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline.keys import new_pair
+    from pipeline.commands.keys import new_pair
 
     _, operator_key, operator_pub = new_pair("operator", tmp_path)
     decide = SigningKey.generate(DECIDE)

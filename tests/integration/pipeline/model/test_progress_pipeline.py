@@ -18,7 +18,7 @@ from bench.support.harness import (
     ScriptedLoad,
     create_topic,
 )
-from pipeline.status import main as status
+from pipeline.commands.status import main as status
 from schemas import validate
 
 

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import KafkaAdminClient
 
-from pipeline.read.consumer_group_records import (
+from pipeline.coordinator.records import (
     ConsumerGroupEpoch,
     ConsumerGroupTombstone,
     ConsumerMemberAssignment,

@@ -1,6 +1,6 @@
 """The high-watermark sampler against the real broker.
 
-One test runs the sampler the way users do (``python -m pipeline.read.sample_cli``: a Quix
+One test runs the sampler the way users do (``python -m pipeline.commands.sample``: a Quix
 Application with the Source in its spawned process) and reads the produced topic back;
 the others call the Source's run loop in a thread with ``produce`` captured, so topology
 changes can be timed to the tick without Quix's process machinery in the way.
@@ -126,7 +126,7 @@ def test_lagpilot_sample_through_quix_matches_list_offsets_at_the_configured_rat
     counts = {(one, 0): 5, (six, 0): 3, (six, 2): 7, (six, 5): 1}
     _produce(kafka_bootstrap, counts)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.read.sample_cli", "--bootstrap", kafka_bootstrap,
+        [sys.executable, "-m", "pipeline.commands.sample", "--bootstrap", kafka_bootstrap,
          "--include", rf"{re.escape(unique_name)}-(one|six)", "--topic", out,
          "--sample-interval-ms", "250", "--log-level", "WARNING"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

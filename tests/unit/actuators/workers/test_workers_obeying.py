@@ -84,7 +84,7 @@ def test_lifting_the_global_actions_halt_lifts_every_actions_halt(engine: Plain)
 def test_obeying_with_tracing_on_runs_the_same_command(
     engine: Plain, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from schemas import tracing
+    from runtime import tracing
 
     spans: list[str] = []
     monkeypatch.setattr(tracing, "on", lambda: True)

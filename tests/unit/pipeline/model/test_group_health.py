@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.model.group_health import GroupHealth, HealthConfig
-from pipeline.read.consumer_group_records import (
+from pipeline.coordinator.records import (
     ConsumerGroupEpoch,
     ConsumerGroupTombstone,
     ConsumerMemberAssignment,
@@ -13,6 +12,7 @@ from pipeline.read.consumer_group_records import (
     ConsumerTargetEpoch,
     TopicIdPartitions,
 )
+from pipeline.model.group_health import GroupHealth, HealthConfig
 from schemas import GroupMember, GroupMetadata, GroupRemoved, OffsetCommit, TopicAssignment
 from schemas.codec import validate
 

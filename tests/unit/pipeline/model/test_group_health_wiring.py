@@ -6,11 +6,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pipeline.metrics import PipelineMetrics
+from pipeline.commands.status import render
 from pipeline.model.config import LagConfig
 from pipeline.model.group_health import GroupHealth
 from pipeline.model.model_op import LagOperator, lag_key
-from pipeline.status import render
+from pipeline.observe.metrics import PipelineMetrics
 from schemas import GroupMember, GroupMetadata, GroupRemoved, TopicAssignment, validate
 from tests.support.state import MemoryState
 from tests.unit.pipeline.model.test_model_op import T0, TICK_MS, commits, sample

@@ -219,8 +219,8 @@ def test_a_worker_that_stops_reporting_while_data_waits_is_stopped():
     # the metric and `lagpilot status` name it too
     from prometheus_client.parser import text_string_to_metric_families
 
-    from pipeline.metrics import PipelineMetrics
-    from pipeline.status import render
+    from pipeline.commands.status import render
+    from pipeline.observe.metrics import PipelineMetrics
 
     metrics = PipelineMetrics()
     metrics.events_published(events)

@@ -2,7 +2,7 @@
 
 Evidence that needs no upstream file: byte literals written out by hand (every value
 version, every truncation point), and vectors encoded from lagpilot's stated layout table
-(``pipeline.read.coordinator_layouts``, by ``bench.support.layout_codec``); properties over
+(``pipeline.coordinator.layouts``, by ``bench.support.layout_codec``); properties over
 arbitrary bytes are in ``test_offsets_properties``. Every decoded record is validated against its
 JSON Schema. That the table matches Kafka's own schemas, and that kafka-python's generic
 engine fed those schemas builds the same vectors, is checked in
@@ -17,14 +17,15 @@ import pytest
 from support import offset_vectors
 
 from bench.support import layout_codec
-from pipeline.read import coordinator_layouts, offsets
-from pipeline.read.coordinator_layouts import (
+from pipeline.coordinator import layouts as coordinator_layouts
+from pipeline.coordinator.layouts import (
     GROUP_METADATA_KEY,
     GROUP_METADATA_VALUE,
     LAYOUTS,
     OFFSET_COMMIT_KEY,
     OFFSET_COMMIT_VALUE,
 )
+from pipeline.read import offsets
 from pipeline.read.offsets import Skipped, decode_assignment, decode_record
 from schemas import (
     GroupMember,
@@ -260,7 +261,7 @@ def test_the_decoder_accepts_exactly_the_stated_versions() -> None:
     assert keys == [OFFSET_COMMIT_KEY, GROUP_METADATA_KEY]
     for rtype in range(-1, 20):
         if rtype in coordinator_layouts.CONSUMER_GROUP_TYPES:
-            continue  # pipeline.read.consumer_group_records states and reads them
+            continue  # pipeline.coordinator.records states and reads them
         spec = next((k for k in keys if rtype in k.versions), OFFSET_COMMIT_KEY)
         fields = {f.name: "x" if f.type == "string" else 1 for f in spec.fields}
         body = layout_codec.encode(spec.name, spec.versions[0], **fields)[2:]

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.support.layout_codec import encode
+from pipeline.coordinator.records import ConsumerGroupRecord
 from pipeline.read import offsets
-from pipeline.read.consumer_group_records import ConsumerGroupRecord
 from pipeline.read.offsets import Skipped, decode_record
 from schemas import (
     GroupMetadata,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import Uuid
 
-from pipeline.read.consumer_group_records import TopicIdPartitions
+from pipeline.coordinator.records import TopicIdPartitions
 from pipeline.read.offsets import decode_record
 from pipeline.read.topic_ids import topic_id_text
 
