@@ -7,6 +7,11 @@ from schemas.actions import WORKER_ACTIONS, Action, ActionType, Mode, Outcome, O
 from schemas.codec import (
     ConfigError,
     EventError,
+    EventSigner,
+    EventVerifier,
+    SharedKey,
+    Signer,
+    Verifier,
     canonical,
     decode,
     encode,
@@ -19,9 +24,7 @@ from schemas.codec import (
 )
 from schemas.keys import (
     Keyring,
-    Signer,
     SigningKey,
-    Verifier,
     load_signer,
     load_verifier,
 )
@@ -53,6 +56,8 @@ __all__ = [
     "ConfigError",
     "CoordinatorRecord",
     "EventError",
+    "EventSigner",
+    "EventVerifier",
     "GroupLag",
     "GroupMember",
     "GroupMetadata",
@@ -66,6 +71,7 @@ __all__ = [
     "OutcomeResult",
     "PartitionLag",
     "ProducerRate",
+    "SharedKey",
     "Signer",
     "SigningKey",
     "TopicAssignment",

@@ -6,6 +6,11 @@ Every event that crosses a lagpilot topic is a JSON object with two envelope fie
 the canonical JSON (sorted keys, no whitespace) of the event without its ``signature``
 field: Ed25519 with a role key (``schemas/keys.py``, the event names its ``key_id``), or
 HMAC-SHA256 with the shared key (no ``key_id``; kept for the migration to role keys).
+
+Signing and verifying go through one interface: anything with ``sign_event`` signs
+(``EventSigner``: ``SharedKey`` here, a role's ``SigningKey`` in ``schemas/keys.py``) and
+anything with ``verify_event`` verifies (``EventVerifier``: ``SharedKey``, a ``Keyring``).
+The key module imports this one, never the reverse.
 """
 
 from __future__ import annotations
@@ -18,14 +23,11 @@ import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from schemas.errors import ConfigError, LagpilotError
-
-if TYPE_CHECKING:
-    from schemas.keys import Keyring, SigningKey
 
 SIGNATURE_FIELD = "signature"
 SIGNING_KEY_ENV = "LAGPILOT_SIGNING_KEY"
@@ -74,34 +76,73 @@ def canonical(event: Mapping[str, Any]) -> bytes:
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
-def sign(event: Mapping[str, Any], key: bytes | SigningKey) -> dict[str, Any]:
+#: the role of an event signed with the shared HMAC key (it names no key id)
+SHARED_ROLE = "shared"
+
+
+class EventSigner(Protocol):
+    def sign_event(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of ``event`` with its signature (and the fields the signature covers)."""
+        ...
+
+
+class EventVerifier(Protocol):
+    def verify_event(self, event: Mapping[str, Any]) -> str:
+        """The signer's role; raises ``EventError`` unless ``event`` may be obeyed."""
+        ...
+
+
+class SharedKey:
+    """The shared HMAC-SHA256 key: ``signature`` = hex HMAC of the canonical JSON. Whoever
+    holds it can both check and make signatures (why role keys replace it)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = bytes(key)
+
+    def digest(self, event: Mapping[str, Any]) -> str:
+        return hmac.new(self._key, canonical(event), hashlib.sha256).hexdigest()
+
+    def matches(self, event: Mapping[str, Any], signature: str) -> bool:
+        return hmac.compare_digest(signature, self.digest(event))
+
+    def sign_event(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        if not self._key:
+            raise ConfigError(f"empty signing key: set {SIGNING_KEY_ENV} or {SIGNING_KEY_FILE_ENV}")
+        signed = {k: v for k, v in event.items() if k != SIGNATURE_FIELD}
+        signed[SIGNATURE_FIELD] = self.digest(signed)
+        return signed
+
+    def verify_event(self, event: Mapping[str, Any]) -> str:
+        got = event.get(SIGNATURE_FIELD)
+        if not got or not isinstance(got, str):
+            raise EventError("unsigned", "event has no signature")
+        if not self.matches(event, got):
+            raise EventError(
+                "bad_signature", "signature does not match (forged, altered, or another key)"
+            )
+        return SHARED_ROLE
+
+
+#: what a signing process holds: a signer, or the shared HMAC key's bytes (migration)
+Signer = bytes | EventSigner
+#: what a verifying process holds: a verifier (a ``Keyring``), or the shared key's bytes
+Verifier = bytes | EventVerifier
+
+
+def sign(event: Mapping[str, Any], key: Signer) -> dict[str, Any]:
     """A copy of ``event``, signed: with a role key (``key_id`` + hex Ed25519), or with the
     shared key (``signature`` = hex HMAC-SHA256 of its canonical JSON)."""
-    if not isinstance(key, bytes | bytearray):
-        return key.sign_event(event)
-    if not key:
-        raise ConfigError(f"empty signing key: set {SIGNING_KEY_ENV} or {SIGNING_KEY_FILE_ENV}")
-    signed = {k: v for k, v in event.items() if k != SIGNATURE_FIELD}
-    signed[SIGNATURE_FIELD] = hmac.new(key, canonical(signed), hashlib.sha256).hexdigest()
-    return signed
+    signer = SharedKey(key) if isinstance(key, bytes | bytearray) else key
+    return signer.sign_event(event)
 
 
-def verify(event: Mapping[str, Any], key: bytes | Keyring) -> str:
+def verify(event: Mapping[str, Any], key: Verifier) -> str:
     """The signer's role; raise ``EventError`` unless ``event`` is validly signed by a key
     that ``key`` trusts (a ``Keyring``; bytes: the shared HMAC key, role ``shared``) and
     that key's role may issue it (reasons: unsigned, unknown_key, bad_signature,
     role_forbidden)."""
-    if not isinstance(key, bytes | bytearray):
-        return key.verify_event(event)
-    got = event.get(SIGNATURE_FIELD)
-    if not got or not isinstance(got, str):
-        raise EventError("unsigned", "event has no signature")
-    want = hmac.new(key, canonical(event), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(got, want):
-        raise EventError(
-            "bad_signature", "signature does not match (forged, altered, or another key)"
-        )
-    return "shared"
+    verifier = SharedKey(key) if isinstance(key, bytes | bytearray) else key
+    return verifier.verify_event(event)
 
 
 def load_signing_key(env: Mapping[str, str] | None = None) -> bytes:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,11 +35,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from schemas.actions import ActionType
 from schemas.codec import (
+    SHARED_ROLE,
     SIGNATURE_FIELD,
     SIGNING_KEY_ENV,
     SIGNING_KEY_FILE_ENV,
     ConfigError,
     EventError,
+    SharedKey,
     canonical,
     load_signing_key,
 )
@@ -52,7 +53,7 @@ TRUSTED_KEYS_ENV = "LAGPILOT_TRUSTED_KEYS"
 DECIDE, OPERATOR, WORKER = "decide", "operator", "worker"
 #: the role of an event signed with the shared HMAC key (no key id): accepted only while a
 #: verifier still holds that key, i.e. during the migration to role keys
-SHARED = "shared"
+SHARED = SHARED_ROLE
 
 _AUTOMATIC = frozenset(ActionType) - {ActionType.HALT, ActionType.RESUME}
 #: What each role may issue. The decide stage acts but never halts itself; the operator may
@@ -160,8 +161,7 @@ class Keyring:
                     "event names no key_id (signed with the shared HMAC key) and this host "
                     "trusts role keys only; sign it with a role key (lagpilot keys new)",
                 )
-            want = hmac.new(self.shared_key, canonical(event), hashlib.sha256).hexdigest()
-            if not hmac.compare_digest(sig, want):
+            if not SharedKey(self.shared_key).matches(event, sig):
                 raise EventError("bad_signature", "shared-key signature does not match")
             role = SHARED
         else:
@@ -274,10 +274,3 @@ def load_verifier(env: Mapping[str, str] | None = None) -> Keyring:
             f"{SIGNING_KEY_FILE_ENV} to the shared key)"
         )
     return Keyring.of(keys, shared)
-
-
-#: what a signing process holds: a role's private key, or the shared HMAC key (migration)
-Signer = bytes | SigningKey
-#: what a verifying process holds: trusted public keys (and the shared key while migrating),
-#: or the shared HMAC key alone (before the migration)
-Verifier = bytes | Keyring

@@ -11,7 +11,7 @@
 #
 # `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
 # Maven, Java) goes to stderr, with or without a terminal. The address `up` records in the
-# run folder is the one source every reader uses (`status`, the Makefile, bench/broker.py,
+# run folder is the one source every reader uses (`status`, the Makefile, bench/support/broker.py,
 # the test fixtures).
 # Environment: LAGPILOT_BROKER_PORT (first client port, default 21092; node i uses
 # port+2i for clients and port+2i+1 for its controller), LAGPILOT_BROKER_READY_TIMEOUT_S

@@ -1,4 +1,4 @@
-"""Action requests through every rail (pipeline/requests.py), and through the policy
+"""Action requests through every rail (pipeline/decide/requests.py), and through the policy
 operator: pure, no broker."""
 
 from __future__ import annotations
