@@ -8,8 +8,9 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError
 
+from pipeline.commands.control import main
 from pipeline.commands.tail import format_row
-from pipeline.decide.control import PublishError, control_action, main, publish_actions
+from pipeline.decide.control import PublishError, control_action, publish_actions
 from pipeline.decide.policy import PolicyState, apply_control, build_action
 from schemas import ActionType, ConfigError, EventError, sign, validate, verify
 
