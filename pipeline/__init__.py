@@ -5,8 +5,8 @@ import os
 import warnings
 
 # The model's matrices are small (groups x partitions of one topic): a second BLAS thread
-# costs more in hand-off than it gives (bench/model.py: ~20% more CPU per tick with two).
-# Set before numpy loads OpenBLAS; a value the user set wins.
+# costs more in hand-off than it gives (bench/model.py measures it). Set before numpy
+# loads OpenBLAS; a value the user set wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # quixstreams imports authlib's httpx integration, which warns at import that authlib will

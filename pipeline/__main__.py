@@ -211,17 +211,18 @@ def run_until_stopped(
 
     Broker weather, not bugs, ends Quix Streams' ``run()`` with:
     - ``CheckpointConsumerCommitError``: a commit refused, e.g. UNKNOWN_MEMBER_ID after the
-      broker restarted and forgot the group's members (bench/faults.py, row 1);
+      broker restarted and forgot the group's members;
     - ``CheckpointProducerTimeout``: the checkpoint's flush timed out while a broker of the
-      cluster was down (row 2);
+      cluster was down;
     - ``SourceException``: the commits source's process ended, e.g. its reads failed while
-      the node leading ``__consumer_offsets`` was down (row 2);
+      the node leading ``__consumer_offsets`` was down;
     - ``PartitionAssignmentError``: restoring state on assignment failed while the cluster's
-      controller was down (row 2).
-    Without this, one broker restart stopped the pipeline for good. Replayed inputs are
-    harmless: actions carry idempotent ids. The pause doubles up to 30 s while runs keep
-    failing fast; ``max_quick_failures`` runs in a row that each fail within ``steady_s``
-    end the run (a supervisor then sees a crash loop, not a silent one).
+      controller was down.
+    Each would otherwise stop the pipeline for good at one broker restart (bench/faults.py
+    runs these faults). Replayed inputs are harmless: actions carry idempotent ids. The
+    pause doubles up to 30 s while runs keep failing fast; ``max_quick_failures`` runs in a
+    row that each fail within ``steady_s`` end the run (a supervisor then sees a crash
+    loop, not a silent one).
     """
     from quixstreams.checkpointing.exceptions import (
         CheckpointConsumerCommitError,
@@ -276,7 +277,7 @@ def _build_with_retries(build: Any, settings: Any, metrics: Any, policy: Any) ->
     )
 
     # TopicNotFoundError: a topic Quix just created is not described yet (a broker that just
-    # started, under load: bench/faults.py row 3 saw it)
+    # started, under load)
     retried = (
         CreateTopicFailure,
         CreateTopicTimeout,

@@ -71,7 +71,7 @@ class Settings:
     persist_interval_ms: int = 1000  # HWM history to the state store
     # every group-partition's rate window to the state store: a crash loses at most this
     # much of the window (thinner fits for one window after a restart); large at scale
-    # (2 MB a topic of 100 groups x 50 partitions, 2 ms to encode)
+    # (the window grows with groups x partitions, and each write encodes it whole)
     window_persist_interval_ms: int = 5000
     # where the HWM history cannot answer (time lag extrapolated), the timestamp of the
     # record at the committed offset is read from the broker: at most this many reads a

@@ -126,7 +126,7 @@ def route_kafka_python_logs() -> None:
     refused connection or a request that timed out is WARNING/ERROR on its ``kafka.*``
     loggers, but lagpilot counts and says such failures itself. They go to
     ``lagpilot.kafka`` at DEBUG, and only from INFO up: kafka-python's own DEBUG lines
-    print every request whole (2,500 partitions a tick), too dear to format (idempotent)."""
+    print every request whole (every partition of a tick), too dear to format (idempotent)."""
     kafka_log = logging.getLogger("kafka")
     if _KAFKA_PYTHON not in kafka_log.handlers:
         kafka_log.addHandler(_KAFKA_PYTHON)

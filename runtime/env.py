@@ -1,8 +1,8 @@
 """One coercer of environment values, for every lagpilot process.
 
-The pipeline and the actuator once read booleans differently (``TLS_VERIFY=off`` turned
-TLS verification off in one and was read as a CA file named ``off`` by the other); both
-now read them here. Errors name the variable and the fix (``ConfigError``, never
+Every process reads its values here, so one value means one thing everywhere
+(``TLS_VERIFY=off`` must not turn TLS verification off in one process and name a CA file
+``off`` in another). Errors name the variable and the fix (``ConfigError``, never
 retriable: the same value fails the same way).
 """
 

@@ -3,8 +3,8 @@
 Both sides read the same file: the pipeline all of it (``pipeline.decide.policy_config``,
 one reader per table), the actuator only ``mode`` (its cap) and ``[allow]`` (checked again
 before it applies anything). The file is parsed here, and ``mode`` and ``[allow]`` are
-validated here, so the two readings of one file cannot drift apart (they had: two parsers,
-two wordings for the same mistake). Errors name the key and what to write instead.
+validated here, so the two readings of one file cannot drift apart (one parser, one
+wording for each mistake). Errors name the key and what to write instead.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ WATERMARKS = "lagpilot.watermarks"
 LAG = "lagpilot.lag"
 CONTROL = "lagpilot.control"
 OUTCOMES = "lagpilot.outcomes"
-#: the kill switch's state: the latest signed halt/resume per scope (compacted; schemas/halts)
+#: the kill switch's state: the latest signed halt/resume per scope (compacted; schemas/halts.py)
 HALTS = "lagpilot.halts"
 PRODUCERS = "lagpilot.producers"  # producer_rates from the SDK's producer wrapper
 #: SDK workers report their processed positions here every sampling tick (key: group)

@@ -2,7 +2,8 @@
 
 Pure parts (``TailFilter``, ``InstanceTally``, ``parse_since``, the row formatting) are
 unit-tested without a broker; ``tail`` reads the topics. The demo and the MCP views reuse
-the filter and the tally. The kill switch itself is in ``pipeline.decide.control``.
+the filter and the tally. The kill switch itself is ``lagpilot control halt`` / ``resume``
+(``pipeline.commands.control``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ for speed; two kinds of test hold it to this table:
   are the versions stated here;
 - conformance tests (``tests/conformance/``) check every layout here, version by version,
   against Apache Kafka's own message schemas for these records, read where they live
-  (``../shared/reference/kafka-coordinator-records/``).
+  (``tests/support/reference.py`` says where).
 
 Wire rules, the same for every record here: a key is an int16 record type and then its
 fields; a value is an int16 version and then its fields; a null value is a tombstone.

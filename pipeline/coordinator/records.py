@@ -4,7 +4,7 @@ Groups whose clients use ``group.protocol=consumer`` (Kafka 4's default group pr
 the broker side) write their membership as these records instead of one type-2
 ``GroupMetadata``; their offset commits stay type 1. The layouts, as Apache Kafka's group
 coordinator writes them (checked against the upstream schemas by
-``tests/unit/pipeline/test_consumer_group_records_conformance.py``):
+``tests/conformance/test_consumer_group_records.py``):
 
 ====  =============================  ==================  ==========================================
 type  record                         key after the type  value v0 (flexible: compact strings and
@@ -86,8 +86,8 @@ CONSUMER_GROUP_RECORD_TYPES = frozenset(KINDS)
 #: The wire layouts the readers below follow, stated once: record type -> (key fields after
 #: the group, value fields in order, each ``name:type``; ``?`` nullable, ``[]`` an array,
 #: ``{...}`` a struct's fields). Tagged fields are not listed: they are skipped.
-#: ``tests/unit/pipeline/test_consumer_group_records_conformance.py`` checks these against
-#: Apache Kafka's schemas.
+#: ``tests/conformance/test_consumer_group_records.py`` checks these against Apache Kafka's
+#: schemas.
 LAYOUTS: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {
     3: ((), ("epoch:int32",)),
     4: (

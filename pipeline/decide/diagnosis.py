@@ -3,9 +3,9 @@
 ``diagnose`` reads what is already on lagpilot's topics: the ``group_lag`` summary (its
 worst partitions' lag, rates, time lag, status and leader), the group's latest
 ``group_health`` event, and the per-client producer rates of the topic (``producer_rates``,
-folded by ``ProducerView``). A partition is *behind* when its time lag is at the exit level
-and the model judges it late against its own cadence (``min_status``: ``behind``). The
-rules, in severity order (the first that holds wins):
+folded by ``inputs.fold_producer_rate``). A partition is *behind* when its time lag is at
+the exit level and the model judges it late against its own cadence (``min_status``:
+``behind``). The rules, in severity order (the first that holds wins):
 
 1. ``stalled``: the group lags and none of its partitions, or none of those behind, is
    consumed (STOP; members or not): a person must look (a member restarting shows so for

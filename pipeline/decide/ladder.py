@@ -5,7 +5,7 @@ step's actions are published as recommendations whatever the policy's mode). Ste
 
 ===================== ==================================================================
 ``spread_partition``  spread a hot partition over key-ordered lanes (each hot partition
-                      climbs its own ladder: ``pipeline.remedies``)
+                      climbs its own ladder: ``pipeline.decide.remedies``)
 ``handoff_partition`` hand a hot partition to the dedicated pool (``hotspot.pool``)
 ``handoff_member``    hand off the partitions of the member that keeps leaving (storm)
 ``scale_consumers``   ask the autoscaler for consumers, up to the partition count

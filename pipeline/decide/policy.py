@@ -200,7 +200,7 @@ def _prune(c: Ctx, acting: bool) -> None:
     # what diagnosis keeps: bounded by the groups and producers seen lately
     s.baselines = {k: b for k, b in s.baselines.items() if k in s.incidents}
     s.stops_ms = {k: t for k, t in s.stops_ms.items() if k in s.incidents}
-    # a hot partition's ladder is keyed "<incident key>\x00<partition>" (pipeline.remedies)
+    # a hot partition's ladder is keyed "<incident key>\x00<partition>" (decide/remedies.py)
     s.ladders = {k: lad for k, lad in s.ladders.items()
                  if "\x00".join(k.split("\x00", 2)[:2]) in s.incidents}  # fmt: skip
     s.health = {g: h for g, h in s.health.items() if now - h.get("at", 0) < forget_ms}

@@ -123,7 +123,7 @@ class PolicyConfig:
     partitions_max_total: int = 64
     forget_after_s: float = 900.0
     # diagnose, then act by the cause's ladder (off: every enabled rule acts on its own in
-    # any incident, the behaviour before diagnosis; tests of single rules use that)
+    # any incident; tests of single rules use that)
     diagnose: bool = True
     burst_ratio: float = 2.0
     hold_ratio: float = 0.7

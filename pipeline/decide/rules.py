@@ -206,7 +206,7 @@ def rule_spread(c: Ctx) -> None:
         cooldown_ms = c.config.cooldown_s(ActionType.SPREAD_PARTITION) * 1000
         hold_ms = c.config.spread_restore_after_s * 1000
         for target, sp in mine:
-            if sp.get("keep"):  # a storm's hand-off (pipeline.remedies)
+            if sp.get("keep"):  # a storm's hand-off (pipeline.decide.remedies)
                 continue
             clear_ms = sp.setdefault("clear_ms", c.now)  # when the incident was first clear
             if (c.now - sp.get("issued_ms", sp["since_ms"]) >= cooldown_ms

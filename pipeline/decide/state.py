@@ -87,7 +87,7 @@ class PolicyState:
     stops_ms: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON; built by hand because ``dataclasses.asdict`` is ~10x slower."""
+        """Plain JSON; built by hand because ``dataclasses.asdict`` is many times slower."""
         return {
             "v": 1,
             **self._plain(),

@@ -33,8 +33,8 @@ class LagConfig:
     warn_min_s: float = 0.15
     # allowance on "no progress": the commits source holds each sample until the commits
     # written before it are in the model, so this covers only clock skew between the
-    # coordinator (which stamps commits) and the sampler, and commit jitter beyond warn_factor
-    # (50 ms before that alignment; 20 ms puts detection p99 at 430-450 ms, not 500-520)
+    # coordinator (which stamps commits) and the sampler, and commit jitter beyond
+    # warn_factor; every millisecond of it delays detection by as much
     commit_visibility_s: float = 0.02
     initial_interval_s: float = 5.0  # usual progress interval before one is learned
     max_interval_s: float = 60.0

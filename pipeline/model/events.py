@@ -21,8 +21,8 @@ from schemas.lag import LagStatus
 
 def round3(a: np.ndarray) -> list[float]:
     """Floats to 3 decimals as events carry them, rounded as one array (numpy's
-    half-to-even of the scaled value; Python's ``round`` per value cost most of a tick's
-    event building at 100 groups); a value that rounds to zero is 0.0, never -0.0."""
+    half-to-even of the scaled value; Python's ``round`` per value would be most of a
+    tick's event building); a value that rounds to zero is 0.0, never -0.0."""
     return (np.round(np.asarray(a, np.float64), 3) + 0.0).tolist()  # + 0.0: no -0.0
 
 
@@ -250,9 +250,3 @@ class TopicObservation:
             }
             for grp, part, c, h, lag, rate, acc, prod, cons, tl, how, e, ok, st, lc, ld in cols
         ]
-
-
-#: Commits name partitions the model allocates arrays for. Garbage on ``__consumer_offsets``
-#: can decode as a valid commit to partition 2,000,000,000 (bench/faults.py, row 6b): a
-#: commit is accepted only below twice the topic's sampled width (at least 64: partitions
-#: added since the last sample), or, before the topic's first sample, below this bound; the

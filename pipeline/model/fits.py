@@ -17,7 +17,7 @@ class Fit:
     0.0, shaped (..., R) with the rows LAST, like the series. Every sum over the rows is one
     matrix product with the powers of ``x``, so the window of every group x partition of a
     topic is fitted in a few BLAS calls instead of a dozen numpy calls per group (numpy's
-    per-call overhead, not arithmetic, was the cost).
+    per-call overhead, not arithmetic, is the cost).
     """
 
     def __init__(

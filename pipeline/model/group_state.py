@@ -20,8 +20,8 @@ class HealthConfig:
     """Defaults: 3 generation moves in 60 s with 10 s of no commit progress is a storm.
 
     One rebalance is normal (a deploy), two can be a rolling restart; three within a
-    minute while nothing is committed is the seed war story: members missing heartbeats
-    under heavy messages, rejoining, and missing them again."""
+    minute while nothing is committed is the storm this detects: members missing
+    heartbeats under heavy messages, rejoining, and missing them again."""
 
     storm_rebalances: int = 3
     storm_window_s: float = 60.0

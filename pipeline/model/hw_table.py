@@ -2,8 +2,8 @@
 
 Pure (numpy, ``now_ms`` passed in). Rows of (sample time, every partition's HWM) in buffers
 with room to append (``t_ms``/``hw`` are views of the rows in use): a day of history is
-~1,100 rows, and copying the table on every sample (np.vstack) cost more than the fits of
-2,500 group-partitions. Compacted by ``pipeline.model.history.compact`` so that time lag
+about a thousand rows, and copying the table on every sample (np.vstack) would cost more
+than the model's fits. Compacted by ``pipeline.model.history.compact`` so that time lag
 is interpolated within its stated bound; persisted in two parts (``history_state``).
 
 Time lag (``time_lag``) is computed only where it can have changed: when an offset was
@@ -118,9 +118,9 @@ class HwTable:
 
     def history_state(self, now_ms: int) -> dict[str, dict[str, Any]]:
         """What to persist: ``hw``, the rows since the last full write, every time;
-        ``hwold``, every row, at most every ``HISTORY_FULL_MS``. A day of history is ~1,100
-        rows x partitions: written whole every second it would be most of the state
-        traffic, and its old rows change only when they are compacted."""
+        ``hwold``, every row, at most every ``HISTORY_FULL_MS``. A day of history is about
+        a thousand rows x partitions: written whole every second it would be most of the
+        state traffic, and its old rows change only when they are compacted."""
         out: dict[str, dict[str, Any]] = {}
         if not self._saved_ms or now_ms - self._saved_ms >= HISTORY_FULL_MS:
             out["hwold"] = self.state()

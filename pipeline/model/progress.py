@@ -7,7 +7,7 @@ position, when it last advanced and how many messages they hold
 (``schemas/progress.v1.json``); the commits source forwards the latest report per
 group-partition to the model with the commits, at once. This module keeps those reports
 per topic and, where a fresh one exists, replaces the inputs of the status rules
-(``lag.classify``) for that group-partition:
+(``status.classify``) for that group-partition:
 
 - ``lag`` (is data waiting?): HWM - the processed position (or the committed offset, if
   a commit went further since the report), or the messages the worker holds, if more
@@ -60,22 +60,20 @@ class ProgressConfig:
     docs/lag-model.md."""
 
     # WARN floor on "no progress" where a report judges: how long a healthy worker may go
-    # without advancing while data waits (a GC pause, a scheduler hiccup on a busy host).
-    # 0.1 s raised false alarms on a 2-core host at load 7 (three partitions of one worker
-    # at once, a 120+ ms pause of the whole process); 0.15 s did not. Detection pays it once.
+    # without advancing while data waits. It sits above the pauses a busy host gives a
+    # healthy process (GC, scheduling), so they raise no alarm; detection pays it once.
     warn_min_s: float = 0.15
     # ...and where another partition of the same worker advanced at least this long after
     # this one last did: the process ran meanwhile, so this partition's own work is what is
     # slow (a heavy message, a hung handler), never a pause of the process (in a pause no
-    # partition advances). The war story's hot partitions, 150 ms documents on a worker
-    # whose 14 other partitions keep moving, are seen within one document
+    # partition advances); a lower floor lets one heavy message be seen while it runs
     moving_worker_min_s: float = 0.1
     # ...and where every partition of a worker (two at least) paused at once: most often the
     # process (GC, a starved host), not a stall (see WorkerProgress._whole_worker)
     whole_worker_min_s: float = 0.4
-    # ...and the STALL/STOP floor there (LagConfig.stop_min_s, 0.5 s, elsewhere): at load 34
-    # the bench's worker paused 0.5+ s, all partitions at once; a worker frozen for a
-    # second is error-level
+    # ...and the STALL/STOP floor there (LagConfig.stop_min_s elsewhere): a starved host can
+    # pause a whole process for longer than stop_min_s, but a worker frozen for a second is
+    # error-level
     whole_worker_stop_s: float = 1.0
     # silence allowed before it counts (a worker that stops reporting: hung or dead): this
     # many reports may be missed, plus a grace for a reporter thread that wakes late
@@ -246,14 +244,14 @@ class WorkerProgress:
         since) below the WARN threshold, and every partition of the worker that held work
         (two at least) showed it at once (``whole_s``): a healthy worker on a busy host
         (GC, a starved thread) shows such pauses, and the threshold follows them instead
-        of alarming (at load 11-16 on two cores, whole-process pauses of 170+ ms did).
+        of alarming.
 
         Not learned: a pause that reached WARN (a stall that ends does not raise the
         threshold), and one partition's pause while its siblings move, or on a worker
         with one partition holding work: that is the partition's own work (a heavy
         message), what detection is for; its time per message is learned as ``gap_s``.
-        (Learned, such a pause raised the threshold at an avalanche's first heavy
-        message: the war story's detection came later.)"""
+        Learned, such a pause would raise the threshold at the first heavy message and
+        delay the detection of the next ones."""
         half = self.cfg.pause_half_life_s
         if half <= 0:
             return 0.0  # learning off: the floor and the time per message alone
@@ -457,15 +455,14 @@ class WorkerProgress:
         STOP) instead of ``warn_min_s`` and the model's ``stop_min_s``. One partition stuck
         while its siblings move is a stall (a heavy message, a hung handler) and keeps the
         low floors; all of them stuck at once is most often the process (GC, a starved
-        host: at load 12-34 on two cores the bench's worker paused 170 ms to 0.5 s, every
-        partition at once), which either resumes or goes on to STALL/STOP. One partition:
-        no evidence either way, the low floors.
+        host), which either resumes or goes on to STALL/STOP. One partition: no evidence
+        either way, the low floors.
 
         A partition of the member that advanced within ``warn_min_s`` (one that had data
         now and then and just finished it) shows the process running: not a pause of the
-        whole worker, whatever its partitions holding data do (an avalanche's two hot
-        partitions on a worker whose other partitions keep up are a stall: with them taken
-        for the process, the war story's detection waited for the 0.4 s floor)."""
+        whole worker, whatever its partitions holding data do (two hot partitions on a
+        worker whose other partitions keep up are a stall, and must not wait for the
+        whole-worker floor)."""
         whole = np.zeros(len(reports), bool)
         for cells in _by_member(reports):
             paused = whole_pause_s(stuck_s[cells].tolist(), waiting[cells].tolist())

@@ -1,14 +1,14 @@
 """The lag model's events onto ``lagpilot.lag``: one message each, produced as they are made.
 
 A tick of a large topic makes hundreds of events (a ``group_lag`` summary per group each
-second, the partitions' snapshots every 30 s): at 2,500 partitions x 100 groups about
-13,000 a second. Through Quix's ``expand`` and ``to_topic`` each event is a row of the
-dataframe (its own serializer calls, key function, headers copied, producer wrapper):
-about 30 us each, a third of a core at that shape. ``LagEvents`` is a Quix sink that
-takes a message's events as one list and produces each with a plain producer (a few
-microseconds). Delivery stays at-least-once as ``to_topic``'s: Quix flushes its sinks at
-every checkpoint before it commits the input offsets, and ``flush`` raises when an event
-was not delivered, so the checkpoint is not committed and its messages are processed again.
+second, the partitions' snapshots every 30 s): thousands a second at scale. Through Quix's
+``expand`` and ``to_topic`` each event is a row of the dataframe (its own serializer calls,
+key function, headers copied, producer wrapper), which at that rate takes a large share of
+a core. ``LagEvents`` is a Quix sink that takes a message's events as one list and
+produces each with a plain producer, several times cheaper per event. Delivery stays
+at-least-once as ``to_topic``'s: Quix flushes its sinks at every checkpoint before it
+commits the input offsets, and ``flush`` raises when an event was not delivered, so the
+checkpoint is not committed and its messages are processed again.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class LagEvents(BaseSink):
     ) -> None:
         super().__init__()
         self.broker_config = dict(broker_config)
-        # 10 ms of linger: at 13,000 events/s, hundreds of produce requests a second fewer
+        # 10 ms of linger: events at thousands a second go in far fewer produce requests
         # for the broker; an event waits at most that long
         self.producer_config = dict(producer_config or {"linger.ms": 10})
         self.topic = topic

@@ -21,8 +21,8 @@ to the rows the window holds:
 - the last second's slope (``recent_s``: a few rows) is summed directly from those rows.
 
 A tick so costs a few passes over the (groups x partitions) arrays whatever the window's
-length; the matrix product over every row of the window it replaced read the whole window
-(40 rows at 250 ms over 10 s) every tick.
+length, where a matrix product over every row would read the whole window (40 rows at
+250 ms over 10 s) every tick.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The per-partition lag families as Prometheus text, written straight from the model's
 (groups x partitions) arrays (pure; ``pipeline.observe.render_process`` runs it in a child).
 
-At 250,000 group-partitions a full scrape is 1.75 million lines (about 130 MB). What keeps
-it cheap (issue 16; ``make bench-metrics`` measures it against the code before):
+At 250,000 group-partitions a full scrape is 1.75 million lines. What keeps it cheap
+(``make bench-metrics`` measures it):
 
 - no Python string per line: a (family, topic) is one ``bytes.join`` of three pieces per
   line: the line up to its partition (``\\nNAME{group="G",topic="T",partition="``, built
@@ -190,8 +190,8 @@ class LabelCache:
     the same); per partition, shared by every topic, ``P"} `` and ``P",status="S"} 1.0``.
 
     At 50 topics x 100 groups x 50 partitions that is 50,000 short bytes for the 10
-    families (5,000 topic-groups each), where one label string per group-partition was
-    250,000 (about 30 MB in the render process). Safe to share between threads:
+    families (5,000 topic-groups each), where one label string per group-partition would
+    be 250,000. Safe to share between threads:
     an entry is built whole before it is stored and never changed after.
     """
 

@@ -36,12 +36,11 @@ class LagCollector:
     """Exports the latest observation of every topic, rendered at scrape time.
 
     The exposition text is written straight from the (groups x partitions) arrays: going
-    through prometheus_client's metric objects cost 6-10 s per scrape at 50,000
-    group-partitions, holding the GIL against the model. A topic not refreshed for
+    through prometheus_client's metric objects takes seconds per scrape at tens of thousands
+    of group-partitions, holding the GIL against the model. A topic not refreshed for
     ``stale_after_s`` is dropped: every modelled topic gets a sample per tick, so silence
     means this replica no longer owns it (a rebalance moved it, or it is gone). Only the
-    columns the families show are kept (``LagColumns``: 8 of an observation's 16 arrays,
-    about 12 of 17 MB at 250,000 group-partitions).
+    columns the families show are kept (``LagColumns``: 8 of an observation's 16 arrays).
     """
 
     def __init__(self, stale_after_s: float = 10.0, process: RenderProcess | None = None) -> None:
@@ -184,7 +183,7 @@ class PipelineMetrics:
         self.topics_modelled = Gauge(
             "lagpilot_topics_modelled", "Topics this replica models.", registry=r
         )
-        # the topics whose observation is fresh, read at scrape time (was never set: always 0)
+        # the topics whose observation is fresh, read at scrape time
         self.topics_modelled.set_function(lambda: len(self.lag.snapshot()))
         self.last_sample_age = Gauge(
             "lagpilot_last_sample_age_seconds",

@@ -1,12 +1,11 @@
 """The child process that writes the lag families' text (``pipeline.observe.exposition``), off
 the model's interpreter.
 
-A full scrape's formatting still holds an interpreter for a fraction of a second, and in
-the model's process that time is taken from the model (a benchmark saw the processing
-delay jump from 0.3 s to 1.4 s at every scrape when it ran there). The pipeline hands the
-child only the columns the families show (8 of an observation's 16 arrays, their memory
-written to the socket as is: pickle protocol 5, out of band) and relays the chunks it
-sends back to the client.
+A full scrape's formatting holds an interpreter for a fraction of a second, and in the
+model's process that time would be taken from the model (its processing delay would jump
+at every scrape). The pipeline hands the child only the columns the families show (8 of
+an observation's 16 arrays, their memory written to the socket as is: pickle protocol 5,
+out of band) and relays the chunks it sends back to the client.
 """
 
 from __future__ import annotations
@@ -145,9 +144,8 @@ class RenderProcess:
     It serves one scrape at a time: a second one waits up to ``timeout_s`` for the first
     to be relayed, as a scrape waits up to ``timeout_s`` for each read from the child. The
     pipe is a plain socket pair with frames of its own: the text is read straight into
-    the buffer that is relayed (``multiprocessing``'s ``Connection`` copied each message
-    three times: 0.1 s of the model process's CPU per full scrape at 250,000
-    group-partitions, against 0.02 s).
+    the buffer that is relayed (``multiprocessing``'s ``Connection`` would copy each
+    message several times, on the model process's CPU).
     """
 
     def __init__(self, timeout_s: float = 60.0) -> None:

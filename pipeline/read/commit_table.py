@@ -2,10 +2,10 @@
 
 Offset commits are nearly all of the topic's traffic: at 250,000 group-partitions
 committing every 5 s, 50,000 records a second. A Python object per commit (decoded,
-put in a dictionary, kept until the next flush) costs about a microsecond on its own,
-most of it in cache misses on a working set of a quarter of a million entries. So the
-usual record (an OffsetCommitKey, type 1, with a v1 or v3 value and no metadata) is
-taken by :meth:`CommitTable.take_many` as bytes: the key is looked up (decoded once, the
+put in a dictionary, kept until the next flush) is too dear at that rate, most of it in
+cache misses on a working set of that many entries. So the usual record (an
+OffsetCommitKey, type 1, with a v1 or v3 value and no metadata) is taken by
+:meth:`CommitTable.take_many` as bytes: the key is looked up (decoded once, the
 first time: its *slot*), and the slot and the value's bytes are appended to two lists.
 Nothing else happens per record. At a flush, the values are decoded at once
 (``numpy.frombuffer`` over their join: the layout is fixed), the latest of each slot is

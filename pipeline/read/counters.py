@@ -6,12 +6,11 @@ totals (the sampler's with them: each tick carries its own) with its run id on a
 the main process made before the spawn (``CounterChannel``); the main process folds each
 total into a counter by its increase (``RunTotals``).
 
-They used to travel in the headers of the messages the source produces. With two replicas
-that counted the wrong process: a topic's batches go to the watermarks partition its name
-hashes to, so each replica's model read the other's batches too, counted the other
-source's counters as its own, and, the two run ids alternating from message to message,
-counted every total again at each change (two replicas held to 0.3 core each reported 140
-samples dropped in 20 s that no reader dropped). A queue joins one source to one replica.
+Not in the headers of the messages the source produces: with two replicas a topic's
+batches go to the watermarks partition its name hashes to, so each replica's model reads
+the other's batches too, and would count the other source's totals as its own (and, the
+two run ids alternating, count every total again at each change). A queue joins one
+source to one replica.
 """
 
 from __future__ import annotations

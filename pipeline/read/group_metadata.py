@@ -1,6 +1,6 @@
 """GroupMetadataValue (record type 2) and the consumer assignments inside it (pure).
 
-Split from :mod:`pipeline.read.offsets`, which dispatches on the record type and turns the
+Called by :mod:`pipeline.read.offsets`, which dispatches on the record type and turns the
 :class:`~pipeline.coordinator.wire.Malformed` raised here into a ``Skipped`` record. Kafka writes
 v0..v4 (v4 flexible); Redpanda prefixes each member entry with its own int16 version.
 """

@@ -2,13 +2,13 @@
 partition.
 
 confluent-kafka's ``AdminClient.list_offsets`` sends one request per broker too, but its
-Python side builds a future (with a lock and a condition) per partition: 88.5 ms of CPU a
-tick at 2,500 partitions, 0.35 core at 250 ms sampling (``make bench-list-offsets``).
-kafka-python's ``KafkaConsumer.end_offsets`` costs a quarter of that, but answers all or
-nothing and retries a failing partition inside the call (a deleted topic kept being
-sampled). Here the same protocol is spoken with kafka-python's public parts, the network
-client its consumer and admin client run on (``kafka.net.KafkaNetClient``) and its
-``ListOffsetsRequest``, and nothing is retried inside a tick:
+Python side builds a future (with a lock and a condition) per partition: at thousands of
+partitions and 250 ms sampling, a large share of a core (``make bench-list-offsets``
+measures it). kafka-python's ``KafkaConsumer.end_offsets`` is cheaper, but answers all or
+nothing and retries a failing partition inside the call (a deleted topic would go on
+being sampled). Here the same protocol is spoken with kafka-python's public parts, the
+network client its consumer and admin client run on (``kafka.net.KafkaNetClient``) and
+its ``ListOffsetsRequest``, and nothing is retried inside a tick:
 
 - one request per leader broker, built when the watch set or a leader changes
   (``set_partitions``); its bytes are encoded once per API version
@@ -167,7 +167,7 @@ def settle(
 class ListOffsetsOnce(ListOffsetsRequest, init=False):  # type: ignore[call-arg]
     """A ``ListOffsetsRequest`` whose body is encoded once per API version: the sampler
     sends the same request every tick, only its header (the correlation id) changes, and
-    encoding 1,250 partitions costs ~2 ms each time. kafka-python's connection encodes a
+    encoding grows with the partitions asked. kafka-python's connection encodes a
     request with ``encode(framed=True, header=True)``; a release that encoded some other
     way would encode the same fields itself: slower, never wrong (a unit test compares
     the bytes with the library's own)."""

@@ -3,9 +3,10 @@ fallback from the first to the second.
 
 - Per broker (``pipeline.read.list_offsets``: one ListOffsets request per leader, sent
   with kafka-python's network client), the default.
-- ``AdminClient.list_offsets`` (a future per partition, 4x the CPU), where kafka-python
-  cannot connect (for a while after a failure that waiting may fix, the pause doubling up
-  to a cap; for good after one it cannot), or with ``list_offsets_per_broker=False``.
+- ``AdminClient.list_offsets`` (a future per partition, several times the CPU), where
+  kafka-python cannot connect (for a while after a failure that waiting may fix, the pause
+  doubling up to a cap; for good after one it cannot), or with
+  ``list_offsets_per_broker=False``.
 
 A part of ``HighWatermarkSource`` (``pipeline.read.watermarks``), built in its
 ``setup()`` in the process that samples. Its failures are counted in the sampler's stats

@@ -1,14 +1,12 @@
 """The watermark sampler in a process of its own, beside the commits reader.
 
-In a thread of the commits reader's process, the sampler shares one interpreter lock with
-the decoding of every commit: at tens of thousands of commits/s it is the first to fall
-behind its 250 ms grid (each tick built one ListOffsets future per partition in Python then;
-now it sends one request per leader broker, ``list_offsets``, and is still kept apart).
-Here it has its own process and keeps its beat; the commits reader only takes each tick's
-encoded samples (``SampledTicks.take``), holds them until every commit written before the
-sample time is forwarded (``PendingSamples``: samples stay aligned with the commits they
-follow) and produces them with its own producer, so a topic's samples and commits reach
-the model in order under one key.
+In a thread of the commits reader's process, the sampler would share one interpreter lock
+with the decoding of every commit, and at tens of thousands of commits/s fall behind its
+sampling grid. Here it has its own process and keeps its beat; the commits reader only
+takes each tick's encoded samples (``SampledTicks.take``), holds them until every commit
+written before the sample time is forwarded (``PendingSamples``: samples stay aligned with
+the commits they follow) and produces them with its own producer, so a topic's samples
+and commits reach the model in order under one key.
 
 Replicas split the sampling the way they split ``__consumer_offsets``: the reader tells
 the sampler which offsets partitions it owns (``own``), and a topic is sampled where
@@ -123,7 +121,7 @@ def read_up_to(
     fetches had seen: ``read_through_ms``. That one can be early: a reader whose fetches
     pause (its queue full, behind a backlog) reaches the end of an old fetch response while
     newer commits wait in the broker, and a sample released then shows healthy groups as
-    stopped (an overloaded replica published thousands of such WARNs)."""
+    stopped."""
     ends = tick[2].get(ENDS_FIELD) if ends is None else ends
     if ends is None or positions is None:
         return tick[0] <= read_through_ms

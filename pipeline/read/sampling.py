@@ -129,10 +129,9 @@ def keep_vanished(
     returns the watch set and when each kept topic was first missed.
 
     A node that has just restarted answers metadata before it has caught up with the
-    cluster's, and a topic whose leaders are moving can come back with no partitions: seen
-    in bench-faults row 2, where the sampler dropped a live topic twice for 8-9 s, and in a
-    later run for 32 s (metadata left it out for 47 s while its partitions answered), and
-    the pipeline's detection paused. ``answered_ms``: when a partition of each topic last
+    cluster's, and a topic whose leaders are moving can come back with no partitions, for
+    tens of seconds while its partitions still answer ListOffsets: dropping the topic then
+    would pause detection on it. ``answered_ms``: when a partition of each topic last
     answered ListOffsets; a topic that answers is there, whatever metadata says. A deleted
     topic goes at the first tick none of its partitions answers ListOffsets
     (``HighWatermarkSource._drop_gone``), or ``grace_ms`` after both stopped at the latest.
@@ -207,8 +206,8 @@ def wall_grid_anchor_ns(mono_ns: int, wall_ns: int, interval_ns: int) -> int:
 
     SDK workers time their progress reports just before the same wall-clock grid
     (``actuators/workers/progress.py``), so each sample finds every worker's report fresh,
-    not up to one interval old: that is what keeps detection with worker progress under
-    half a second. Clocks kept in sync (NTP) hold the two grids together across hosts."""
+    not up to one interval old, and detection with worker progress does not wait an extra
+    interval. Clocks kept in sync (NTP) hold the two grids together across hosts."""
     return mono_ns - (wall_ns % interval_ns)
 
 

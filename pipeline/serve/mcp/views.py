@@ -175,9 +175,9 @@ def explain(
 
     ``lag`` is ``reading.lag_status``'s document; ``joined`` is ``join_actions``'s. The
     cause is the decide stage's (in its actions' reasons) when it acted; else, while the
-    group lags, the same rules (``pipeline.diagnosis``) applied here to the latest summary
-    and health (no baseline or producer rates: an inflow burst is not told apart), marked
-    ``cause_source: "lag events"``.
+    group lags, the same rules (``pipeline.decide.diagnosis``) applied here to the latest
+    summary and health (no baseline or producer rates: an inflow burst is not told apart),
+    marked ``cause_source: "lag events"``.
     """
     summary = next((s for s in lag.get("groups", ()) if s["topic"] == topic), None)
     parts = [p for p in lag.get("partitions", ()) if p["topic"] == topic]
