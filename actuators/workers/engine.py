@@ -279,10 +279,9 @@ class Engine(abc.ABC):
         """What the consumer holds now, else the first message within 0.1 s.
 
         ``consume(500, timeout=0.1)`` alone returns only when 500 messages are in or the
-        0.1 s have passed: on a topic slower than 5,000 messages/s every message waited for
-        the timeout (the swarm's median latency was 95 ms for 6 ms of work). A batch of
-        what is already fetched, or one message as soon as it lands, keeps both the batches
-        and the latency."""
+        0.1 s have passed: on a topic slower than 5,000 messages/s every message would wait
+        for the timeout, however short its work. A batch of what is already fetched, or one
+        message as soon as it lands, keeps both the batches and the latency."""
         assert self._consumer is not None
         return self._consumer.consume(num_messages=500, timeout=0) or self._consumer.consume(
             num_messages=1, timeout=0.1
