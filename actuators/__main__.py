@@ -1,8 +1,10 @@
 """``python -m actuators`` / ``lagpilot actuate``: run the actuator until SIGTERM or SIGINT.
 
 Configure (validate everything, no I/O) -> start (connect, rebuild the ledger) -> run ->
-stop in reverse order. A configuration error exits 78 with the key and the fix; a broker
-that cannot be reached at start exits 69 with its address (the supervisor restarts it).
+stop in reverse order. This is the composition root: the backend and the runner's Kafka
+clients are built here and handed to the ``Runner``. A configuration error exits 78 with
+the key and the fix; a broker that cannot be reached at start exits 69 with its address
+(the supervisor restarts it).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from actuators.backends import BACKENDS_HELP, make_backend
 from actuators.errors import ActuatorError
-from actuators.runner import Runner
+from actuators.runner import Runner, kafka_clients
 from actuators.settings import Settings, from_env, load_policy
 from runtime import tracing
 from runtime.cli import (
@@ -110,7 +112,8 @@ def _actuate(args: Any) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    runner = Runner(settings, signing_key=key, policy=policy, backend=backend)
+    runner = Runner(settings, signing_key=key, policy=policy, backend=backend,
+                    clients=kafka_clients(settings))  # fmt: skip
     try:
         try:
             runner.start()

@@ -265,8 +265,8 @@ def make_backend(settings: Settings) -> Backend:
             "password": settings.redpanda_admin_password,
         }
     # max_retries=0: the transport follows redirects and fails over, but retries live in
-    # one layer, the runner's (actuators/dispatch.py). Nested, 4 runner tries x 5 client
-    # attempts made 20 requests of one action, and 120 against a 307 loop (bench/faults.py).
+    # one layer, the runner's (actuators/dispatch.py): nested layers multiply each other's
+    # attempts, and a redirect loop multiplies them again.
     admin = RedpandaAdmin(
         list(settings.redpanda_admin_urls),
         tls_verify=settings.redpanda_admin_tls_verify,

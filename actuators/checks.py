@@ -1,7 +1,10 @@
 """What to do with one control event: the actuator's rules as pure functions, ``now`` passed in.
 
 ``check`` runs the gates in order and returns a ``Verdict``: either an outcome to publish
-without touching the cluster, or an action to apply. The order, one reason each:
+without touching the cluster, or an action to apply. It is ``read`` (gates 0-3, which
+depend on the value alone) then ``judge`` (gates 4-10, which depend on the ledger and the
+clock): a caller that judges one event more than once, against a ledger that changed in
+between, reads (and verifies) it once. The order, one reason each:
 
 0. size: an event over ``MAX_EVENT_BYTES`` is rejected before it is parsed. The policy's
    events are a few kB; a huge one is a bug or an attack, and its outcome (which echoes the
@@ -103,6 +106,17 @@ def _claimed_id(event: Mapping[str, Any] | None, position: str) -> str:
     return f"unverified@{position}"
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What gates 0-3 made of one control-topic value: the verified action, or the reason
+    it was rejected unverified (with what decoded of it, which the rejection echoes)."""
+
+    position: str  # "topic/partition@offset"
+    action: dict[str, Any] | None = None  # verified: gates 4-10 judge it
+    event: dict[str, Any] | None = None  # rejected: what decoded, if anything
+    reason: str | None = None  # rejected: why
+
+
 def check(
     raw: bytes | None,
     *,
@@ -114,18 +128,15 @@ def check(
     now_ms: int,
 ) -> Verdict:
     """The verdict on one control-topic value; ``position`` is "topic/partition@offset"."""
-    unverified = f"unverified@{position}"
+    reading = read(raw, position=position, signing_key=signing_key)
+    return judge(reading, policy=policy, ledger=ledger, actuator=actuator, now_ms=now_ms)
 
-    def reject(event: Mapping[str, Any] | None, reason: str) -> Verdict:
-        out = outcome(
-            OutcomeResult.REJECTED,
-            actuator=actuator,
-            now_ms=now_ms,
-            action=event if isinstance(event, Mapping) else None,
-            action_id=_claimed_id(event, position),
-            reason=reason,
-        )
-        return Verdict(key=unverified, outcome=out)
+
+def read(raw: bytes | None, *, position: str, signing_key: Verifier) -> Reading:
+    """Gates 0-3 (size, decode, schema, signature) on one control-topic value."""
+
+    def reject(event: dict[str, Any] | None, reason: str) -> Reading:
+        return Reading(position, event=event, reason=reason)
 
     if raw is None:
         return reject(None, "malformed: empty value (a tombstone is not an action)")
@@ -144,7 +155,27 @@ def check(
         verify(event, signing_key)
     except EventError as exc:
         return reject(event, f"{exc.reason}: {exc}")
-    return _check_verified(event, policy=policy, ledger=ledger, actuator=actuator, now_ms=now_ms)
+    return Reading(position, action=event)
+
+
+def judge(
+    reading: Reading, *, policy: Policy, ledger: Ledger, actuator: str, now_ms: int
+) -> Verdict:
+    """The verdict on a read value: its rejection, else gates 4-10 on the verified action."""
+    if reading.action is not None:
+        return _check_verified(
+            reading.action, policy=policy, ledger=ledger, actuator=actuator, now_ms=now_ms
+        )
+    event = reading.event
+    out = outcome(
+        OutcomeResult.REJECTED,
+        actuator=actuator,
+        now_ms=now_ms,
+        action=event if isinstance(event, Mapping) else None,
+        action_id=_claimed_id(event, reading.position),
+        reason=reading.reason,
+    )
+    return Verdict(key=f"unverified@{reading.position}", outcome=out)
 
 
 def _check_verified(

@@ -27,7 +27,7 @@ from schemas.halts import ACTIONS, HaltScope, halt_scope
 
 #: A ``delegated`` worker action is done as far as the actuator goes: its replay (a pipeline
 #: killed mid-incident publishes its last decisions again, same ids) is a ``duplicate``, not a
-#: second delegation (bench/faults.py row 4 counted one).
+#: second delegation.
 _APPLIED_FAMILY = {
     OutcomeResult.APPLIED,
     OutcomeResult.DUPLICATE,

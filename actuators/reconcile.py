@@ -4,7 +4,7 @@ The actuator commits an action's outcome after its backend call. An actuator kil
 the two leaves the call made and no outcome: its successor reprocesses the control event and,
 blindly, would call the backend again. Every operation sets a state, so the second call
 changes nothing on the cluster, but it is a second side effect all the same (a second
-AlterClientQuotas, a second audit-log line on the broker; bench/faults.py row 4 counted 4).
+AlterClientQuotas, a second audit-log line on the broker).
 
 So the runner writes an ``intent`` (``schemas/intent.v1.json``) under the action's id on the
 outcomes topic before it calls the backend; the outcome, under the same key, supersedes it.

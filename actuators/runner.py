@@ -21,6 +21,8 @@ Exactly-once, thought through:
   readers waiting for the transaction timeout).
 
 The cluster is touched only by ``backend``; the kill switch and leases live in the ledger.
+The runner is given its Kafka clients (``RunnerClients``); ``kafka_clients`` builds the real
+ones from the settings (``actuators/__main__.py`` does, a unit test gives fakes).
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from actuators.backends import Backend
-from actuators.checks import Verdict, check, lease_expiry_ms, outcome, released
+from actuators.checks import Reading, Verdict, judge, lease_expiry_ms, outcome, read, released
 from actuators.clients import client_configs
 from actuators.dispatch import dispatch, with_retries
 from actuators.errors import ActuatorError
@@ -56,7 +59,37 @@ log = logging.getLogger("lagpilot.actuator")
 POLL_TIMEOUT_S = 0.1  # the loop turns at least 10 times a second: halts act within 1 s
 
 
+@dataclass
+class RunnerClients:
+    """The runner's Kafka clients, one role each (their configs: actuators/clients.py)."""
+
+    admin: AdminClient  # topics, readiness
+    transactions: Transactions  # the transactional producer and the control consumer
+    intents: IntentLog  # intents, outside the transaction
+    tail: Consumer  # the ledger's tail of the outcomes topic
+    #: ``issued_at`` of a global halt kept on the halts topic (actuators/kept_halts.py)
+    kept_halt_ms: Callable[[Verifier], int | None]
+
+
+def kafka_clients(settings: Settings) -> RunnerClients:
+    """The real clients for ``settings`` (nothing connects until they are used)."""
+    cfg = client_configs(settings)  # actuators/clients.py: one config per role
+    admin = AdminClient(cfg.base)
+    # the runner hands the transactions its own stop event (run()'s, set on SIGTERM)
+    transactions = Transactions(cfg.transactional, cfg.control, settings.control_topic,
+                                settings.actuator_id, threading.Event())  # fmt: skip
+    intents = IntentLog(lambda: Producer(cfg.intents), settings.outcomes_topic,
+                        settings.actuator_id)  # fmt: skip
+    tail = Consumer(cfg.ledger_tail)
+    halts = {"bootstrap.servers": settings.bootstrap, **settings.kafka,
+             "group.id": f"lagpilot-actuator-halts-{settings.actuator_id}"}  # fmt: skip
+    kept = functools.partial(kept_global_halt_ms, halts, settings.control_topic)
+    return RunnerClients(admin, transactions, intents, tail, kept)
+
+
 class Runner:
+    """Applies the control topic's actions; ``clients`` default to :func:`kafka_clients`."""
+
     def __init__(
         self,
         settings: Settings,
@@ -64,6 +97,7 @@ class Runner:
         signing_key: Verifier,
         policy: Policy,
         backend: Backend,
+        clients: RunnerClients | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -79,23 +113,21 @@ class Runner:
         self._ready = False
         self._stop = threading.Event()  # run()'s: set on SIGTERM
         self._server: MetricsServer | None = None
-        cfg = client_configs(settings)  # actuators/clients.py: one config per role
-        self._admin = AdminClient(cfg.base)
+        if clients is None:
+            clients = kafka_clients(settings)
+        self._admin = clients.admin
         # the transactional producer and the control consumer (actuators/transactions.py)
-        self._txn = Transactions(cfg.transactional, cfg.control, settings.control_topic,
-                                 settings.actuator_id, self._stop)  # fmt: skip
-        self._intents = IntentLog(
-            lambda: Producer(cfg.intents), settings.outcomes_topic, settings.actuator_id
-        )
-        self._tail = Consumer(cfg.ledger_tail)
+        self._txn = clients.transactions
+        self._txn.stop = self._stop
+        self._intents = clients.intents
+        self._tail = clients.tail
+        self._kept_halt_ms = clients.kept_halt_ms
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def _adopt_kept_halts(self) -> None:
         """A halt issued while no actuator ran (actuators/kept_halts.py) holds here too."""
-        config = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka,
-                  "group.id": f"lagpilot-actuator-halts-{self.settings.actuator_id}"}  # fmt: skip
-        at = kept_global_halt_ms(config, self.settings.control_topic, self._key)
+        at = self._kept_halt_ms(self._key)
         if at is not None and at >= self.ledger.kill_switch[0]:
             self.ledger.kill_switch = (at, True)
             self.metrics.halted.set(1)
@@ -187,17 +219,21 @@ class Runner:
         records: list[tuple[str, dict[str, Any]]] = []
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
-        self._write_intents([m for m in msgs if m.error() is None])
-        for msg in msgs:
+        # Each event is read (decoded, validated, its signature verified) once; the intents
+        # and then the handling judge that reading, each against the ledger of its moment.
+        readings = [None if m.error() is not None else self._read(m) for m in msgs]
+        self._write_intents([r for r in readings if r is not None])
+        for msg, reading in zip(msgs, readings, strict=True):
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("control consumer: %s", err.str())
                 continue
+            assert reading is not None
             tp = (msg.topic(), msg.partition())
             first.setdefault(tp, msg.offset())
             last[tp] = msg.offset()
-            records.append(self._handle(msg))
+            records.append(self._handle(msg, reading))
         if not last:
             return 0
         offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
@@ -210,14 +246,23 @@ class Runner:
         self._gauges()
         return len(records)
 
-    def _handle(self, msg: Message) -> tuple[str, dict[str, Any]]:
+    def _read(self, msg: Message) -> Reading:
+        """Gates 0-3 on one control event (actuators/checks.py), once per event."""
+        return read(msg.value(), position=position(msg), signing_key=self._key)
+
+    def _judge(self, reading: Reading, now_ms: int) -> Verdict:
+        """Gates 4-10: the verdict on ``reading`` against the ledger as it is now."""
+        return judge(reading, policy=self.policy, ledger=self.ledger,
+                     actuator=self.settings.actuator_id, now_ms=now_ms)  # fmt: skip
+
+    def _handle(self, msg: Message, reading: Reading) -> tuple[str, dict[str, Any]]:
         if not tracing.on():
-            return self._handle_one(msg)
+            return self._handle_one(reading)
         where = {"lagpilot.control_position": position(msg)}
         with tracing.span(
             "lagpilot.apply", parent=tracing.parent_from(msg.headers()), attributes=where
         ) as applied:
-            key, result = self._handle_one(msg)
+            key, result = self._handle_one(reading)
             got = {
                 "lagpilot.action_id": result.get("action_id"),
                 "lagpilot.action_type": result.get("action_type"),
@@ -229,17 +274,10 @@ class Runner:
                 self._trace_headers[key] = tracing.headers_of(recorded)
         return key, result
 
-    def _handle_one(self, msg: Message) -> tuple[str, dict[str, Any]]:
-        now_ms = self._now_ms()
-        verdict: Verdict = check(
-            msg.value(),
-            position=position(msg),
-            signing_key=self._key,
-            policy=self.policy,
-            ledger=self.ledger,
-            actuator=self.settings.actuator_id,
-            now_ms=now_ms,
-        )
+    def _handle_one(self, reading: Reading) -> tuple[str, dict[str, Any]]:
+        # judged again, not the intents' verdict: the batch's earlier events changed the
+        # ledger (a duplicate id, a halt) and time went on (expiry, the outcome's time)
+        verdict = self._judge(reading, self._now_ms())
         result = verdict.outcome if verdict.action is None else self._apply(verdict.action)
         assert result is not None
         self.ledger.fold(result)  # at once: a later event of this batch must see it
@@ -260,16 +298,14 @@ class Runner:
         )
         return verdict.key, result
 
-    def _write_intents(self, msgs: list[Message]) -> None:
+    def _write_intents(self, readings: list[Reading]) -> None:
         """An ``intent`` for every action of the batch that will call the backend, flushed
         (acknowledged by the broker) before the first call. Judged against the ledger as it
         is now; an action that turns out otherwise gets its intent in ``_apply``."""
         now_ms = self._now_ms()
         self._intents.begin()
-        for msg in msgs:
-            verdict = check(msg.value(), position=position(msg), signing_key=self._key,
-                            policy=self.policy, ledger=self.ledger,
-                            actuator=self.settings.actuator_id, now_ms=now_ms)  # fmt: skip
+        for reading in readings:
+            verdict = self._judge(reading, now_ms)
             if verdict.action is not None:
                 self._intents.add(verdict.action, now_ms)
         self._intents.flush()

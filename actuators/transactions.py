@@ -5,13 +5,12 @@
   retried, aborted or ended by a new producer with the same transactional id.
 - The control consumer is a static member (``group.instance.id`` = the actuator id). After
   its coordinator failed over, librdkafka can rejoin with a new member id and then be told
-  that a member with its own instance id fenced it (a fatal error; librdkafka#3437, seen in
-  bench-faults row 2). ``renew_consumer`` makes a new consumer that rejoins under the same
-  instance id.
+  that a member with its own instance id fenced it (a fatal error; librdkafka#3437).
+  ``renew_consumer`` makes a new consumer that rejoins under the same instance id.
 
 "Fenced" is ambiguous for both: a twin actuator with the same id, or the broker's failover.
 A failover fences a client once per coordinator move, and a cluster can move two in a row
-(row 2 kills the offsets leader, then the controller, within a minute). A twin fences it
+(the offsets leader's node, then the controller's, restarted one after the other). A twin fences it
 again at every renewal, as each twin's renewal fences the other. So a client is renewed up
 to ``MAX_RENEWALS`` times within ``TWIN_WINDOW_S``; fenced once more in that window, it is
 a twin and the actuator stops, naming the fix.
@@ -137,11 +136,10 @@ class Transactions:
 
     def _send_offsets(self, p: Any, offsets: list[TopicPartition]) -> bool:
         """``send_offsets_to_transaction`` with a deadline that holds: librdkafka ignores the
-        call's own timeout while the group's coordinator is away (librdkafka#5456; seen in
-        bench-faults row 2 as a call blocked 43 s with a 10 s timeout, outcomes and lease
-        releases waiting behind it). The call runs on a helper thread; False when it has
-        not returned by SEND_OFFSETS_S (the caller then ends the transaction by a new
-        producer, which fences this one and frees the thread)."""
+        call's own timeout while the group's coordinator is away (librdkafka#5456), and
+        outcomes and lease releases wait behind the blocked call. The call runs on a helper
+        thread; False when it has not returned by SEND_OFFSETS_S (the caller then ends the
+        transaction by a new producer, which fences this one and frees the thread)."""
         done, raised = threading.Event(), []
         meta = self.consumer.consumer_group_metadata()
 

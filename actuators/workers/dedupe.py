@@ -154,7 +154,7 @@ class SQLiteDedupeStore(SQLMarks):
     one transaction, each in its own savepoint (``fn`` raising undoes only its own writes). The
     call that finds nobody queued to join commits the group; the others wait for that commit, so
     every caller returns only after the commit that holds its effect and mark, and a failed
-    commit raises in each of them. One commit (an fsync, for SQLite about 2 ms here) serves the
+    commit raises in each of them. One commit (an fsync, for SQLite) serves the
     whole group instead of one per message; while it runs, the lanes that arrive queue up and
     form the next group.
     """

@@ -95,9 +95,9 @@ class PostgresDedupeStore(SQLMarks):
 
     ``writers``: the connections that ``once_sql``'s groups commit on (2 by default). Each
     runs its group's ``fn``s one after another, so more writers help when ``fn``'s
-    statements wait on the server (slow queries, row locks) rather than on CPU; on 2 cores,
-    2 writers beat 4 by 13-23% even with three statements per ``fn`` (fewer, larger groups:
-    less time in the interpreter lock per message). ``once``'s claims use a connection per
+    statements wait on the server (slow queries, row locks) rather than on CPU; otherwise
+    fewer writers do better (fewer, larger groups: less time in the interpreter lock per
+    message). ``once``'s claims use a connection per
     thread instead.
     """
 

@@ -1,6 +1,7 @@
-"""What a ``Worker`` and a ``PoolWorker`` share on the poll thread: the poll loop, control
-commands (obeying), backpressure and commits (committing). Only how partitions are obtained
-(a subscription vs. hand-offs) differs, in the two subclasses. The lane threads' side (the
+"""What a ``Worker`` and a ``PoolWorker`` share on the poll thread: the poll loop, and the two
+parts it holds and delegates to: control commands (``Obeying``, obeying.py), backpressure
+and commits (``Committing``, committing.py). Only how partitions are obtained (a
+subscription vs. hand-offs) differs, in the two subclasses. The lane threads' side (the
 handler wrapper, its retries and counters) is in handling; the settings' checks and
 defaults in engine_settings.
 """
@@ -16,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from actuators.workers.committing import Committing
 from actuators.workers.control import Command, ControlReader
@@ -50,11 +51,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Engine(Obeying, Committing, abc.ABC):
+class Engine(abc.ABC):
     """The poll loop. Subclasses implement ``_open``, ``_apply``, ``_tick``, ``_held``.
 
-    Obeying commands is ``Obeying``'s (obeying.py); backpressure and commits are
-    ``Committing``'s (committing.py): the engine holds the state both read."""
+    Obeying commands is its ``Obeying`` part's (obeying.py); backpressure and commits are
+    its ``Committing`` part's (committing.py). The engine builds both with what they use
+    (the lanes, the assigned partitions, the tally, its hooks) and delegates to them."""
 
     kind = "worker"
 
@@ -99,8 +101,6 @@ class Engine(Obeying, Committing, abc.ABC):
         self._host = socket.gethostname()
         self._reporter: OutcomeReporter | None = None
         self._default_lanes = lanes
-        self._buffered = max_buffered_per_partition  # None: BUFFERED_PER_LANE x its lanes
-        self._commit_interval_s = commit_interval_s
         self._close_timeout_s = close_timeout_s
         self._extra = extra
         self._signing_key = signing_key if signing_key is not None else load_verifier()
@@ -132,11 +132,36 @@ class Engine(Obeying, Committing, abc.ABC):
         self._consumer: Consumer | None = None
         self._control: ControlReader | None = None
         self._assigned: set[TopicPart] = set()
-        # actions halts in force for this group (state keys): spreads restored and refused
-        self.actions_halts: set[str] = set()
-        self._paused: set[TopicPart] = set()
-        self._acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
-        self._last_commit = 0.0
+        # the hooks, the consumer, the control reader and the reporter are looked up at each
+        # call: the subclass builds its clients when it connects (a unit test wires fakes)
+        self._obeying = Obeying(
+            kind=self.kind,
+            group=group,
+            host=self._host,
+            dispatcher=self._dispatcher,
+            default_lanes=lanes,
+            assigned=self._assigned,
+            tally=self._tally,
+            apply=lambda cmd: self._apply(cmd),
+            restore_all=lambda: self._restore_all(),
+            control=lambda: self._control,
+            reporter=lambda: self._reporter,
+            instance_id=lambda: getattr(self, "instance_id", ""),
+        )
+        self._committing = Committing(
+            dispatcher=self._dispatcher,
+            assigned=self._assigned,
+            buffered=max_buffered_per_partition,
+            interval_s=commit_interval_s,
+            tally=self._tally,
+            consumer=lambda: self._consumer,
+            held=lambda tp: self._held(tp),
+            metadata=lambda tp: self._metadata(tp),
+        )
+        # the parts' own state, under the names the subclasses use
+        self.actions_halts = self._obeying.actions_halts  # actions halts in force (state keys)
+        self._paused = self._committing.paused
+        self._acked = self._committing.acked  # last commit the broker acknowledged
         self.error: BaseException | None = None
         # the argument, else LAGPILOT_PROGRESS_INTERVAL_MS / _LEAD_MS, else 125 / 40 ms
         progress_interval_ms, progress_lead_ms = progress_timing(
@@ -245,24 +270,18 @@ class Engine(Obeying, Committing, abc.ABC):
         now_ms = _now_ms()
         for cmd in self._control.poll(now_ms):
             log.info("%s of group %s obeys %s", self.kind, self.group, cmd)
-            self._obey(cmd)
+            self._obeying.obey(cmd)
         self._tick(now_ms)
         self._flow()
-        if time.monotonic() - self._last_commit >= self._commit_interval_s:
-            # positions the broker has not acknowledged yet: a failed commit is retried
-            positions = self._dispatcher.positions()
-            moved = {tp: p for tp, p in positions.items() if self._acked.get(tp) != p}
-            self._commit(moved, asynchronous=True)
-            self._last_commit = time.monotonic()
+        self._committing.commit_due()
 
     def _fetch(self) -> list[Message]:
         """What the consumer holds now, else the first message within 0.1 s.
 
         ``consume(500, timeout=0.1)`` alone returns only when 500 messages are in or the
-        0.1 s have passed: on a topic slower than 5,000 messages/s every message waited for
-        the timeout (the swarm's median latency was 95 ms for 6 ms of work). A batch of
-        what is already fetched, or one message as soon as it lands, keeps both the batches
-        and the latency."""
+        0.1 s have passed: on a topic slower than 5,000 messages/s every message would wait
+        for the timeout, however short its work. A batch of what is already fetched, or one
+        message as soon as it lands, keeps both the batches and the latency."""
         assert self._consumer is not None
         return self._consumer.consume(num_messages=500, timeout=0) or self._consumer.consume(
             num_messages=1, timeout=0.1
@@ -341,6 +360,40 @@ class Engine(Obeying, Committing, abc.ABC):
 
     def _before_close(self) -> None:
         return None
+
+    def _restore_all(self) -> None:
+        """An actions halt: every spread partition back to the default lanes (subclasses also
+        return hand-offs)."""
+        self._obeying.restore_lanes()
+
+    # -- the parts' calls, under the names the subclasses (and their tests) use -------------
+
+    def _report(self, cmd: Command, did: str, tp: TopicPart | None = None, **detail: Any) -> None:
+        """Say on the outcomes topic what this instance did with ``cmd`` (docs/events.md)."""
+        self._obeying.report(cmd, did, tp, **detail)
+
+    @property
+    def instance(self) -> str:
+        """Who this worker is in its outcome reports: its static membership id, else host:pid."""
+        return self._obeying.instance
+
+    def _flow(self) -> None:
+        self._committing.flow()
+
+    def _commit(
+        self, positions: dict[TopicPart, int], *, asynchronous: bool, metadata: str | None = None
+    ) -> bool:
+        return self._committing.commit(positions, asynchronous=asynchronous, metadata=metadata)
+
+    def _close_partitions(self, tps: Iterable[TopicPart], timeout_s: float) -> None:
+        self._committing.close_partitions(tps, timeout_s)
+
+    def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
+        """The consumer's ``on_commit`` callback (runs inside consume() on the poll thread)."""
+        self._committing.on_commit(err, partitions)
+
+    def _current_position(self, tp: TopicPart) -> int | None:
+        return self._committing.current_position(tp)
 
     # -- introspection -------------------------------------------------------------------------
 

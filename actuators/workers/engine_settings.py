@@ -19,7 +19,7 @@ DEDUPE_URL_ENV = "LAGPILOT_DEDUPE_URL"
 MAX_WORKERS = 256
 #: the default backpressure: a partition holds up to this many messages per lane, so its
 #: lanes keep busy across a fetch; pausing purges librdkafka's prefetched messages, so a
-#: small buffer pauses, drains and refetches in turn (8 per lane left lanes idle half the time)
+#: small buffer pauses, drains and refetches in turn, leaving the lanes idle meanwhile
 BUFFERED_PER_LANE = 128
 #: settings the SDK owns: changing them would break the commit-what-is-done guarantee
 _OWNED = ("enable.auto.commit", "enable.auto.offset.store", "group.id", "on_commit")

@@ -86,8 +86,8 @@ class _Part:
     def route(self, message: Any, spread: int | None = None) -> int:
         """The lane of a message: its key's lane while that key has work pending, else its
         ``lane_for`` lane if that is idle, else the least busy lane. Two distinct keys then
-        never wait behind each other while a lane is free (with hashing alone, two of the 12
-        lanes' documents collided one time in eight and the second waited out the first)."""
+        never wait behind each other while a lane is free (with hashing alone, two keys can
+        share a lane and the second waits out the first)."""
         if self.lanes == 1:
             return 0  # nothing to choose (and no key to track: a relane re-routes the queue)
         key = message.key()

@@ -44,11 +44,11 @@ log = logging.getLogger(__name__)
 
 # Half the pipeline's sampling interval: the model judges a report that shows a stalled
 # worker the moment it lands (not at the next sample), so the report cadence, not the
-# sampler's, bounds detection: 125 ms puts its p99 well under half a second (250 ms left
-# ~30 ms of margin at p99). One small message per worker every 125 ms.
+# sampler's, bounds detection: half the sampling interval keeps it well under half a second,
+# with a margin for late reports. One small message per worker every 125 ms.
 DEFAULT_INTERVAL_MS = 125
 # before the sampler's tick: room for a thread that wakes late on a busy host and for the
-# trip through the broker to the pipeline's reader (20 ms missed the sample ~10% of the time)
+# trip through the broker to the pipeline's reader
 DEFAULT_LEAD_MS = 40
 INTERVAL_ENV = "LAGPILOT_PROGRESS_INTERVAL_MS"
 LEAD_ENV = "LAGPILOT_PROGRESS_LEAD_MS"

@@ -5,17 +5,16 @@
 Why not ``ThreadPoolExecutor``: it starts a new thread only when its idle semaphore is empty,
 and every finished task adds to that semaphore even when its thread goes straight on to a
 queued task. Under a steady backlog the permits pile up, so the pool stops growing long
-before ``max_workers``: a worker with 8 partitions x 16 lanes ran 16 threads. This pool
+before ``max_workers``, with far fewer threads than lanes that have work. This pool
 counts the threads really waiting for work, so each lane with work gets a thread, up to
 ``max_threads``.
 
 ``LoopLanes``: an ``async def`` handler's lanes are tasks on one event loop thread, up to the
 same cap. Threads sleeping in a handler each win the interpreter lock back when they wake,
-and with 128 of them most wake-ups wait for it (a process of 128 threads doing nothing but
-1 ms sleeps and 15 us of work each ran 16.7k of them a second on this machine, 0.4 core
-busy); 128 tasks on one loop ran 40k (one core busy). Blocking calls in an async handler
-belong in ``asyncio.to_thread`` (``ctx.once_async`` and ``ctx.once_sql_async`` do that),
-whose threads are the loop's own pool, capped the same way.
+and with many of them most wake-ups wait for it; tasks on one loop switch without it, so
+one loop thread runs more short handlers a second than as many threads. Blocking calls
+in an async handler belong in ``asyncio.to_thread`` (``ctx.once_async`` and
+``ctx.once_sql_async`` do that), whose threads are the loop's own pool, capped the same way.
 """
 
 from __future__ import annotations

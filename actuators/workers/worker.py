@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 INSTANCE_ID_ENV = "LAGPILOT_WORKER_INSTANCE_ID"
 #: the group heartbeat's interval (``heartbeat.interval.ms``; ``consumer_config`` overrides
 #: it). Each round of a cooperative rebalance waits for every member's next heartbeat, so a
-#: partition moving to a new member has no owner for up to two intervals: a member joining
-#: serves its first record ~1.1-1.6 s after it started at 500 ms, ~2.1 s at 1 s (librdkafka's
-#: default is 3 s). Two small requests a second per member cost a broker little.
+#: partition moving to a new member has no owner for up to two intervals, so a short interval
+#: (librdkafka's default is 3 s) shortens that gap. Two small requests a second per member
+#: cost a broker little.
 HEARTBEAT_INTERVAL_MS = 500
 
 
@@ -102,7 +102,7 @@ class Worker(Engine):
             "partition.assignment.strategy": "cooperative-sticky",
             # each of a cooperative rebalance's two rounds waits for every member to learn of
             # it at its next heartbeat, so a partition moving to a new member has no owner for
-            # up to two intervals: 1 s (librdkafka's default is 3 s) at one request a second
+            # up to two intervals (HEARTBEAT_INTERVAL_MS, librdkafka's default is 3 s)
             "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
             "auto.offset.reset": "earliest",
             **self.base_config(),

@@ -91,3 +91,23 @@ def test_a_failed_async_commit_leaves_the_position_unacknowledged() -> None:
         assert engine.stats()["commit_failed"] == 1 and engine._acked == {}
     finally:
         engine._shutdown()
+
+
+def test_the_committing_part_stands_alone_with_what_it_is_given() -> None:
+    """The engine's commits part is built from explicit dependencies: the lanes, the
+    assigned partitions, the tally, the consumer and the engine's two hooks."""
+    from actuators.workers.committing import Committing
+    from actuators.workers.handling import Tally
+    from tests.support.workers import FakeConsumer
+
+    engine = plain(lambda msg, ctx: None)
+    try:
+        consumer, tally = FakeConsumer(), Tally()
+        part = Committing(dispatcher=engine._dispatcher, assigned={TP}, buffered=None,
+                          interval_s=0.0, tally=tally, consumer=lambda: consumer,
+                          held=lambda tp: False, metadata=lambda tp: "m")  # fmt: skip
+        assert part.commit({TP: 3}, asynchronous=False)
+        assert consumer.commits == [({TP: (3, "m")}, False)] and part.acked == {TP: 3}
+        assert tally.snapshot() == {"commits": 1}
+    finally:
+        engine._shutdown()

@@ -122,3 +122,24 @@ def test_a_halt_lets_running_messages_finish() -> None:
         assert engine._dispatcher.positions() == {TP: 1}  # 1 was not started
     finally:
         engine._shutdown()
+
+
+def test_the_obeying_part_stands_alone_with_what_it_is_given(engine: Plain) -> None:
+    """The engine's commands part is built from explicit dependencies: the lanes, the
+    assigned partitions, the tally, the engine's hooks and its clients."""
+    from actuators.workers.handling import Tally
+    from actuators.workers.obeying import Obeying
+    from tests.support.workers import FakeReporter
+
+    applied: list[object] = []
+    reporter, tally = FakeReporter(), Tally()
+    part = Obeying(kind="worker", group="g", host="h", dispatcher=engine._dispatcher,
+                   default_lanes=1, assigned={TP}, tally=tally, apply=applied.append,
+                   restore_all=lambda: None, control=lambda: None,
+                   reporter=lambda: reporter, instance_id=lambda: "w-0")  # fmt: skip
+    spread = command(ActionType.SPREAD_PARTITION, TP, lanes=2)
+    part.obey(spread)
+    part.obey(command(ActionType.HALT, scope="actions:g"))
+    assert applied == [spread] and part.actions_halts == {"actions:g"}
+    assert reporter.did() == ["halted"] and reporter.events[0]["instance"] == "w-0"
+    assert tally.snapshot()["obeyed_spread_partition"] == 1
