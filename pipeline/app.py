@@ -18,6 +18,7 @@ commits message carries every group-partition's latest commit since the last flu
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -28,11 +29,12 @@ from quixstreams.models import TopicConfig
 from quixstreams.state.rocksdb import RocksDBOptions
 
 from pipeline.model.events import TopicObservation
+from pipeline.model.group_health import GroupHealth
 from pipeline.model.model_op import LagOperator, lag_key
 from pipeline.model.publish import LagEvents
 from pipeline.model.truth import ReadLimits, RecordTimeReader
 from pipeline.observe.metrics import PipelineMetrics
-from pipeline.read.commits import CommitsSource
+from pipeline.read.commits import CommitsConfig, CommitsSource
 from pipeline.read.counters import CounterChannel, RunTotals
 from pipeline.read.sampling import make_selector
 from pipeline.read.watermarks import HighWatermarkSource
@@ -202,14 +204,18 @@ def build_app(
     source = CommitsSource(
         "lagpilot-inputs",
         settings.broker_config(),
-        consumer_group=f"{settings.consumer_group}.offsets",
-        offsets_topic=settings.offsets_topic,
-        instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
-        flush_ms=settings.commit_flush_ms,
-        auto_offset_reset="earliest",
+        CommitsConfig(
+            consumer_group=f"{settings.consumer_group}.offsets",
+            offsets_topic=settings.offsets_topic,
+            instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
+            flush_ms=settings.commit_flush_ms,
+            auto_offset_reset="earliest",
+            model_group=settings.consumer_group,
+        ),
         sampler=sampler,
-        model_group=settings.consumer_group,
-        health=settings.health_config(),
+        # group health is the model's, kept in the reader's process (it reads the records);
+        # a partial of a class pickles into the source's spawned process
+        health=functools.partial(GroupHealth, settings.health_config()),
     )
     app.add_source(source, topic=wm_topic)
     threading.Thread(

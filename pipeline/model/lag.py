@@ -10,7 +10,8 @@ One ``TopicModel`` per topic holds
   (kafka-lag-exporter's offset->time table, without its 30 s poll and without its error on
   idle and spiky partitions); a time lag is recomputed only where the offset moved;
 - every consumer group on the topic as one row of (groups x partitions) arrays: committed
-  offset, last commit time, last progress time and the usual interval between progress;
+  offset, last commit time, last progress time and the usual interval between progress
+  (what commits change: ``pipeline.model.commit_state``);
 - the rate window (``pipeline.model.window``): the (time, HWM, committed) rows the rates
   are fitted on, in buffers laid out for the fits. A tick fits every group at once (a few
   matrix products per topic, not a dozen numpy calls per group) and touches each row of
@@ -24,6 +25,7 @@ its growing time lag without waiting for another commit.
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,13 +33,13 @@ import numpy as np
 from pipeline.model.arrays import decode as _dec
 from pipeline.model.arrays import encode as _enc
 from pipeline.model.arrays import widen as _widen
-from pipeline.model.commit_state import POSITION, POSITION_DTYPES, CommitState
+from pipeline.model.commit_state import CommitState
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
 from pipeline.model.history import READ
 from pipeline.model.hw_table import HwTable
 from pipeline.model.progress import WorkerProgress
-from pipeline.model.status import Limits, classify, usual_interval_s
+from pipeline.model.status import Limits, StatusInputs, classify, usual_interval_s
 from pipeline.model.window import RateWindow
 from schemas.lag import SEVERITY, LagStatus
 
@@ -58,6 +60,21 @@ _EMPTY: dict[str, tuple[int, Any]] = {
     "last_commit_ms": (0, np.int64),
 }
 _PER_PARTITION = {"produce_rate_per_s"}
+#: ``StatusInputs`` field -> its key in the dict ``WorkerProgress.overlay`` takes and returns
+_OVERLAY_KEYS = {
+    "lag_offsets": "lag",
+    "time_lag_s": "time_lag",
+    "since_progress_s": "since_progress_s",
+    "since_commit_s": "since_commit_s",
+    "interval_s": "interval_s",
+    "since_rewind_s": "since_rewind_s",
+    "lag_rate_per_s": "lag_rate",
+    "produce_rate_per_s": "produce_rate",
+    "recent_lag_rate_per_s": "recent_lag_rate",
+    "warn_min_s": "warn_min_s",
+    "stop_min_s": "stop_min_s",
+    "released": "released",
+}
 # per group (and per group-partition): what the operator last published, and when
 _PUBLISHED = (
     "last_status",
@@ -96,10 +113,12 @@ def drain_eta_s(
     return np.where(lag == 0, 0.0, eta)
 
 
-class TopicModel(CommitState):
+class TopicModel:
     """The model of one topic: its HWM history and every group that commits on it.
 
     Groups are rows of (groups x partitions) arrays, so a tick models all of them at once.
+    What commits change is its ``CommitState`` (``positions``): this keeps the group names,
+    the width and the bound on partitions, and hands it row numbers.
     """
 
     def __init__(self, topic: str, cfg: LagConfig) -> None:
@@ -109,15 +128,7 @@ class TopicModel(CommitState):
         self.groups: list[str] = []
         self._index: dict[str, int] = {}
         self._width = 0  # partitions known from samples or commits
-        for name, fill in POSITION.items():
-            setattr(self, name, np.full((0, 0), fill, POSITION_DTYPES.get(name, np.int64)))
-        self.committed: np.ndarray
-        self.commit_ms: np.ndarray
-        self.progress_ms: np.ndarray
-        self.interval_s: np.ndarray
-        self.rewind_ms: np.ndarray
-        self.read_offset: np.ndarray
-        self.read_ms: np.ndarray
+        self.positions = CommitState(cfg)  # what commits change, per group x partition
         # the rate window: rows at each tick (time, HWM per partition, committed per group)
         self._win = RateWindow()
         # what the operator last published per group-partition (the model does not use it)
@@ -132,6 +143,35 @@ class TopicModel(CommitState):
         self.rejected_commits = 0  # commits to partitions the topic does not have
         # SDK workers' progress reports: where present, they judge the status (progress.py)
         self.progress = WorkerProgress(cfg.progress, cfg.warn_factor)
+
+    @property
+    def committed(self) -> np.ndarray:
+        """The last committed offset per group x partition (-1: none)."""
+        return self.positions.committed
+
+    @property
+    def commit_ms(self) -> np.ndarray:
+        return self.positions.commit_ms
+
+    @property
+    def progress_ms(self) -> np.ndarray:
+        return self.positions.progress_ms
+
+    @property
+    def interval_s(self) -> np.ndarray:
+        return self.positions.interval_s
+
+    @property
+    def rewind_ms(self) -> np.ndarray:
+        return self.positions.rewind_ms
+
+    @property
+    def read_offset(self) -> np.ndarray:
+        return self.positions.read_offset
+
+    @property
+    def read_ms(self) -> np.ndarray:
+        return self.positions.read_ms
 
     @property
     def t_ms(self) -> np.ndarray:
@@ -177,9 +217,7 @@ class TopicModel(CommitState):
     def _widen(self, width: int) -> None:
         if width <= self._width:
             return
-        for name, fill in POSITION.items():
-            setattr(self, name, _widen(getattr(self, name), width, fill))
-        self._limits = None
+        self.positions.widen(width)
         self._win.widen(width)
         self.last_status = _widen(self.last_status, width, 0)
         self._width = width
@@ -207,9 +245,7 @@ class TopicModel(CommitState):
         def grown(a: np.ndarray, fill: float | int) -> np.ndarray:
             return np.concatenate([a, np.full((new, *a.shape[1:]), fill, a.dtype)])
 
-        for key, fill in POSITION.items():
-            setattr(self, key, grown(getattr(self, key), fill))
-        self._limits = None
+        self.positions.add_rows(new)
         self._win.add_groups(new)
         self.last_status = grown(self.last_status, 0)
         self.last_snapshot_ms = grown(self.last_snapshot_ms, 0)
@@ -223,9 +259,9 @@ class TopicModel(CommitState):
         return rows
 
     def _drop_group(self, g: int) -> None:
-        for key in (*POSITION, *_PUBLISHED):
+        self.positions.drop_row(g)
+        for key in _PUBLISHED:
             setattr(self, key, np.delete(getattr(self, key), g, axis=0))
-        self._limits = None
         self._win.drop_group(g)
         del self.groups[g]
         self.history.forget_written()
@@ -270,9 +306,94 @@ class TopicModel(CommitState):
         g = self._index.get(group)
         if g is None or not 0 <= partition < self._width or offset < 0 or record_ms <= 0:
             return
-        self.read_offset[g, partition] = offset
-        self.read_ms[g, partition] = record_ms
-        self._reads = True
+        self.positions.record_read(g, partition, offset, record_ms)
+
+    # -- commits --------------------------------------------------------------------------
+
+    def commit(self, group: str, partition: int, offset: int, ts_ms: int) -> None:
+        """Apply one commit. Replays (older than the last commit seen) change nothing; a
+        partition the topic does not have is counted in ``rejected_commits``."""
+        if not 0 <= partition < self.partition_limit():
+            self.rejected_commits += 1
+            return
+        self._widen(partition + 1)
+        self.positions.apply(self._group(group), partition, offset, ts_ms, self._win)
+
+    def commit_many(self, rows: list[Any]) -> set[str]:
+        """Apply a batch of ``[group, partition, offset, ts_ms]`` rows: see
+        ``commit_columns``. Returns the groups touched."""
+        if not rows:
+            return set()
+        names, parts, offsets, times = zip(*rows, strict=True)  # columns
+        groups = list(dict.fromkeys(names))
+        index = {n: i for i, n in enumerate(groups)}
+        return self.commit_columns(groups, [index[n] for n in names], parts, offsets, times)
+
+    def commit_columns(
+        self,
+        groups: list[str],
+        group: Any,
+        partition: Any,
+        offset: Any,
+        commit_ts_ms: Any,
+    ) -> set[str]:
+        """Apply a batch of commits given as columns (``group`` indexes ``groups``) as
+        array work: exactly what ``commit`` does one at a time, for a batch with one commit
+        per group-partition (the commits source coalesces to that); other batches go one
+        at a time. Returns the groups whose positions it changed."""
+        gi = np.asarray(group, np.int64)
+        p = np.asarray(partition, np.int64)
+        if not len(p):
+            return set()
+        limit = self.partition_limit()
+        ok = (p >= 0) & (p < limit)
+        off, ts = np.asarray(offset, np.int64), np.asarray(commit_ts_ms, np.int64)
+        if not ok.all():
+            self.rejected_commits += int(len(p) - ok.sum())
+            gi, p, off, ts = gi[ok], p[ok], off[ok], ts[ok]
+            if not len(p):
+                return set()
+        known = [self._index.get(name) for name in groups]
+        if None in known:  # new groups take rows in the order commits name them
+            _, first = np.unique(gi, return_index=True)
+            used = gi[np.sort(first)].tolist()
+            rows = np.zeros(len(groups), np.int64)
+            rows[used] = self.add_groups([groups[i] for i in used])
+        else:  # (the usual batch: every group it names is modelled already)
+            rows = np.asarray(known, np.int64)
+        g = rows[gi]
+        self._widen(int(p.max()) + 1)
+        if self.positions.repeats(g * self._width + p, len(self.groups) * self._width):
+            for i, partition_, offset_, ts_ in zip(
+                gi.tolist(), p.tolist(), off.tolist(), ts.tolist(), strict=True
+            ):
+                self.commit(groups[i], partition_, offset_, ts_)
+            return {groups[i] for i in np.unique(gi).tolist()}
+        fresh = self.positions.apply_cells(g, p, off, ts, self._win)
+        if not fresh.any():  # replays and repeats: no group is touched
+            return set()
+        return {groups[i] for i in np.flatnonzero(np.bincount(gi[fresh], minlength=len(groups)))}
+
+    def forget(self, group: str, partition: int) -> None:
+        """The offset was deleted (tombstone): stop modelling this partition, and the group
+        once it has no partition left."""
+        g = self._index.get(group)
+        if g is None:
+            return
+        if partition < self._width:
+            self.positions.clear(g, partition)
+        self.progress.forget(group, partition)
+        if not self.positions.any_commit(g):
+            self._drop_group(g)
+
+    def position_state(self, group: str) -> dict[str, Any]:
+        """What a commit changes for one group (``CommitState.row_state``)."""
+        return self.positions.row_state(self._index[group], self._width)
+
+    def load_position_state(self, group: str, d: dict[str, Any]) -> None:
+        """``position_state`` read back (``CommitState.load_row``)."""
+        self._widen(int(d["width"]))
+        self.positions.load_row(self._group(group), d)
 
     # -- the tick -------------------------------------------------------------------------
 
@@ -297,31 +418,36 @@ class TopicModel(CommitState):
         # time lag: only where data waits
         tl, how = self.history.time_lag(c, now_ms)
         # a record timestamp read at the committed offset is the truth: it wins
-        read = (self.read_offset[:, :width] == c) & (lag > 0) & mask if self._reads else None
+        read = (
+            (self.read_offset[:, :width] == c) & (lag > 0) & mask if self.positions.reads else None
+        )
         if read is not None and read.any():
             tl = np.where(read, np.maximum(0.0, (now_ms - self.read_ms[:, :width]) / 1000.0), tl)
             how = np.where(read, READ, how).astype(np.int8)
         rew = self.rewind_ms[:, :width]
-        inputs = {
-            "lag": lag,
-            "time_lag": tl,
-            "since_progress_s": (now_ms - self.progress_ms[:, :width]) / 1000.0,
-            "since_commit_s": (now_ms - self.commit_ms[:, :width]) / 1000.0,
-            "since_rewind_s": (
+        inputs = StatusInputs(
+            lag_offsets=lag,
+            time_lag_s=tl,
+            since_progress_s=(now_ms - self.progress_ms[:, :width]) / 1000.0,
+            since_commit_s=(now_ms - self.commit_ms[:, :width]) / 1000.0,
+            since_rewind_s=(
                 np.where(rew > 0, (now_ms - rew) / 1000.0, np.inf) if rew.any() else None
             ),
-            "interval_s": self.interval_s[:, :width],
-            "lag_rate": lag_rate,
-            "produce_rate": produce[None, :],
-            "recent_lag_rate": rates.recent_rate,
-        }
+            interval_s=self.interval_s[:, :width],
+            lag_rate_per_s=lag_rate,
+            produce_rate_per_s=produce[None, :],
+            recent_lag_rate_per_s=rates.recent_rate,
+        )
         if len(self.progress):  # workers' own reports, where present, judge the status
-            inputs["warn_min_s"] = np.full(lag.shape, cfg.warn_min_s)
-            inputs["stop_min_s"] = np.full(lag.shape, cfg.stop_min_s)
-            inputs = self.progress.overlay(
-                inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
+            inputs = self._overlay_reports(
+                replace(
+                    inputs,
+                    warn_min_s=np.full(lag.shape, cfg.warn_min_s),
+                    stop_min_s=np.full(lag.shape, cfg.stop_min_s),
+                ),
+                now_ms,
             )
-        status = classify(cfg=cfg, limits=self._status_limits(inputs), **inputs)
+        status = classify(inputs, cfg, self._status_limits(inputs))
         eta = drain_eta_s(lag, lag_rate, produce[None, :], status)
         return self._observation(
             now_ms,
@@ -341,16 +467,34 @@ class TopicModel(CommitState):
             },
         )
 
-    def _status_limits(self, inputs: dict[str, Any]) -> Limits:
+    def _overlay_reports(self, inputs: StatusInputs, now_ms: int) -> StatusInputs:
+        """``inputs`` with the cells workers report judged by their reports
+        (``WorkerProgress.overlay``, which takes and returns them as a dict under the keys
+        of ``_OVERLAY_KEYS``; the arrays given are not modified)."""
+        given = {
+            key: value
+            for name, key in _OVERLAY_KEYS.items()
+            if (value := getattr(inputs, name)) is not None
+        }
+        out = self.progress.overlay(
+            given, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
+        )
+        overlaid: dict[str, Any] = {name: out.get(key) for name, key in _OVERLAY_KEYS.items()}
+        return StatusInputs(**overlaid)
+
+    def _status_limits(self, inputs: StatusInputs) -> Limits:
         """The status rules' ``Limits``, kept while the intervals are the model's own
         (worker reports overlay their cells' intervals and floors: then derived afresh)."""
-        interval_s = inputs["interval_s"]
-        if "warn_min_s" in inputs or not np.may_share_memory(interval_s, self.interval_s):
+        interval_s = inputs.interval_s
+        if inputs.warn_min_s is not None or not np.may_share_memory(interval_s, self.interval_s):
             usual = usual_interval_s(interval_s, self.cfg)
-            return Limits.of(usual, self.cfg, inputs.get("warn_min_s"), inputs.get("stop_min_s"))
-        if self._limits is None or self._limits.usual.shape != interval_s.shape:
-            self._limits = Limits.of(usual_interval_s(interval_s, self.cfg), self.cfg)
-        return self._limits
+            return Limits.of(usual, self.cfg, inputs.warn_min_s, inputs.stop_min_s)
+        kept = self.positions.limits
+        if kept is None or kept.usual.shape != interval_s.shape:
+            kept = self.positions.limits = Limits.of(
+                usual_interval_s(interval_s, self.cfg), self.cfg
+            )
+        return kept
 
     def judge_reports(self, keys: list[tuple[str, int]]) -> TopicObservation | None:
         """Between samples, as worker reports arrive: the observation as of the newest

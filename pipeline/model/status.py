@@ -1,7 +1,8 @@
 """The status rules of the lag model: Burrow's vocabulary, judged every sample.
 
 Pure and numpy-based: one status code per group-partition (``SEVERITY``), the first rule
-that holds wins, most severe first (see ``classify``).
+that holds wins, most severe first (see ``classify``). What the rules judge arrives as one
+``StatusInputs``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,37 @@ from pipeline.model.config import LagConfig
 from schemas.lag import SEVERITY, LagStatus
 
 STATUS_BY_CODE = list(LagStatus)  # code = SEVERITY[status]
+
+
+@dataclass(frozen=True, eq=False)
+class StatusInputs:
+    """What the status rules judge, per cell: every array of one shape (groups x partitions
+    in the model; ``produce_rate_per_s`` may be one row, broadcast). Optional inputs left
+    None skip the rules that need them, or take the config's value."""
+
+    #: offsets waiting to be consumed (high watermark - committed offset)
+    lag_offsets: np.ndarray
+    #: how long the oldest waiting message has waited
+    time_lag_s: np.ndarray
+    #: since the committed offset last advanced
+    since_progress_s: np.ndarray
+    #: since the group last committed
+    since_commit_s: np.ndarray
+    #: the usual time between advances, as learned (nan: not learned yet)
+    interval_s: np.ndarray
+    #: since the committed offset went back (None: it never did)
+    since_rewind_s: np.ndarray | None = None
+    #: the lag's least-squares slope over the rate window
+    lag_rate_per_s: np.ndarray | None = None
+    produce_rate_per_s: np.ndarray | None = None
+    #: the lag's slope over the last ``recent_s``
+    recent_lag_rate_per_s: np.ndarray | None = None
+    #: per-cell WARN floor where worker reports judge (None: ``cfg.warn_min_s``)
+    warn_min_s: np.ndarray | None = None
+    #: per-cell STOP/STALL floor where worker reports judge (None: ``cfg.stop_min_s``)
+    stop_min_s: np.ndarray | None = None
+    #: cells whose worker released them and that no member has taken since
+    released: np.ndarray | None = None
 
 
 def usual_interval_s(interval_s: np.ndarray, cfg: LagConfig) -> np.ndarray:
@@ -71,23 +103,7 @@ class Limits:
         self.spans_recent[g, p] = cells.spans_recent
 
 
-def classify(
-    *,
-    lag: np.ndarray,
-    time_lag: np.ndarray,
-    since_progress_s: np.ndarray,
-    since_commit_s: np.ndarray,
-    since_rewind_s: np.ndarray | None,
-    interval_s: np.ndarray,
-    cfg: LagConfig,
-    lag_rate: np.ndarray | None = None,
-    produce_rate: np.ndarray | None = None,
-    recent_lag_rate: np.ndarray | None = None,
-    warn_min_s: np.ndarray | None = None,
-    stop_min_s: np.ndarray | None = None,
-    limits: Limits | None = None,
-    released: np.ndarray | None = None,
-) -> np.ndarray:
+def classify(x: StatusInputs, cfg: LagConfig, limits: Limits | None = None) -> np.ndarray:
     """Status codes per partition; the first rule that holds wins, most severe first.
 
     1. REWIND: the committed offset went back (an offset reset) within ``rewind_hold_s``.
@@ -111,12 +127,19 @@ def classify(
     7. OK: otherwise. A caught-up consumer (no data waiting) is OK however long it has been
        idle: Burrow's false alarm on idle topics does not happen here.
 
-    ``limits``: ``Limits.of(usual_interval_s(interval_s, cfg), cfg)`` when the caller keeps
-    them between ticks (then ``warn_min_s`` and ``stop_min_s`` must be None).
-    ``since_rewind_s`` None: no offset went back (the REWIND rule is skipped).
+    ``limits``: ``Limits.of(usual_interval_s(x.interval_s, cfg), cfg)`` when the caller
+    keeps them between ticks (then ``x.warn_min_s`` and ``x.stop_min_s`` must be None).
+    ``x.since_rewind_s`` None: no offset went back (the REWIND rule is skipped).
     """
     if limits is None:
-        limits = Limits.of(usual_interval_s(interval_s, cfg), cfg, warn_min_s, stop_min_s)
+        usual_s = usual_interval_s(x.interval_s, cfg)
+        limits = Limits.of(usual_s, cfg, x.warn_min_s, x.stop_min_s)
+    lag, time_lag, since_progress_s = x.lag_offsets, x.time_lag_s, x.since_progress_s
+    lag_rate, produce_rate, recent_lag_rate = (
+        x.lag_rate_per_s,
+        x.produce_rate_per_s,
+        x.recent_lag_rate_per_s,
+    )
     usual, stop_after, warn_after = limits.usual, limits.stop_after, limits.warn_after
     slack = cfg.commit_visibility_s
     waiting = lag > 0
@@ -145,12 +168,15 @@ def classify(
                 & limits.spans_recent
             )
     rewound = (
-        np.zeros_like(waiting) if since_rewind_s is None else since_rewind_s < cfg.rewind_hold_s
+        np.zeros_like(waiting) if x.since_rewind_s is None else x.since_rewind_s < cfg.rewind_hold_s
     )
     rules = [
         (rewound, LagStatus.REWIND),
-        (waiting & released if released is not None else np.zeros_like(waiting), LagStatus.STOP),
-        (waiting & (stuck > stop_after) & (since_commit_s < stop_after), LagStatus.STALL),
+        (
+            waiting & x.released if x.released is not None else np.zeros_like(waiting),
+            LagStatus.STOP,
+        ),
+        (waiting & (stuck > stop_after) & (x.since_commit_s < stop_after), LagStatus.STALL),
         (waiting & (stuck > stop_after), LagStatus.STOP),
         (waiting & (beyond_cadence >= cfg.err_time_lag_s), LagStatus.ERR),
         (

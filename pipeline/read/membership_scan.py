@@ -8,8 +8,8 @@ records are still there. This scan reads each newly assigned offsets partition f
 beginning up to where the source starts, in a thread with its own consumer, and hands
 the membership records (commits are skipped by their key's record type, undecoded: they
 are nearly all of the topic) to the reading loop, which applies them with
-their offsets: a record the live reader already superseded is dropped
-(:meth:`pipeline.model.group_health.GroupHealth.apply`).
+their offsets: group health drops a record the live reader already superseded
+(``HealthFold.apply`` in ``pipeline.read.health``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ and group health (pure: the messages are handed in; the commits source polls the
 
 Plain commits take the fast path (``Coalescer.take_many``); everything else is decoded the
 careful way (``pipeline.read.offsets.decode_record``), in log order. Counters go to the
-source's ``stats``, which travel to the pipeline's metrics in a header.
+reader's ``stats``, which reach the pipeline's metrics on the counters channel
+(``pipeline.read.counters``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from pipeline.model.group_health import GroupHealth
 from pipeline.read.coalesce import Coalescer
+from pipeline.read.health import HealthFold
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.offsets import Skipped, decode_record, is_own_group
 from schemas import OffsetCommit, OffsetDeleted
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 def read_poll(
     msgs: list[Any],
     buffer: Coalescer,
-    health: GroupHealth | None,
+    health: HealthFold | None,
     scans: list[MembershipScan],
     now_ms: int,
     stats: Counter[str],
@@ -88,13 +89,13 @@ def read_poll(
     return reports
 
 
-def apply_tracked(health: GroupHealth, buffer: Coalescer) -> None:
+def apply_tracked(health: HealthFold, buffer: Coalescer) -> None:
     """The fast path's commits of groups that group health tracks, in read order."""
     for (topic, group, partition), offset, ts in buffer.take_tracked():
         health.commit(group, topic, partition, offset, ts)
 
 
-def apply_scans(health: GroupHealth, scans: list[MembershipScan], limit: int = 5000) -> None:
+def apply_scans(health: HealthFold, scans: list[MembershipScan], limit: int = 5000) -> None:
     """Apply what the start-up scans read (at most ``limit`` records a loop, so commits
     keep flowing); once every scan is done, the model stops ordering records by offset."""
     for scan in list(scans):

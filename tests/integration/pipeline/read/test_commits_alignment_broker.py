@@ -1,4 +1,4 @@
-"""Where the commits reader stands on each offsets partition (``CommitsSource._positions``),
+"""Where the commits reader stands on each offsets partition (``ReadPositions.positions``),
 against the real broker: what a tick's ends are held against (``read_up_to``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.read.commits import CommitsSource
+from pipeline.read.commits import CommitsConfig, ReadPositions
 
 
 def _topic(bootstrap: str, records: int) -> str:
@@ -29,15 +29,14 @@ def _topic(bootstrap: str, records: int) -> str:
 def _positions_after_assignment(bootstrap: str, reset: str, topic: str) -> dict[int, int]:
     """A reader of ``topic`` as the commits source builds it (new group), consumed from
     until it has seen a fetch response for both partitions; its positions then."""
-    source = CommitsSource(
-        "align-test",
-        {"bootstrap.servers": bootstrap},
+    cfg = CommitsConfig(
         consumer_group=f"align-{uuid.uuid4().hex[:8]}",
         offsets_topic=topic,
         progress_topic=None,
         auto_offset_reset=reset,
     )
-    consumer = source._consumer()
+    reading = ReadPositions(cfg)
+    consumer = cfg.consumer({"bootstrap.servers": bootstrap})
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + 30
@@ -49,8 +48,8 @@ def _positions_after_assignment(bootstrap: str, reset: str, topic: str) -> dict[
                 for tp in consumer.assignment()
             )
             if parts == {0, 1} and fetched:
-                source._assigned = parts
-                positions = source._positions(consumer)
+                reading.assigned = parts
+                positions = reading.positions(consumer)
                 assert positions is not None
                 return positions
         pytest.fail("not assigned and fetched within 30 s")

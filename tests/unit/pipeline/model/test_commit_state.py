@@ -104,12 +104,14 @@ def test_a_batch_naming_a_cell_twice_does_what_its_commits_do_in_order(batch):
 
 def test_repeats_finds_a_cell_named_twice_and_only_then():
     m = TopicModel("t", CFG)
-    assert not m._repeats(np.array([3, 0, 7, 1]), 8)
-    assert m._repeats(np.array([3, 0, 7, 3]), 8)
-    assert m._repeats(np.array([5, 5]), 8)
-    assert not m._repeats(np.array([], np.int64), 8)
-    assert not m._repeats(np.arange(1_000)[::-1], 1_000)  # the scratch grows with the cells
-    assert m._repeats(np.array([999, 0, 999]), 1_000)
+    assert not m.positions.repeats(np.array([3, 0, 7, 1]), 8)
+    assert m.positions.repeats(np.array([3, 0, 7, 3]), 8)
+    assert m.positions.repeats(np.array([5, 5]), 8)
+    assert not m.positions.repeats(np.array([], np.int64), 8)
+    assert not m.positions.repeats(
+        np.arange(1_000)[::-1], 1_000
+    )  # the scratch grows with the cells
+    assert m.positions.repeats(np.array([999, 0, 999]), 1_000)
 
 
 def test_commits_to_partitions_the_topic_cannot_have_are_counted_not_allocated():
@@ -153,3 +155,27 @@ def test_positions_round_trip_and_the_layout_of_earlier_releases_still_loads():
             assert np.array_equal(getattr(back, k), getattr(m, k)), k
         assert np.allclose(back.interval_s, m.interval_s, equal_nan=True)
         assert np.array_equal(back.read_offset, m.read_offset if written is state else [[-1] * 3])
+
+
+def test_the_commit_state_works_by_row_without_the_model():
+    """``CommitState`` holds the arrays alone: its owner gives it rows and columns; a batch
+    applied as array work ends where the same commits applied one at a time do."""
+    from pipeline.model.commit_state import CommitState
+    from pipeline.model.window import RateWindow
+
+    one, many, win = CommitState(CFG), CommitState(CFG), RateWindow()
+    for s in (one, many):
+        s.add_rows(2)
+        s.widen(3)
+    cells = [(0, 0, 10, 1_000), (1, 2, 7, 1_000), (0, 1, 3, 1_100)]
+    for g, p, off, ts in cells:
+        one.apply(g, p, off, ts, win)
+    g, p, off, ts = (np.array(c, np.int64) for c in zip(*cells, strict=True))
+    assert many.apply_cells(g, p, off, ts, win).all()
+    assert np.array_equal(one.committed, many.committed)
+    assert not many.apply_cells(g, p, off, ts, win).any()  # the same again: nothing fresh
+    assert many.any_commit(0) and many.any_commit(1)
+    many.clear(1, 2)
+    assert not many.any_commit(1)
+    many.drop_row(1)
+    assert many.committed.shape == (1, 3)

@@ -148,12 +148,12 @@ def test_the_running_sums_stay_exact_across_new_time_references(seed: int) -> No
 def test_status_limits_kept_between_ticks_equal_limits_derived_afresh(seed: int) -> None:
     """The status rules' thresholds the model keeps (updated where commits teach an
     interval) judge as the thresholds derived from the intervals every tick would."""
-    from pipeline.model.status import Limits, usual_interval_s
+    from pipeline.model.status import Limits, StatusInputs, usual_interval_s
 
     class Afresh(TopicModel):
-        def _status_limits(self, inputs: dict[str, np.ndarray]) -> Limits:
-            usual = usual_interval_s(inputs["interval_s"], self.cfg)
-            return Limits.of(usual, self.cfg, inputs.get("warn_min_s"), inputs.get("stop_min_s"))
+        def _status_limits(self, inputs: StatusInputs) -> Limits:
+            usual = usual_interval_s(inputs.interval_s, self.cfg)
+            return Limits.of(usual, self.cfg, inputs.warn_min_s, inputs.stop_min_s)
 
     rnd = np.random.default_rng(seed)
     cfg = LagConfig()
