@@ -43,6 +43,12 @@ from pipeline.model.status import Limits, StatusInputs, classify, usual_interval
 from pipeline.model.window import RateWindow
 from schemas.lag import SEVERITY, LagStatus
 
+#: Commits name partitions the model allocates arrays for, and garbage on
+#: __consumer_offsets can decode as a valid commit to a partition in the billions: a commit
+#: is accepted only below twice the topic's sampled width (at least 64, for partitions added
+#: since the last sample), or below this bound before the topic's first sample; the others
+#: are counted in ``rejected_commits``. A commit dropped for a partition added beyond that
+#: comes again with the consumer's next commit (and the commits source's re-send).
 MAX_PARTITIONS_UNSAMPLED = 4096
 
 # an observation's arrays before the first sample: (fill, dtype)
@@ -61,20 +67,6 @@ _EMPTY: dict[str, tuple[int, Any]] = {
 }
 _PER_PARTITION = {"produce_rate_per_s"}
 #: ``StatusInputs`` field -> its key in the dict ``WorkerProgress.overlay`` takes and returns
-_OVERLAY_KEYS = {
-    "lag_offsets": "lag",
-    "time_lag_s": "time_lag",
-    "since_progress_s": "since_progress_s",
-    "since_commit_s": "since_commit_s",
-    "interval_s": "interval_s",
-    "since_rewind_s": "since_rewind_s",
-    "lag_rate_per_s": "lag_rate",
-    "produce_rate_per_s": "produce_rate",
-    "recent_lag_rate_per_s": "recent_lag_rate",
-    "warn_min_s": "warn_min_s",
-    "stop_min_s": "stop_min_s",
-    "released": "released",
-}
 # per group (and per group-partition): what the operator last published, and when
 _PUBLISHED = (
     "last_status",
@@ -469,18 +461,10 @@ class TopicModel:
 
     def _overlay_reports(self, inputs: StatusInputs, now_ms: int) -> StatusInputs:
         """``inputs`` with the cells workers report judged by their reports
-        (``WorkerProgress.overlay``, which takes and returns them as a dict under the keys
-        of ``_OVERLAY_KEYS``; the arrays given are not modified)."""
-        given = {
-            key: value
-            for name, key in _OVERLAY_KEYS.items()
-            if (value := getattr(inputs, name)) is not None
-        }
-        out = self.progress.overlay(
-            given, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
+        (``WorkerProgress.overlay``; the arrays given are not modified)."""
+        return self.progress.overlay(
+            inputs, index=self._index, t_ms=self.t_ms, hw=self.hw, now_ms=now_ms
         )
-        overlaid: dict[str, Any] = {name: out.get(key) for name, key in _OVERLAY_KEYS.items()}
-        return StatusInputs(**overlaid)
 
     def _status_limits(self, inputs: StatusInputs) -> Limits:
         """The status rules' ``Limits``, kept while the intervals are the model's own

@@ -48,10 +48,13 @@ replaced every tick, and a restarted model falls back to commits until the next 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # status imports config, which imports this module
+    from pipeline.model.status import StatusInputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,13 +325,13 @@ class WorkerProgress:
 
     def overlay(
         self,
-        inputs: dict[str, np.ndarray],
+        inputs: StatusInputs,
         *,
         index: dict[str, int],
         t_ms: np.ndarray,
         hw: np.ndarray,
         now_ms: int,
-    ) -> dict[str, np.ndarray]:
+    ) -> StatusInputs:
         """``inputs`` of ``classify`` (group x partition arrays) with the cells that have a
         report replaced as the module docstring says; the arrays given are not modified."""
         from pipeline.model.history import time_lag_s
@@ -343,9 +346,14 @@ class WorkerProgress:
         unowned = self._unowned(inputs, index, width, now_ms)
         if not cells and unowned is None:
             return inputs
-        out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+        copies = {
+            f.name: value.copy()
+            for f in fields(inputs)
+            if isinstance(value := getattr(inputs, f.name), np.ndarray)
+        }
         if unowned is not None:
-            out["released"] = unowned
+            copies["released"] = unowned
+        out = replace(inputs, **copies)
         if not cells:
             return out
         gi = np.fromiter((c[0] for c in cells), np.intp, len(cells))
@@ -354,7 +362,7 @@ class WorkerProgress:
         # what the worker reported, or what the group committed since, if that is further
         hw_now = hw[-1, pi]
         processed = np.maximum(
-            np.array([r.processed for r in reports], np.int64), hw_now - inputs["lag"][gi, pi]
+            np.array([r.processed for r in reports], np.int64), hw_now - inputs.lag_offsets[gi, pi]
         )
         sent = np.array([r.sent_at_ms for r in reports], np.int64)
         progress = np.array([r.progress_ms for r in reports], np.int64)
@@ -382,34 +390,34 @@ class WorkerProgress:
         # advanced (an SDK worker restarts that clock when work arrives at an idle
         # partition), so the time lag is at least that: a worker stalled just after a
         # sample is judged at its next report, not a sample later
-        out["lag"][gi, pi] = np.maximum(np.maximum(hw_now - processed, 0), held)
-        out["time_lag"][gi, pi] = (
+        out.lag_offsets[gi, pi] = np.maximum(np.maximum(hw_now - processed, 0), held)
+        out.time_lag_s[gi, pi] = (
             np.where(held > 0, np.maximum(tl_report, stuck_report), tl_report) + silence
         )
-        out["since_progress_s"][gi, pi] = stuck_report + silence
-        out["since_commit_s"][gi, pi] = np.maximum(age_s, 0.0)
+        out.since_progress_s[gi, pi] = stuck_report + silence
+        out.since_commit_s[gi, pi] = np.maximum(age_s, 0.0)
         # the usual interval: time per message (the report cadence until learned), or the
         # worker's usual healthy pause if longer
-        out["interval_s"][gi, pi] = np.maximum(np.where(np.isnan(gap), interval, gap), pause)
-        if isinstance(out.get("warn_min_s"), np.ndarray):  # per cell: set where reports judge
+        out.interval_s[gi, pi] = np.maximum(np.where(np.isnan(gap), interval, gap), pause)
+        if out.warn_min_s is not None:  # per cell: set where reports judge
             waiting = (hw_now > processed) | (held > 0)
             whole = self._whole_worker(reports, stuck_report, waiting)
-            out["warn_min_s"][gi, pi] = np.where(
+            out.warn_min_s[gi, pi] = np.where(
                 whole, self.cfg.whole_worker_min_s, self._moving_floor(reports)
             )
-            if isinstance(out.get("stop_min_s"), np.ndarray):
-                stop = out["stop_min_s"][gi, pi]
-                out["stop_min_s"][gi, pi] = np.where(
+            if out.stop_min_s is not None:
+                stop = out.stop_min_s[gi, pi]
+                out.stop_min_s[gi, pi] = np.where(
                     whole, np.maximum(stop, self.cfg.whole_worker_stop_s), stop
                 )
-        if out.get("lag_rate") is not None:
-            out["lag_rate"][gi, pi] = 0.0
-        if out.get("recent_lag_rate") is not None:
-            out["recent_lag_rate"][gi, pi] = np.nan
+        if out.lag_rate_per_s is not None:
+            out.lag_rate_per_s[gi, pi] = 0.0
+        if out.recent_lag_rate_per_s is not None:
+            out.recent_lag_rate_per_s[gi, pi] = np.nan
         return out
 
     def _unowned(
-        self, inputs: dict[str, np.ndarray], index: dict[str, int], width: int, now_ms: int
+        self, inputs: StatusInputs, index: dict[str, int], width: int, now_ms: int
     ) -> np.ndarray | None:
         """(groups x partitions): the released cells no one has taken since, None if none.
         A commit that moved the offset after the release (the worker commits what it
@@ -417,7 +425,7 @@ class WorkerProgress:
         cell is commits' to judge again."""
         if not self.released:
             return None
-        since = inputs["since_progress_s"]
+        since = inputs.since_progress_s
         out = np.zeros(since.shape, bool)
         for (g, p), r in list(self.released.items()):
             gi = index.get(g)

@@ -9,6 +9,7 @@ from prometheus_client import generate_latest
 from pipeline.model.config import LagConfig
 from pipeline.model.lag import TopicModel
 from pipeline.model.progress import ProgressConfig, WorkerProgress, moved_since
+from pipeline.model.status import StatusInputs
 from schemas import LagStatus, validate
 
 CFG = LagConfig()
@@ -360,19 +361,20 @@ def test_overlay_leaves_cells_without_reports_and_its_inputs_alone():
         m.commit(g, 0, 10, T0)
     m.add_sample(T0, [100])
     m.progress.report_many([["sdk", 0, 100, T0, T0, 250, "w", "h"]])
-    inputs = {
-        "lag": np.array([[90], [90]]),
-        "time_lag": np.array([[9.0], [9.0]]),
-        "since_progress_s": np.array([[9.0], [9.0]]),
-        "since_commit_s": np.array([[9.0], [9.0]]),
-        "interval_s": np.array([[5.0], [5.0]]),
-        "warn_min_s": np.array([[0.15], [0.15]]),
-    }
+    inputs = StatusInputs(
+        lag_offsets=np.array([[90], [90]]),
+        time_lag_s=np.array([[9.0], [9.0]]),
+        since_progress_s=np.array([[9.0], [9.0]]),
+        since_commit_s=np.array([[9.0], [9.0]]),
+        interval_s=np.array([[5.0], [5.0]]),
+        warn_min_s=np.array([[0.15], [0.15]]),
+    )
     out = m.progress.overlay(inputs, index=m._index, t_ms=m.t_ms, hw=m.hw, now_ms=T0 + 100)
-    assert out["lag"].tolist() == [[0], [90]]
-    assert out["since_commit_s"].tolist() == [[pytest.approx(0.1)], [9.0]]
-    assert out["warn_min_s"].tolist() == [[0.12], [0.15]]  # its own floor: reports only
-    assert inputs["lag"].tolist() == [[90], [90]]
+    assert out.lag_offsets.tolist() == [[0], [90]]
+    assert out.since_commit_s.tolist() == [[pytest.approx(0.1)], [9.0]]
+    assert out.warn_min_s is not None
+    assert out.warn_min_s.tolist() == [[0.12], [0.15]]  # its own floor: reports only
+    assert inputs.lag_offsets.tolist() == [[90], [90]]
 
 
 class TwoPartitions:

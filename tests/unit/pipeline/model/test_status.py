@@ -166,13 +166,3 @@ def test_cells_are_judged_independently_in_one_call() -> None:
     assert [STATUS_BY_CODE[int(c)].value for c in codes] == [
         "REWIND", "STALL", "STOP", "ERR", "WARN", "OK"
     ]  # fmt: skip
-
-
-def test_every_status_input_reaches_the_worker_progress_overlay() -> None:
-    """The model hands the inputs to ``WorkerProgress.overlay`` as a dict and reads them
-    back: a field missing from the key map would be dropped on the way."""
-    from dataclasses import fields
-
-    from pipeline.model.lag import _OVERLAY_KEYS
-
-    assert set(_OVERLAY_KEYS) == {f.name for f in fields(StatusInputs)}
