@@ -163,6 +163,14 @@ class Parser(argparse.ArgumentParser):
         many = kw.get("action") == "append"
         self.options.append(Option(action.dest, env, default, type, fill, many))
 
+    def switch(self, *flags: str, env: str, help: str, **kw: Any) -> None:
+        """A boolean flag, off unless given (or its variable is true)."""
+        self.option(*flags, env=env, default=False, type=bool, action="store_true", help=help, **kw)
+
+    def setting(self, *flags: str, env: str, help: str, **kw: Any) -> None:
+        """A service's option: the service's own settings loader reads its variable."""
+        self.option(*flags, env=env, help=help, fill=False, **kw)
+
     def subcommands(self, **kw: Any) -> Any:
         """Subparsers whose options are resolved by this parser (they add no common ones)."""
         return self.add_subparsers(parser_class=_SubParser, **kw)
@@ -217,14 +225,7 @@ def add_common(p: Parser) -> None:
         default="info",
         help="debug shows the Kafka client's own lines",
     )
-    p.option(
-        "--debug",
-        env="LAGPILOT_DEBUG",
-        default=False,
-        type=bool,
-        action="store_true",
-        help="print the traceback of a failure",
-    )
+    p.switch("--debug", env="LAGPILOT_DEBUG", help="print the traceback of a failure")
 
 
 def add_connection(
@@ -245,6 +246,14 @@ def add_connection(
         type=float,
         help="how long to wait for the broker before saying it is unreachable",
     )
+
+
+def service_parser(prog: str, description: str, epilog: str) -> Parser:
+    """The parser of a long-running service (``lagpilot run``, ``lagpilot actuate``): its
+    options are ``setting``s, read by the service's settings loader, as is ``--bootstrap``."""
+    p = Parser(prog=prog, description=description, epilog=epilog)
+    add_connection(p, fill_bootstrap=False)
+    return p
 
 
 # --------------------------------------------------------------------------- logging
