@@ -26,11 +26,9 @@ import logging
 import os
 import signal
 import sys
-import tomllib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from runtime.cli_errors import EX_CONFIG as EX_CONFIG
@@ -57,6 +55,7 @@ from runtime.client_log import unreachable_sentence as unreachable_sentence
 from runtime.client_log import watch_client_logs as watch_client_logs
 from runtime.env import coerce, parse_list
 from schemas.codec import ConfigError
+from schemas.policy_file import read_toml
 
 CONFIG_ENV = "LAGPILOT_CONFIG"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
@@ -86,15 +85,12 @@ def env_name(key: str) -> str:
 
 def config_file_env(path: str) -> dict[str, str]:
     """The config file as environment variables (lower priority than the real ones)."""
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            f"{CONFIG_ENV}={path}: cannot be read ({exc.strerror}); point --config at a "
-            "readable TOML file or unset it"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{CONFIG_ENV}={path}: not valid TOML ({exc}); fix it there") from None
+    doc = read_toml(
+        path,
+        f"{CONFIG_ENV}={path}",
+        "point --config at a readable TOML file or unset it",
+        "fix it there",
+    )
     out: dict[str, str] = {}
     for key, value in doc.items():
         if key == "kafka" and isinstance(value, Mapping):
