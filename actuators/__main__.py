@@ -26,9 +26,9 @@ from runtime.cli import (
     EX_UNAVAILABLE,
     CommandError,
     Parser,
-    add_connection,
     connect,
     run,
+    service_parser,
 )
 from schemas import load_verifier
 
@@ -39,56 +39,23 @@ EXAMPLE = """example:
 
 
 def _parser() -> Parser:
-    d = Settings()
-    p = Parser(
-        prog="lagpilot actuate",
-        description="Apply signed control events from lagpilot.control; record outcomes.",
-        epilog=EXAMPLE,
+    d, a = Settings(), "LAGPILOT_ACTUATOR_"
+    p = service_parser(
+        "lagpilot actuate",
+        "Apply signed control events from lagpilot.control; record outcomes.",
+        EXAMPLE,
     )
-    add_connection(p, fill_bootstrap=False)
-    p.option(
-        "--backend",
-        env="LAGPILOT_ACTUATOR_BACKEND",
-        default=d.backend,
-        fill=False,
-        help=BACKENDS_HELP,
-    )
-    p.option(
-        "--policy",
-        dest="policy_file",
-        env="LAGPILOT_POLICY_FILE",
-        fill=False,
-        help="policy TOML (mode and [allow])",
-    )
-    p.option(
-        "--actuator-id",
-        env="LAGPILOT_ACTUATOR_ID",
-        default="the host name",
-        fill=False,
-        help="unique, stable name (the transactional id)",
-    )
-    p.option(
-        "--metrics-port",
-        env="LAGPILOT_ACTUATOR_METRICS_PORT",
-        default=d.metrics_port,
-        type=int,
-        fill=False,
-        help="/metrics, /healthz, /readyz; 0 disables",
-    )
-    p.option(
-        "--dry-run-log",
-        env="LAGPILOT_ACTUATOR_DRY_RUN_LOG",
-        fill=False,
-        help="dry-run backend: append each call to this file",
-    )
-    p.option(
-        "--max-batch",
-        env="LAGPILOT_ACTUATOR_MAX_BATCH",
-        default=d.max_batch,
-        type=int,
-        fill=False,
-        help="control events per transaction",
-    )
+    p.setting("--backend", env=a + "BACKEND", default=d.backend, help=BACKENDS_HELP)
+    p.setting("--policy", dest="policy_file", env="LAGPILOT_POLICY_FILE",
+              help="policy TOML (mode and [allow])")  # fmt: skip
+    p.setting("--actuator-id", env=a + "ID", default="the host name",
+              help="unique, stable name (the transactional id)")  # fmt: skip
+    p.setting("--metrics-port", env=a + "METRICS_PORT", default=d.metrics_port, type=int,
+              help="/metrics, /healthz, /readyz; 0 disables")  # fmt: skip
+    p.setting("--dry-run-log", env=a + "DRY_RUN_LOG",
+              help="dry-run backend: append each call to this file")  # fmt: skip
+    p.setting("--max-batch", env=a + "MAX_BATCH", default=d.max_batch, type=int,
+              help="control events per transaction")  # fmt: skip
     return p
 
 

@@ -171,7 +171,11 @@ class AdminTransport(httpx.BaseTransport):
         sent = httpx.Request(
             request.method, url, headers=headers, content=body, extensions=request.extensions
         )
-        method = request.method
+
+        def failed(message: str, retriable: bool, hint: str) -> RedpandaAdminError:
+            return RedpandaAdminError(message, retriable=retriable, method=request.method,
+                                      url=str(url), hint=hint)  # fmt: skip
+
         try:
             response = self._inner.handle_request(sent)
             try:
@@ -180,33 +184,26 @@ class AdminTransport(httpx.BaseTransport):
                 response.close()
             return response
         except httpx.TimeoutException as exc:
-            raise RedpandaAdminError(
+            raise failed(
                 f"no answer within timeout_s={self.timeout_s} ({type(exc).__name__})",
-                retriable=True,
-                method=method,
-                url=str(url),
-                hint="the broker is slow or unreachable; raise timeout_s or check the broker",
+                True,
+                "the broker is slow or unreachable; raise timeout_s or check the broker",
             ) from exc
         except httpx.TransportError as exc:
-            untrusted = "CERTIFICATE_VERIFY_FAILED" in str(exc)
-            raise RedpandaAdminError(
-                f"the admin certificate was not trusted ({exc})"
-                if untrusted
-                else f"cannot reach the Admin API ({type(exc).__name__}: {exc})",
-                retriable=not untrusted,  # trust does not come back by itself
-                method=method,
-                url=str(url),
-                hint="set tls_verify to the CA bundle (PEM path) that signed it"
-                if untrusted
-                else "check the URL/port (default 9644), the TLS settings and that it runs",
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc):  # trust does not come back by itself
+                raise failed(
+                    f"the admin certificate was not trusted ({exc})",
+                    False,
+                    "set tls_verify to the CA bundle (PEM path) that signed it",
+                ) from exc
+            raise failed(
+                f"cannot reach the Admin API ({type(exc).__name__}: {exc})",
+                True,
+                "check the URL/port (default 9644), the TLS settings and that it runs",
             ) from exc
         except httpx.HTTPError as exc:
-            raise RedpandaAdminError(
-                f"request failed ({type(exc).__name__}: {exc})",
-                retriable=False,
-                method=method,
-                url=str(url),
-                hint="check the admin URLs",
+            raise failed(
+                f"request failed ({type(exc).__name__}: {exc})", False, "check the admin URLs"
             ) from exc
 
 

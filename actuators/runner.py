@@ -326,7 +326,6 @@ class Runner:
         return reason
 
     def _apply(self, action: dict[str, Any]) -> dict[str, Any]:
-        actuator = self.settings.actuator_id
         kind = action["type"]
         if kind in (ActionType.HALT, ActionType.RESUME):
             reason = (
@@ -334,22 +333,12 @@ class Runner:
                 if kind == ActionType.HALT
                 else "kill switch off: actions are applied again"
             )
-            return outcome(
-                OutcomeResult.APPLIED,
-                actuator=actuator,
-                now_ms=self._now_ms(),
-                action=action,
-                reason=reason,
-            )
+            return self._outcome(action, OutcomeResult.APPLIED, reason)
         if self._intents.add(action, self._now_ms()):
             self._intents.flush()
         reconciled = self._reconciled(action)
         if reconciled is not None:
-            now_ms = self._now_ms()
-            leased = kind == ActionType.THROTTLE_PRODUCER
-            lease = lease_expiry_ms(action, now_ms) if leased else None
-            return outcome(OutcomeResult.APPLIED, actuator=actuator, now_ms=now_ms, action=action,
-                           reason=reconciled, lease_expires_at=lease)  # fmt: skip
+            return self._outcome(action, OutcomeResult.APPLIED, reconciled)
         started = time.perf_counter()
         try:
             done = with_retries(
@@ -359,34 +348,35 @@ class Runner:
                 cap_s=self.settings.backoff_max_s,
             )
         except ActuatorError as exc:
-            return outcome(
-                OutcomeResult.FAILED,
-                actuator=actuator,
-                now_ms=self._now_ms(),
-                action=action,
-                reason="the backend refused or could not be reached",
-                error=exc.as_outcome_error(),
-            )
+            refused = "the backend refused or could not be reached"
+            return self._outcome(action, OutcomeResult.FAILED, refused, exc.as_outcome_error())
         except Exception as exc:  # a bug must cost one action, never the actuator
             log.exception("backend %s crashed on %s", self.backend.name, action["id"])
-            return outcome(
-                OutcomeResult.FAILED,
-                actuator=actuator,
-                now_ms=self._now_ms(),
-                action=action,
-                reason="internal error in the backend",
-                error={"message": f"{type(exc).__name__}: {exc}", "code": None, "retriable": False},
-            )
+            error = {"message": f"{type(exc).__name__}: {exc}", "code": None, "retriable": False}
+            crashed = "internal error in the backend"
+            return self._outcome(action, OutcomeResult.FAILED, crashed, error)
         finally:
             self.metrics.apply_seconds.observe(time.perf_counter() - started)
-        now_ms = self._now_ms()
-        lease = lease_expiry_ms(action, now_ms) if kind == ActionType.THROTTLE_PRODUCER else None
+        return self._outcome(action, OutcomeResult.APPLIED, done)
+
+    def _outcome(
+        self,
+        action: dict[str, Any],
+        result: OutcomeResult,
+        reason: str,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``action``'s outcome, now; an applied throttle's with the end of its lease."""
+        now_ms, lease = self._now_ms(), None
+        if result is OutcomeResult.APPLIED and action["type"] == ActionType.THROTTLE_PRODUCER:
+            lease = lease_expiry_ms(action, now_ms)
         return outcome(
-            OutcomeResult.APPLIED,
-            actuator=actuator,
+            result,
+            actuator=self.settings.actuator_id,
             now_ms=now_ms,
             action=action,
-            reason=done,
+            reason=reason,
+            error=error,
             lease_expires_at=lease,
         )
 

@@ -16,10 +16,10 @@ from runtime.cli import (
     EX_UNAVAILABLE,
     CommandError,
     Parser,
-    add_connection,
     connect,
     explain_kafka,
     run,
+    service_parser,
     topic_creation_failed,
     unreachable_sentence,
     watch_client_logs,
@@ -49,24 +49,15 @@ def _parser() -> Parser:
     from pipeline.settings import Settings
 
     d = Settings()
-    ap = Parser(
-        prog="lagpilot run",
-        description="Read __consumer_offsets and watermark samples, model lag, decide, publish.",
-        epilog=EXAMPLE,
+    ap = service_parser(
+        "lagpilot run",
+        "Read __consumer_offsets and watermark samples, model lag, decide, publish.",
+        EXAMPLE,
     )
-    add_connection(ap, fill_bootstrap=False)
 
     def opt(flag: str, dest: str, help_: str, type_: Any = str, **kw: Any) -> None:
-        ap.option(
-            flag,
-            dest=dest,
-            env=f"LAGPILOT_{dest.upper()}",
-            default=getattr(d, dest),
-            type=type_,
-            fill=False,
-            help=help_,
-            **kw,
-        )
+        env, default = f"LAGPILOT_{dest.upper()}", getattr(d, dest)
+        ap.setting(flag, dest=dest, env=env, default=default, type=type_, help=help_, **kw)
 
     opt("--consumer-group", "consumer_group", "the pipeline's consumer group (replicas share it)")
     opt("--state-dir", "state_dir", "RocksDB state directory")

@@ -26,11 +26,9 @@ import logging
 import os
 import signal
 import sys
-import tomllib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from runtime.cli_errors import EX_CONFIG as EX_CONFIG
@@ -57,6 +55,7 @@ from runtime.client_log import unreachable_sentence as unreachable_sentence
 from runtime.client_log import watch_client_logs as watch_client_logs
 from runtime.env import coerce, parse_list
 from schemas.codec import ConfigError
+from schemas.policy_file import read_toml
 
 CONFIG_ENV = "LAGPILOT_CONFIG"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
@@ -86,15 +85,12 @@ def env_name(key: str) -> str:
 
 def config_file_env(path: str) -> dict[str, str]:
     """The config file as environment variables (lower priority than the real ones)."""
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            f"{CONFIG_ENV}={path}: cannot be read ({exc.strerror}); point --config at a "
-            "readable TOML file or unset it"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{CONFIG_ENV}={path}: not valid TOML ({exc}); fix it there") from None
+    doc = read_toml(
+        path,
+        f"{CONFIG_ENV}={path}",
+        "point --config at a readable TOML file or unset it",
+        "fix it there",
+    )
     out: dict[str, str] = {}
     for key, value in doc.items():
         if key == "kafka" and isinstance(value, Mapping):
@@ -163,6 +159,14 @@ class Parser(argparse.ArgumentParser):
         many = kw.get("action") == "append"
         self.options.append(Option(action.dest, env, default, type, fill, many))
 
+    def switch(self, *flags: str, env: str, help: str, **kw: Any) -> None:
+        """A boolean flag, off unless given (or its variable is true)."""
+        self.option(*flags, env=env, default=False, type=bool, action="store_true", help=help, **kw)
+
+    def setting(self, *flags: str, env: str, help: str, **kw: Any) -> None:
+        """A service's option: the service's own settings loader reads its variable."""
+        self.option(*flags, env=env, help=help, fill=False, **kw)
+
     def subcommands(self, **kw: Any) -> Any:
         """Subparsers whose options are resolved by this parser (they add no common ones)."""
         return self.add_subparsers(parser_class=_SubParser, **kw)
@@ -217,14 +221,7 @@ def add_common(p: Parser) -> None:
         default="info",
         help="debug shows the Kafka client's own lines",
     )
-    p.option(
-        "--debug",
-        env="LAGPILOT_DEBUG",
-        default=False,
-        type=bool,
-        action="store_true",
-        help="print the traceback of a failure",
-    )
+    p.switch("--debug", env="LAGPILOT_DEBUG", help="print the traceback of a failure")
 
 
 def add_connection(
@@ -245,6 +242,14 @@ def add_connection(
         type=float,
         help="how long to wait for the broker before saying it is unreachable",
     )
+
+
+def service_parser(prog: str, description: str, epilog: str) -> Parser:
+    """The parser of a long-running service (``lagpilot run``, ``lagpilot actuate``): its
+    options are ``setting``s, read by the service's settings loader, as is ``--bootstrap``."""
+    p = Parser(prog=prog, description=description, epilog=epilog)
+    add_connection(p, fill_bootstrap=False)
+    return p
 
 
 # --------------------------------------------------------------------------- logging

@@ -145,23 +145,30 @@ def verify(event: Mapping[str, Any], key: Verifier) -> str:
     return verifier.verify_event(event)
 
 
+def read_secret(env: Mapping[str, str], var: str, file_var: str, file_is: str) -> bytes:
+    """A secret from the file ``file_var`` names (stripped) when it is set, else ``var``'s
+    value (``b""`` when neither is set). ``file_is`` says what the file should be, for the
+    error when it cannot be read; the secret is never put in an error message."""
+    path = env.get(file_var)
+    if not path:
+        return env.get(var, "").encode()
+    try:
+        return Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"{file_var}={path} cannot be read ({exc.strerror}); point it at a {file_is}"
+        ) from None
+
+
 def load_signing_key(env: Mapping[str, str] | None = None) -> bytes:
     """The HMAC key: ``LAGPILOT_SIGNING_KEY`` (the key itself) or ``LAGPILOT_SIGNING_KEY_FILE``.
 
     The key is never logged or put in an error message.
     """
     env = os.environ if env is None else env
-    path = env.get(SIGNING_KEY_FILE_ENV)
-    if path:
-        try:
-            key = Path(path).read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"{SIGNING_KEY_FILE_ENV}={path} cannot be read ({exc.strerror}); "
-                "point it at a readable file holding the signing key"
-            ) from None
-    else:
-        key = env.get(SIGNING_KEY_ENV, "").encode()
+    key = read_secret(
+        env, SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV, "readable file holding the signing key"
+    )
     if len(key) < 16:
         raise ConfigError(
             f"signing key missing or shorter than 16 bytes: set {SIGNING_KEY_ENV} to a random "

@@ -88,14 +88,10 @@ class PublicKey:
 
     @property
     def raw(self) -> bytes:
-        from cryptography.hazmat.primitives import serialization as ser
-
-        return self.key.public_bytes(ser.Encoding.Raw, ser.PublicFormat.Raw)
+        return _public_raw(self.key)
 
     def to_json(self) -> bytes:
-        doc = {"kind": "lagpilot-public-key", "alg": "ed25519", "key_id": self.key_id,
-               "role": self.role, "public_key": base64.b64encode(self.raw).decode()}  # fmt: skip
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+        return _key_file("public", self.key_id, self.role, self.raw)
 
 
 @dataclass(frozen=True)
@@ -125,15 +121,20 @@ class SigningKey:
         from cryptography.hazmat.primitives import serialization as ser
 
         raw = self.key.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw, ser.NoEncryption())
-        doc = {"kind": "lagpilot-private-key", "alg": "ed25519", "key_id": self.key_id,
-               "role": self.role, "private_key": base64.b64encode(raw).decode()}  # fmt: skip
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+        return _key_file("private", self.key_id, self.role, raw)
 
 
 def _public_raw(key: Ed25519PublicKey) -> bytes:
     from cryptography.hazmat.primitives import serialization as ser
 
     return key.public_bytes(ser.Encoding.Raw, ser.PublicFormat.Raw)
+
+
+def _key_file(kind: str, key_id: str, role: str, raw: bytes) -> bytes:
+    """A key file's text (``kind``: public or private): what ``_read_doc`` reads back."""
+    doc = {"kind": f"lagpilot-{kind}-key", "alg": "ed25519", "key_id": key_id, "role": role,
+           f"{kind}_key": base64.b64encode(raw).decode()}  # fmt: skip
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
 
 
 @dataclass

@@ -22,17 +22,33 @@ FILE_ENV = "LAGPILOT_POLICY_FILE"
 ALLOW_KEYS = ("partition_topics", "throttle_client_ids")
 
 
-def read_policy_file(path: str | Path) -> dict[str, Any]:
-    """The parsed TOML document at ``path`` (the value of ``LAGPILOT_POLICY_FILE``)."""
+def read_toml(
+    path: str | Path,
+    where: str,
+    unreadable_fix: str,
+    invalid_fix: str,
+    invalid_where: str | None = None,
+) -> dict[str, Any]:
+    """The parsed TOML document at ``path``, or a ``ConfigError`` that says ``where`` it
+    failed (``invalid_where`` for bad syntax, if it differs) and the fix."""
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(
-            f"{FILE_ENV}={path}: cannot be read ({exc.strerror}); point it at the policy "
-            "TOML file, e.g. deploy/policy.example.toml"
-        ) from None
+        raise ConfigError(f"{where}: cannot be read ({exc.strerror}); {unreadable_fix}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax there") from None
+        where = where if invalid_where is None else invalid_where
+        raise ConfigError(f"{where}: not valid TOML ({exc}); {invalid_fix}") from None
+
+
+def read_policy_file(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML document at ``path`` (the value of ``LAGPILOT_POLICY_FILE``)."""
+    return read_toml(
+        path,
+        f"{FILE_ENV}={path}",
+        "point it at the policy TOML file, e.g. deploy/policy.example.toml",
+        "fix the syntax there",
+        invalid_where=str(path),
+    )
 
 
 def parse_mode(raw: Any, name: str = "policy.mode") -> Mode:

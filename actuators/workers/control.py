@@ -66,18 +66,27 @@ NOT_FOR_WORKERS = "not_for_workers"
 OTHER_GROUP = "other_group"
 
 
-def read_command(payload: bytes | None, *, group: str, key: Verifier, now_ms: int) -> Command | str:
-    """A ``Command`` for ``group``, or the reason the event is not for us / not acceptable.
-
-    Order matters: authenticity before anything is read from the event, so a forged event
-    is counted as forged even if it also names another group.
-    """
+def read_event(payload: bytes | None, key: Verifier) -> dict[str, Any] | str:
+    """The control event, decoded, schema-valid and signed by ``key``; or the reason it is
+    not (``EventError.reason``). Nothing is read from an event before this accepts it."""
     try:
         event = decode(payload or b"")
         validate(event)
         verify(event, key)
     except EventError as exc:
         return exc.reason
+    return event
+
+
+def read_command(payload: bytes | None, *, group: str, key: Verifier, now_ms: int) -> Command | str:
+    """A ``Command`` for ``group``, or the reason the event is not for us / not acceptable.
+
+    Order matters: authenticity before anything is read from the event, so a forged event
+    is counted as forged even if it also names another group.
+    """
+    event = read_event(payload, key)
+    if isinstance(event, str):
+        return event
     try:
         kind = ActionType(event["type"])
     except ValueError:

@@ -32,13 +32,20 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from actuators.checks import outcome
-from actuators.workers.control import DUPLICATE, EXPIRED, OTHER_GROUP, RECOMMEND, SeenIds
+from actuators.workers.control import (
+    DUPLICATE,
+    EXPIRED,
+    OTHER_GROUP,
+    RECOMMEND,
+    SeenIds,
+    read_event,
+)
 from actuators.workers.control import _end_offset as end_offset
 from actuators.workers.outcomes import outcome_key, worker_outcome
 from actuators.workers.worker import INSTANCE_ID_ENV
 from runtime.backoff import backoff_s
-from schemas import ActionType, ConfigError, EventError, OutcomeResult, Verifier
-from schemas.codec import decode, encode, validate, verify
+from schemas import ActionType, ConfigError, OutcomeResult, Verifier
+from schemas.codec import encode
 from schemas.keys import load_verifier
 from schemas.topics import CONTROL, OUTCOMES
 
@@ -97,15 +104,12 @@ def check_bounds(b: Bounds, stop_grace_s: float = 0.0) -> Bounds:
 
 
 def read_hint(payload: bytes | None, *, group: str, key: Verifier, now_ms: int) -> Hint | str:
-    """A ``Hint`` for ``group``, or why the event is not obeyed. Decoded, validated and
-    verified as the SDK workers' ``read_command`` does, authenticity before anything is
-    read from it: an unsigned or badly signed event is never obeyed."""
-    try:
-        event = decode(payload or b"")
-        validate(event)
-        verify(event, key)
-    except EventError as exc:
-        return exc.reason
+    """A ``Hint`` for ``group``, or why the event is not obeyed. Read by ``read_event``, as
+    the SDK workers' ``read_command`` reads it, authenticity before anything is read from
+    it: an unsigned or badly signed event is never obeyed."""
+    event = read_event(payload, key)
+    if isinstance(event, str):
+        return event
     if event["type"] != ActionType.SCALE_CONSUMERS:
         return NOT_SCALE
     if event["mode"] != "act":

@@ -154,13 +154,8 @@ def _parser() -> Parser:
     t.option(
         "--outcomes-topic", env="LAGPILOT_OUTCOMES_TOPIC", default=OUTCOMES, help="outcomes topic"
     )
-    t.option(
-        "--from-beginning",
-        env="LAGPILOT_TAIL_FROM_BEGINNING",
-        default=False,
-        type=bool,
-        action="store_true",
-        help="start at the oldest event",
+    t.switch(
+        "--from-beginning", env="LAGPILOT_TAIL_FROM_BEGINNING", help="start at the oldest event"
     )
     t.option(
         "--since",
@@ -179,12 +174,9 @@ def _parser() -> Parser:
         action="append",
         help="only this action type, e.g. halt, throttle_producer (repeatable)",
     )
-    t.option(
+    t.switch(
         "--json",
         env="LAGPILOT_TAIL_JSON",
-        default=False,
-        type=bool,
-        action="store_true",
         help="one JSON event per line (with its topic), for scripts",
     )
     t.option("--max", env="LAGPILOT_TAIL_MAX", type=int, help="stop after this many events")

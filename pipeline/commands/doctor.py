@@ -308,14 +308,7 @@ exit code: 0 nothing failed (warnings allowed); otherwise the first failure's:
 def _parser() -> Parser:
     p = Parser(prog="lagpilot doctor", description=__doc__.split("\n\n")[0], epilog=EXAMPLE)
     add_connection(p, connect_timeout_s=5.0)  # "in a few seconds"
-    p.option(
-        "--json",
-        env="LAGPILOT_DOCTOR_JSON",
-        default=False,
-        type=bool,
-        action="store_true",
-        help="print the rows as JSON",
-    )
+    p.switch("--json", env="LAGPILOT_DOCTOR_JSON", help="print the rows as JSON")
     return p
 
 

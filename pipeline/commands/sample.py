@@ -48,12 +48,9 @@ def build_parser() -> Parser:
         help="regex of topics to watch (whole name)",
     )
     p.option("--exclude", env="LAGPILOT_EXCLUDE", help="regex of topics not to watch")
-    p.option(
+    p.switch(
         "--include-internal",
         env="LAGPILOT_INCLUDE_INTERNAL",
-        default=False,
-        type=bool,
-        action="store_true",
         help=f"also watch internal topics ({INTERNAL_TOPICS})",
     )
     p.option(

@@ -218,28 +218,15 @@ def _parser() -> Parser:
         type=float,
         help="read this many seconds back",
     )
-    p.option(
-        "--partitions",
-        env="LAGPILOT_STATUS_PARTITIONS",
-        default=False,
-        type=bool,
-        action="store_true",
-        help="also print every partition",
-    )
-    p.option(
+    p.switch("--partitions", env="LAGPILOT_STATUS_PARTITIONS", help="also print every partition")
+    p.switch(
         "--json",
         env="LAGPILOT_STATUS_JSON",
-        default=False,
-        type=bool,
-        action="store_true",
         help="print {groups: [...], partitions: [...], group_health: [...]} as JSON",
     )
-    p.option(
+    p.switch(
         "--all",
         env="LAGPILOT_STATUS_ALL",
-        default=False,
-        type=bool,
-        action="store_true",
         help="also lagpilot's own groups and groups that never commit",
     )
     p.option(

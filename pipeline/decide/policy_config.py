@@ -196,11 +196,27 @@ def _cooldowns(raw: Any, p: _Parse) -> Fields:
     return {"cooldown_default_s": default, "cooldowns_s": per_type}
 
 
-def _budget(raw: Any, p: _Parse) -> Fields:
-    r = p.reader(raw, "budget")
-    per_minute = r.integer("actions_per_minute", p.d.actions_per_minute, unit="number of actions")
-    r.done()
-    return {"actions_per_minute": per_minute}
+def _one_key(
+    section: str, key: str, field: str, unit: str, *, whole: bool = True, **limits: Any
+) -> Callable[[Any, _Parse], Fields]:
+    """The parser of a section of one key: a whole number (or, not ``whole``, a number)
+    that becomes the PolicyConfig ``field``."""
+
+    def parse(raw: Any, p: _Parse) -> Fields:
+        r = p.reader(raw, section)
+        read = r.integer if whole else r.number
+        value = read(key, getattr(p.d, field), unit=unit, **limits)
+        r.done()
+        return {field: value}
+
+    return parse
+
+
+_budget = _one_key("budget", "actions_per_minute", "actions_per_minute", "number of actions")
+_leadership = _one_key("leadership", "min_partitions", "leadership_min_partitions",
+                       "number of lagging partitions one broker leads", minimum=2)  # fmt: skip
+_scale = _one_key("scale", "lag_per_replica", "lag_per_replica", "number of offsets")
+_state = _one_key("state", "forget_after_s", "forget_after_s", "number of seconds", whole=False)
 
 
 def _throttle(raw: Any, p: _Parse) -> Fields:
@@ -305,21 +321,6 @@ def _hotspot(raw: Any, p: _Parse) -> Fields:
     return out
 
 
-def _leadership(raw: Any, p: _Parse) -> Fields:
-    r = p.reader(raw, "leadership")
-    unit = "number of lagging partitions one broker leads"
-    minimum = r.integer("min_partitions", p.d.leadership_min_partitions, minimum=2, unit=unit)
-    r.done()
-    return {"leadership_min_partitions": minimum}
-
-
-def _scale(raw: Any, p: _Parse) -> Fields:
-    r = p.reader(raw, "scale")
-    per_replica = r.integer("lag_per_replica", p.d.lag_per_replica, unit="number of offsets")
-    r.done()
-    return {"lag_per_replica": per_replica}
-
-
 def _partitions(raw: Any, p: _Parse) -> Fields:
     r, d = p.reader(raw, "partitions"), p.d
     out = {
@@ -332,13 +333,6 @@ def _partitions(raw: Any, p: _Parse) -> Fields:
     }
     r.done()
     return out
-
-
-def _state(raw: Any, p: _Parse) -> Fields:
-    r = p.reader(raw, "state")
-    forget = r.number("forget_after_s", p.d.forget_after_s, unit="number of seconds")
-    r.done()
-    return {"forget_after_s": forget}
 
 
 def _diagnosis(raw: Any, p: _Parse) -> Fields:

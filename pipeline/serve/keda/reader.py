@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from runtime.cli import unreachable_sentence
 from schemas import EventError, decode, topics
@@ -23,7 +23,28 @@ from schemas import EventError, decode, topics
 log = logging.getLogger("lagpilot.scaler")
 
 
-class LagTopicReader:
+class _Reading:
+    """What both inputs share: the broker's client settings and a daemon thread running
+    ``_run`` from ``start`` until ``stop``."""
+
+    def __init__(self, broker_config: dict[str, Any], thread_name: str) -> None:
+        self.config = broker_config
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class LagTopicReader(_Reading):
     def __init__(
         self,
         broker_config: dict[str, Any],
@@ -31,22 +52,12 @@ class LagTopicReader:
         lookback_s: float = 35.0,
         on_bad: Callable[[], None] | None = None,
     ) -> None:
-        self.config = broker_config
+        super().__init__(broker_config, "lag-reader")
         self.on_event = on_event
         self.on_bad = on_bad or (lambda: None)
         self.lookback_s = lookback_s
         self.caught_up = threading.Event()
         self.last_event_at = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lag-reader", daemon=True)
-
-    def start(self) -> LagTopicReader:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def _run(self) -> None:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -125,7 +136,7 @@ class LagTopicReader:
             consumer.close()
 
 
-class MembershipPoller:
+class MembershipPoller(_Reading):
     """Every ``interval_s``: members of each served group holding partitions of its topic."""
 
     def __init__(
@@ -135,20 +146,10 @@ class MembershipPoller:
         report: Callable[[tuple[str, str], int | None], None],
         interval_s: float = 5.0,
     ) -> None:
-        self.config = broker_config
+        super().__init__(broker_config, "membership")
         self.served = served
         self.report = report
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="membership", daemon=True)
-
-    def start(self) -> MembershipPoller:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def _run(self) -> None:
         from confluent_kafka.admin import AdminClient

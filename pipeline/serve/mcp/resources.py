@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -48,38 +49,40 @@ def policy_view(cfg: PolicyConfig, path: str | None) -> dict[str, Any]:
 def add_resources(mcp: Any, policy: PolicyConfig, policy_path: str | None) -> None:
     """The runbook, the policy (as the decide stage reads it) and every event schema."""
 
-    @mcp.resource(
-        "lagpilot://runbook",
-        name="runbook",
-        mime_type="text/markdown",
-        description="lagpilot's runbook: alerts, what they mean, what to do",
-    )
     def runbook() -> str:
         try:
             return RUNBOOK.read_text(encoding="utf-8")
         except OSError:
             return f"the runbook is docs/runbook.md in lagpilot's repository ({RUNBOOK} absent)"
 
-    @mcp.resource(
-        "lagpilot://policy",
-        name="policy",
-        mime_type="application/json",
-        description="the policy the decide stage applies: mode, rails, allow-lists",
-    )
     def policy_resource() -> str:
         return orjson.dumps(policy_view(policy, policy_path)).decode()
 
+    _resource(mcp, "runbook", "text/markdown",
+              "lagpilot's runbook: alerts, what they mean, what to do", runbook)  # fmt: skip
+    _resource(mcp, "policy", "application/json",
+              "the policy the decide stage applies: mode, rails, allow-lists",
+              policy_resource)  # fmt: skip
     for entry in sorted(resources.files("schemas").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
             _schema_resource(mcp, entry.name, entry.read_text(encoding="utf-8"))
 
 
 def _schema_resource(mcp: Any, name: str, text: str) -> None:
-    @mcp.resource(
-        f"lagpilot://schemas/{name}",
-        name=name.removesuffix(".json"),
-        mime_type="application/schema+json",
-        description=f"JSON Schema of lagpilot's {name.split('.')[0]} event",
-    )
-    def schema() -> str:
-        return text
+    kind = name.split(".")[0]
+    _resource(mcp, f"schemas/{name}", "application/schema+json",
+              f"JSON Schema of lagpilot's {kind} event", lambda: text,
+              name=name.removesuffix(".json"))  # fmt: skip
+
+
+def _resource(
+    mcp: Any,
+    path: str,
+    mime_type: str,
+    description: str,
+    read: Callable[[], str],
+    name: str | None = None,
+) -> None:
+    """Serve ``read()`` at ``lagpilot://<path>``, named ``name`` (by default ``path``)."""
+    uri = f"lagpilot://{path}"
+    mcp.resource(uri, name=name or path, mime_type=mime_type, description=description)(read)

@@ -16,7 +16,6 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -29,6 +28,7 @@ from pipeline.serve.mcp.requesting import Requester, Topics
 from pipeline.serve.mcp.resources import add_resources
 from runtime.cli import CommandError, Parser, add_connection, explain_kafka, run
 from schemas import ActionType, ConfigError, EventError, load_signer, topics
+from schemas.codec import read_secret
 from schemas.keys import OPERATOR
 
 log = logging.getLogger("lagpilot.mcp")
@@ -45,20 +45,13 @@ REQUESTABLE = Literal[
 ]
 Group = Annotated[str, Field(min_length=1, max_length=255, description="consumer group")]
 Topic = Annotated[str, Field(min_length=1, max_length=249, description="Kafka topic")]
+Reason = Annotated[str, Field(min_length=1, max_length=2000)]
+HaltScope = Literal["actions", "workload"]
 
 
 def operator_key(env: Mapping[str, str]) -> bytes | None:
     """The operator key (``LAGPILOT_MCP_OPERATOR_KEY`` or ``..._FILE``), or None: no halt."""
-    path = env.get(OPERATOR_KEY_FILE_ENV)
-    key = env.get(OPERATOR_KEY_ENV, "").encode()
-    if path:
-        try:
-            key = Path(path).read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"{OPERATOR_KEY_FILE_ENV}={path} cannot be read ({exc.strerror}); "
-                "point it at a file holding the operator key"
-            ) from None
+    key = read_secret(env, OPERATOR_KEY_ENV, OPERATOR_KEY_FILE_ENV, "file holding the operator key")
     if not key:
         return None
     if len(key) < 16:
@@ -237,7 +230,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
         type: REQUESTABLE,
         target: Annotated[str, Field(min_length=1, max_length=500)],
         params: dict[str, Any],
-        reason: Annotated[str, Field(min_length=1, max_length=2000)],
+        reason: Reason,
         ctx: Context,
     ) -> dict[str, Any]:
         """Ask lagpilot to take an action. It is never applied directly: a signed request
@@ -260,10 +253,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
 
         @mcp.tool()
         def halt(
-            reason: Annotated[str, Field(min_length=1, max_length=2000)],
-            ctx: Context,
-            scope: Literal["actions", "workload"] = "actions",
-            group: Group | None = None,
+            reason: Reason, ctx: Context, scope: HaltScope = "actions", group: Group | None = None
         ) -> dict[str, Any]:
             """The kill switch. scope "actions": lagpilot changes nothing (of one consumer
             group, if given); "workload": the group's SDK workers pause processing (needs
@@ -273,10 +263,7 @@ def build_server(lp: Lagpilot) -> MCPServer:
 
         @mcp.tool()
         def resume(
-            reason: Annotated[str, Field(min_length=1, max_length=2000)],
-            ctx: Context,
-            scope: Literal["actions", "workload"] = "actions",
-            group: Group | None = None,
+            reason: Reason, ctx: Context, scope: HaltScope = "actions", group: Group | None = None
         ) -> dict[str, Any]:
             """Lift a halt of this scope (and group). Recorded with your identity."""
             caller = lp.caller(_client_name(ctx))
@@ -314,24 +301,15 @@ def _parser() -> Parser:
         env="LAGPILOT_POLICY_FILE",
         help="the policy file the pipeline runs (for explain and the policy resource)",
     )
-    p.option(
-        "--control-topic",
-        env="LAGPILOT_CONTROL_TOPIC",
-        default=topics.CONTROL,
-        help="control topic",
-    )
-    p.option(
-        "--requests-topic",
-        env="LAGPILOT_REQUESTS_TOPIC",
-        default=topics.REQUESTS,
-        help="where action requests go (the pipeline's LAGPILOT_REQUESTS_TOPIC)",
-    )
-    p.option(
-        "--outcomes-topic",
-        env="LAGPILOT_OUTCOMES_TOPIC",
-        default=topics.OUTCOMES,
-        help="outcomes, verification and request verdicts (the pipeline's and actuator's)",
-    )
+    for name, default, help_ in (  # --<name>-topic, LAGPILOT_<NAME>_TOPIC
+        ("control", topics.CONTROL, "control topic"),
+        ("requests", topics.REQUESTS, "where action requests go (the pipeline's "
+         "LAGPILOT_REQUESTS_TOPIC)"),
+        ("outcomes", topics.OUTCOMES, "outcomes, verification and request verdicts "
+         "(the pipeline's and actuator's)"),
+    ):  # fmt: skip
+        env = f"LAGPILOT_{name.upper()}_TOPIC"
+        p.option(f"--{name}-topic", env=env, default=default, help=help_)
     p.option(
         "--since-s",
         env="LAGPILOT_STATUS_SINCE_S",
