@@ -1,6 +1,6 @@
 """The command line every incident scenario module shares when run alone:
 
-    .venv/bin/python -m bench.incident_<name> [--bootstrap HOST:PORT] [--smoke] [--parallel]
+    .venv/bin/python -m bench.incidents.<name> [--bootstrap HOST:PORT] [--smoke] [--parallel]
         [--out bench/results/incidents_<name>.json]
 
 ``--smoke`` runs the shape's smoke variant, its arms at once (the mechanics, not the
@@ -46,7 +46,7 @@ def scenario_main(
     headline: Sequence[str] = (),
 ) -> int:
     ap = argparse.ArgumentParser(
-        prog=f"python -m bench.incident_{name}",
+        prog=f"python -m bench.incidents.{name}",
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

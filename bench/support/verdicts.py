@@ -1,6 +1,6 @@
 """What the incident suite reads back from a run and how it records it: the remedy, the
 product's verdicts and outcomes as rows, where a run's p99 went, time-lag timelines, and
-the merge of scenario results into one ``incidents.json`` (support for bench/incidents.py;
+the merge of scenario results into one ``incidents.json`` (support for bench/incidents/__main__.py;
 no I/O but the results file). Whether an action fits what a scenario injected, was applied
 and was verified is bench/support/judge.py's.
 """
