@@ -56,6 +56,7 @@ from bench.faults.rows import (
 )
 from bench.support.broker import OwnBroker, own_broker
 from bench.support.fault_load import RECOVER_TARGET_S
+from bench.support.results import git_commit, run_stamp, write_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,25 +65,6 @@ FUZZ_RECORDS = 1_000_000
 OUTAGE_S = 60.0
 KILL_EVENTS = 300
 GARBAGE_RECORDS = 20_000
-
-
-def _commit() -> str | None:
-    """The commit measured (with ``+dirty`` when the tree has changes), or None."""
-    import subprocess
-
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
-                                "actuators", "pipeline", "schemas", "bench", "deploy"],
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
 
 
 def run(
@@ -122,7 +104,7 @@ def run(
             elif fault in makers and (only is None or fault in only):
                 print(f"measuring {fault} ...", flush=True)
                 try:
-                    rows.append(makers[fault](Path(tmp)) | {"commit": _commit()})
+                    rows.append(makers[fault](Path(tmp)) | {"commit": git_commit()})
                 except Exception as exc:  # one row's failure must not lose the others
                     rows.append(row(fault, TITLES.get(fault, fault), measured=False,
                                      why=f"the run of this row failed: {type(exc).__name__}: "
@@ -170,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.doc.write_text(render_doc(orjson.loads(args.out.read_bytes())))
         print(f"wrote {args.doc} from {args.out}")
         return 0
+    stamp = run_stamp()
     params: dict[str, Any] = (
         {"fuzz_records": 10_000, "outage_s": 3.0, "timeout_faults": False, "kill_events": None}
         if args.smoke
@@ -190,8 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with own_broker(OWN_BROKER_PORT) as broker:
             result = run(broker.bootstrap, broker=broker, **params)
     result["smoke"] = args.smoke
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(render_doc(result))
     for r in result["rows"]:

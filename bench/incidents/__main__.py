@@ -57,9 +57,11 @@ from typing import Any
 from bench.incidents.war_story import one_run
 from bench.support import broker
 from bench.support.control_loop import policy_config
+from bench.support.machine import load_avg_1m
 from bench.support.plots import action_lines, pyplot, time_lag_lines
+from bench.support.results import run_stamp
 from bench.support.swarm import SwarmConfig
-from bench.support.verdicts import git_commit, host_load_1m, merge_results, remedy_of
+from bench.support.verdicts import merge_results, remedy_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,10 +164,10 @@ def plot_avalanche(runs: dict[str, dict[str, Any]], hot: tuple[int, ...], out: P
 def _timed(run: Any) -> tuple[dict[str, Any], dict[str, Any], tuple[float, float]]:
     """``run()``'s (summary, runs) with its ``took_s``, and the host's 1-minute load average
     at its start and end (the machine is shared: the figures follow its load)."""
-    t0, load_start = time.monotonic(), host_load_1m()
+    t0, load_start = time.monotonic(), load_avg_1m()
     summary, runs = run()
     summary["took_s"] = round(time.monotonic() - t0, 1)
-    return summary, runs, (load_start, host_load_1m())
+    return summary, runs, (load_start, load_avg_1m())
 
 
 def _avalanche_job(args: argparse.Namespace, tmp: Path) -> tuple[str, Any, Any]:
@@ -304,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny runs for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "incidents.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     args.bootstrap = broker.bootstrap(args.bootstrap)
     wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(SCENARIOS))
@@ -327,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             scenarios[name] = summary
             report(summary, runs, out)
     # merged: the scenarios run here replace their entries, the others' are kept
-    merge_results(out, scenarios, commit=git_commit(ROOT), loads=loads)
+    merge_results(out, scenarios, commit=stamp["commit"], loads=loads, stamp=stamp)
     return 0
 
 

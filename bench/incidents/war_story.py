@@ -32,13 +32,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench.support import broker
 from bench.support.control_loop import ControlLoop, policy_config
 from bench.support.harness import LagReader
 from bench.support.judge import Injected, judge_run, partition_targets
 from bench.support.plots import action_lines, pyplot, time_lag_lines
+from bench.support.results import run_stamp, write_result
 from bench.support.swarm import Swarm, SwarmConfig, ensure_topic
 from bench.support.verdicts import p99_tail, timeline
 
@@ -199,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "war_story.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     args.bootstrap = broker.bootstrap(args.bootstrap)
     cfg = SwarmConfig(
         bootstrap=args.bootstrap, partitions=args.partitions,
@@ -242,8 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(out, result, stamp)
     plot(off, on, cfg.hot_partitions, out.with_suffix(".png"))
     print(f"off p99 {result['off_p99_ms']} ms / on p99 {result['on_p99_ms']} ms = "
           f"ratio {result['ratio']} (target >= 10); lost {result['lost']}, "

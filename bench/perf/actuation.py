@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, Producer
 from bench.support import actuator_harness as T
 from bench.support import broker
 from bench.support.machine import load_avg_1m
+from bench.support.results import run_stamp, write_result
 from schemas import encode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +97,6 @@ def run(bootstrap: str, n: int, warmup: int) -> dict[str, Any]:
         "target_p99_ms": 100,
         "broker": bootstrap,
         "host": f"{platform.node()} ({os.cpu_count()} cpus)",
-        "measured_at": int(time.time()),
     }
 
 
@@ -157,11 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)
     n, warmup = (5, 1) if args.smoke else (args.n, 10)
-    load_start = load_avg_1m()
+    stamp = run_stamp()
     result = run(args.bootstrap, n, warmup)
-    result.update(load_avg_1m_start=load_start, load_avg_1m_end=load_avg_1m())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result.update(load_avg_1m_end=load_avg_1m())
+    result = write_result(args.out, result, stamp)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     return 0
 

@@ -35,11 +35,10 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench.support import kafka_schemas
 from bench.support.machine import load_avg_1m
 from bench.support.offsets_records import Commit, build_records
+from bench.support.results import run_stamp, write_result
 from pipeline.read import offsets
 from schemas import OffsetCommit
 
@@ -162,11 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"error: the baseline needs Kafka's schemas: {exc}", file=sys.stderr)
         return 2
-    load_start = load_avg_1m()
+    stamp = run_stamp()
     result = run(n)
-    result.update(load_avg_1m_start=load_start, load_avg_1m_end=load_avg_1m())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result.update(load_avg_1m_end=load_avg_1m())
+    result = write_result(args.out, result, stamp)
     print(
         f"lagpilot  {result['lagpilot_rps']:>12,} records/s\n"
         f"baseline  {result['baseline_rps']:>12,} records/s  "

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from bench.support import broker
 from bench.support.harness import (
@@ -42,6 +41,7 @@ from bench.support.harness import (
     ScriptedLoad,
     create_topic,
 )
+from bench.support.results import run_stamp, write_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "detection.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     args.bootstrap = broker.bootstrap(args.bootstrap)
     if args.smoke:
         cells = [(0.1, False, 2), (1.0, True, 2)]
@@ -301,8 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             for pr in (True, False)
         ]
     result = run(args.bootstrap, cells, args.partitions, args.rate, args.sample_interval_ms)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     for c in result["matrix"]:
         print(
             f"commits every {c['commit_interval_ms']:>5} ms, "

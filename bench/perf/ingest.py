@@ -38,12 +38,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.support import broker
 from bench.support.machine import load_avg_1m
+from bench.support.results import run_stamp, write_result
 from bench.support.scale_load import commit_key, commit_value
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     def fill() -> None:
         prefill(args.bootstrap, topic, n, args.groups, args.topics, args.partitions)
 
-    load_start = load_avg_1m()
+    stamp = run_stamp()
     result = pipeline_rps(args.bootstrap, topic, n, 120 if args.smoke else 900, fill)
     raw = raw_rps(args.bootstrap, topic, n + 1)
     result.update(
@@ -199,11 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         target_pipeline_rps=TARGET_RPS,
         python=platform.python_version(),
         cpus=os.cpu_count(),
-        load_avg_1m_start=load_start,
         load_avg_1m_end=load_avg_1m(),
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     print(f"raw consume:  {result['raw_rps']:>10,} records/s")
     print(f"pipeline:     {result['pipeline_rps']:>10,} commits/s  (target {TARGET_RPS:,})")
     print(f"ratio raw/pipeline: {result['ratio']}")

@@ -28,7 +28,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 from bench.support import broker
 from bench.support.harness import (
@@ -38,6 +37,7 @@ from bench.support.harness import (
     create_topic,
 )
 from bench.support.machine import load_avg_1m
+from bench.support.results import run_stamp, write_result
 from bench.support.scaler_harness import (
     Client,
     PushWatcher,
@@ -144,11 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.bootstrap = broker.bootstrap(args.bootstrap)
     trials = 2 if args.smoke else args.trials
-    load_start = load_avg_1m()
+    stamp = run_stamp()
     result = run(args.bootstrap, trials, args.partitions, args.rate)
-    result.update(load_avg_1m_start=load_start, load_avg_1m_end=load_avg_1m())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result.update(load_avg_1m_end=load_avg_1m())
+    result = write_result(args.out, result, stamp)
     print(
         f"KEDA activation over {result['trials']} trials: p50 {result['activation_p50_ms']} ms, "
         f"p99 {result['activation_p99_ms']} ms (target < {TARGET_P99_MS} ms); a 30 s poll: "

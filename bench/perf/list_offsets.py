@@ -43,6 +43,7 @@ from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.support import broker
+from bench.support.results import run_stamp, write_result
 from bench.support.scale_steps import load_average
 from pipeline.read.list_offsets import BrokerListOffsets
 from pipeline.read.sampling import SamplerStats, build_watermarks, hwms_by_topic
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampler-s", type=float, default=10.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "list_offsets.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     bootstrap = broker.bootstrap(args.bootstrap)
     run = f"lo-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -251,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     print(orjson.dumps(result).decode())
     return 0
 

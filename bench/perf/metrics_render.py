@@ -34,7 +34,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads OpenBLAS
 
 import argparse
-import json
 import platform
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from bench.support.baselines.exposition_before_16 import (
     render_lag_before,
 )
 from bench.support.machine import load_avg_1m
+from bench.support.results import run_stamp, write_result
 from bench.support.scale_probes import cpu_ticks
 from pipeline.model.events import TopicObservation
 from pipeline.observe.exposition import LabelCache, render_chunks, render_lag
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "metrics_render.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     if args.smoke:
         args.topics, args.partitions, args.groups = 3, 4, 5
     load_before = load_avg_1m()
@@ -270,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             f"at its peak"
         )
     print(f"load average {load_before:.1f} -> {load_avg_1m():.1f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    result = write_result(args.out, result, stamp)
     return 0
 
 

@@ -34,7 +34,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads OpenBLAS
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.support.model_workload import Run
+from bench.support.results import run_stamp, write_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "model.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     if args.smoke:
         args.groups, args.partitions, args.ticks = 4, 6, 5
     load_before = os.getloadavg()[0]
@@ -117,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         f"at 20 topics x 50 partitions x 50 groups, 4 ticks/s: {at_scale:.2f} core for the "
         f"model's ticks alone (load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})"
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    result = write_result(args.out, result, stamp)
     return 0
 
 

@@ -55,11 +55,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.support import broker
 from bench.support.host_probe import HostProbe
+from bench.support.results import run_stamp, write_result
 from bench.support.scale_load import OFFSETS_PARTITIONS, generate
 from bench.support.scale_replicas import SAMPLE_INTERVAL_MS, Pipeline, wait_modelling
 from bench.support.scale_result import (
@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     args.bootstrap = broker.bootstrap(args.bootstrap)
     if args.smoke:
         args.topics, args.partitions, args.groups = 2, 4, 3
@@ -319,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     split = result["scaling_by_cpu"] or {}
     print(
         f"one replica: {one_max:,} commits/s held; two replicas: {two_max}; "

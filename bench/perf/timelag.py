@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.support.machine import load_avg_1m
+from bench.support.results import run_stamp, write_result
 from pipeline.model.config import LagConfig
 from pipeline.model.history import SOURCE_NAMES, HistoryBound
 from pipeline.model.lag import TopicModel
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         f.result(30)
     time.sleep(1.0)  # metadata settles
     started = time.time()
-    load_start = load_avg_1m()
+    stamp = run_stamp()
     results = run_all(args.bootstrap, chosen, topics, args.smoke)
     # after the broker scenarios, not beside them: it keeps a core busy for a minute
     offline = diurnal_offline(2.0 if args.smoke else 24.0, 1_000 if args.smoke else SAMPLE_MS)
@@ -362,11 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         and offline["within_bound"],
         "wall_s": round(time.time() - started, 1),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "load_avg_1m_start": load_start,
         "load_avg_1m_end": load_avg_1m(),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     for name, r in results.items():
         print(
             f"{name:>11}: MAE {r.get('mae_s')} s, max {r.get('max_error_s')} s over "

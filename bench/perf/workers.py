@@ -49,6 +49,7 @@ from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
 from bench.support import broker
 from bench.support.harness import create_topic
+from bench.support.results import run_stamp, write_result
 from schemas.keys import DECIDE, Keyring, SigningKey
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -315,6 +316,7 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="seconds: a few messages, sdk only")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers.json")
     args = p.parse_args()
+    stamp = run_stamp()
     bootstrap = broker.bootstrap()
     modes = args.modes.split(",")
     if args.smoke:
@@ -323,8 +325,7 @@ def main() -> None:
     if args.buffered:
         settings["max_buffered_per_partition"] = args.buffered
     result = run(bootstrap, args.messages, args.naive_messages, settings, modes)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    result = write_result(args.out, result, stamp)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
 
 
