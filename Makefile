@@ -122,21 +122,21 @@ lint: install
 	$(VENV)/bin/mypy
 
 bench-decode: install
-	$(PY) -m bench.decode
+	$(PY) -m bench.perf.decode
 
 bench-detection: install
-	$(PY) -m bench.detection
+	$(PY) -m bench.perf.detection
 
 bench-ingest: install
-	$(PY) -m bench.ingest
+	$(PY) -m bench.perf.ingest
 
 bench-model: install
-	$(PY) -m bench.model
+	$(PY) -m bench.perf.model
 
 # A full /metrics scrape at 250,000 group-partitions, before and after issue 16's work
 # (no broker): bench/results/metrics_render.json, docs/benchmarks.md.
 bench-metrics: install
-	$(PY) -m bench.metrics_render
+	$(PY) -m bench.perf.metrics_render
 
 # The shape on one and two replicas (bench/results/scale.json), then what two replicas hold
 # against one when each gets the same CPU (a cgroup v1 quota of 0.3 core per replica's
@@ -144,17 +144,17 @@ bench-metrics: install
 # bench/results/scale_capped.json; needs root and a cgroup v1 cpu controller).
 SCALE_CAPPED_ARGS ?= --topics 20 --groups 50 --cpu-per-replica 0.3 --max-steps 8
 bench-scale: install
-	$(PY) -m bench.scale
-	$(PY) -m bench.scale $(SCALE_CAPPED_ARGS) --out bench/results/scale_capped.json
+	$(PY) -m bench.perf.scale
+	$(PY) -m bench.perf.scale $(SCALE_CAPPED_ARGS) --out bench/results/scale_capped.json
 
 bench-list-offsets: install
-	$(PY) -m bench.list_offsets
+	$(PY) -m bench.perf.list_offsets
 
 bench-actuation: install
-	$(PY) -m bench.actuation
+	$(PY) -m bench.perf.actuation
 
 bench-war-story: install
-	$(PY) -m bench.war_story
+	$(PY) -m bench.incidents.war_story
 
 # The incident suite: avalanche (naive / sdk / lagpilot) and flood, each off and on, on the
 # real broker; writes bench/results/incidents.json and a PNG per scenario.
@@ -162,15 +162,15 @@ bench-incidents: install
 	$(PY) -m bench.incidents
 
 bench-keda: install
-	$(PY) -m bench.keda
+	$(PY) -m bench.perf.keda
 
 bench-timelag: install
-	$(PY) -m bench.timelag
+	$(PY) -m bench.perf.timelag
 
 # Worker throughput vs. a naive consumer (1 ms work, 8 partitions, 1,000 keys) on the real
 # broker and a PostgreSQL server it starts: bench/results/workers.json, docs/benchmarks.md.
 bench-workers: install
-	$(PY) -m bench.workers
+	$(PY) -m bench.perf.workers
 
 # Faults survived, one row per fault: bench/results/faults.json and docs/reliability.md.
 # Starts and stops its own broker on port 23092 (never the one `make broker-up` runs).

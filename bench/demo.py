@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
+from bench.incidents.war_story import one_run
 from bench.support import broker
 from bench.support.swarm import SwarmConfig
 from bench.support.text_svg import text_svg
-from bench.war_story import one_run
 from pipeline.commands.tail import InstanceTally
 
 ROOT = Path(__file__).resolve().parents[1]

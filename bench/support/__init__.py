@@ -9,5 +9,17 @@
   ``redpanda_admin_cluster``, the cluster behind it): the Admin API stub;
 - ``layout_codec`` and ``kafka_schemas``: two encoders of ``__consumer_offsets`` records
   independent of the decoder (the stated layouts; Apache Kafka's own schemas, read from the
-  reference folder, ``reference``).
+  reference folder, ``reference``); ``offsets_records``: realistic commits and a fuzzed
+  corpus built with the first;
+- the incident scenarios' parts: ``agents``, ``groups``, ``control_loop``, ``shipped``,
+  ``judge``, ``verdicts``, ``plots``, ``scenario_cli``, ``flood_load`` (the flood's load, also
+  the mixed scenario's), ``effects`` (a member's side effect), ``restarter``, ``drain``,
+  ``health_reads``, ``keda_poll``;
+- the fault rows' load: ``fault_load`` (with ``netproxy``);
+- the scale benchmark's parts: ``scale_*``, ``host_probe`` (timing ``model_workload``, the
+  model benchmark's workload);
+- ``baselines``: lagpilot's code before a piece of work, kept only while a benchmark
+  compares against it;
+- ``results``: every benchmark's result file, written with the commit, the time and the
+  host's load (``write_result``).
 """

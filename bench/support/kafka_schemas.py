@@ -1,6 +1,6 @@
 """Apache Kafka's coordinator-record schemas, read where they live, and a codec over them.
 
-The conformance tests (and ``bench/decode.py``'s baseline) read Kafka's own message JSON
+The conformance tests (and ``bench/perf/decode.py``'s baseline) read Kafka's own message JSON
 for the ``__consumer_offsets`` records from the reference folder
 (``tests/support/reference.py``: ``../shared/reference/kafka-coordinator-records/``, or
 ``$LAGPILOT_REFERENCE_DIR``). The repository carries no copy of them.

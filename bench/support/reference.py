@@ -1,7 +1,7 @@
 """Where the upstream reference files live: ``$LAGPILOT_REFERENCE_DIR`` or ../shared/reference.
 
 The repository carries no upstream file; the conformance tests (``tests/support/reference.py``)
-and ``bench/decode.py``'s baseline read them in place.
+and ``bench/perf/decode.py``'s baseline read them in place.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Member processes kept running, as a Deployment's kubelet keeps its pods: a member that
 dies is restarted after ``restart_s`` under the same client id (a restarted container
 keeps its pod's name). Each death is recorded with the member's client id, so a scenario
-can say whose partitions moved (bench/incident_storm.py).
+can say whose partitions moved (bench/incidents/storm.py).
 """
 
 from __future__ import annotations

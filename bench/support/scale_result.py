@@ -1,4 +1,4 @@
-"""What ``bench/scale.py`` writes: per-core figures, false alarms, and the replicas a
+"""What ``bench/perf/scale.py`` writes: per-core figures, false alarms, and the replicas a
 10,000-partition x 100-group cluster needs, from the measured steps (pure: steps in, the
 result's figures out)."""
 

@@ -165,7 +165,7 @@ def measure_step(
         "false_alarms": round(sum(false.values())),
         "false_alarms_by_kind": {k: round(v) for k, v in sorted(false.items())},
         "load_average": [load0, load_average()],  # 1/5/15 min, at the window's start and end
-        # bench.model's tick on this host just before the window (us per group-partition)
+        # bench.perf.model's tick on this host just before the window (us per group-partition)
         "host_probe_us_per_group_partition": host_us,
         "sustained": sustained,
         "lag_events_per_s": {k: round(v / elapsed, 1) for k, v in sorted(events.items()) if v},

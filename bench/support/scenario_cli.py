@@ -1,6 +1,6 @@
 """The command line every incident scenario module shares when run alone:
 
-    .venv/bin/python -m bench.incident_<name> [--bootstrap HOST:PORT] [--smoke] [--parallel]
+    .venv/bin/python -m bench.incidents.<name> [--bootstrap HOST:PORT] [--smoke] [--parallel]
         [--out bench/results/incidents_<name>.json]
 
 ``--smoke`` runs the shape's smoke variant, its arms at once (the mechanics, not the
@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from bench.support import broker
+from bench.support.results import run_stamp, write_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def scenario_main(
     headline: Sequence[str] = (),
 ) -> int:
     ap = argparse.ArgumentParser(
-        prog=f"python -m bench.incident_{name}",
+        prog=f"python -m bench.incidents.{name}",
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -55,6 +56,7 @@ def scenario_main(
     ap.add_argument("--parallel", action="store_true", help="arms at once")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"incidents_{name}.json"))
     args = ap.parse_args(argv)
+    stamp = run_stamp()
     bootstrap = broker.bootstrap(args.bootstrap)
     chosen = shape.smoke() if args.smoke else shape()
     t0 = time.monotonic()
@@ -62,10 +64,7 @@ def scenario_main(
         summary, runs = run(bootstrap, chosen, Path(tmp), parallel=args.smoke or args.parallel)
     summary["took_s"] = round(time.monotonic() - t0, 1)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(
-        orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
-    )
+    summary = write_result(out, summary, stamp)
     plot(runs, out.with_suffix(".png"))
     keys = [*HEADLINE, *headline, "took_s"]
     print(f"{name}: " + orjson.dumps({k: summary.get(k) for k in keys}).decode())

@@ -14,7 +14,7 @@
   ``consumer="naive"``: plain confluent-kafka consumers instead (bench/support/naive.py),
   one thread per SDK worker thread.
 
-``Swarm`` is used by ``bench/war_story.py`` and ``bench/demo.py``; alone it runs once:
+``Swarm`` is used by ``bench/incidents/war_story.py`` and ``bench/demo.py``; alone it runs once:
 
     .venv/bin/python bench/support/swarm.py --help
 """
@@ -224,7 +224,7 @@ class Swarm:
         cfg, rng = self.cfg, self._rng
         # Idempotent, and each message's id as its idempotency key: a produce retried across
         # a broker crash (its ack lost) is written once, and if a copy ever lands twice the
-        # workers' dedupe sees one key (bench/faults.py row 1 once saw an effect twice).
+        # workers' dedupe sees one key (``bench.faults`` row 1 once saw an effect twice).
         p = Producer({"bootstrap.servers": cfg.bootstrap, "client.id": cfg.client_id,
                       "linger.ms": 5, "message.max.bytes": 2_000_000,
                       "enable.idempotence": True})  # fmt: skip

@@ -1,20 +1,21 @@
 """What the incident suite reads back from a run and how it records it: the remedy, the
 product's verdicts and outcomes as rows, where a run's p99 went, time-lag timelines, and
-the merge of scenario results into one ``incidents.json`` (support for bench/incidents.py;
+the merge of scenario results into one ``incidents.json`` (support for bench/incidents/__main__.py;
 no I/O but the results file). Whether an action fits what a scenario injected, was applied
 and was verified is bench/support/judge.py's.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from bench.support.machine import load_avg_1m
+from bench.support.results import write_result
 
 
 def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
@@ -26,32 +27,20 @@ def remedy_of(actions: list[dict[str, Any]]) -> list[str]:
     return seen
 
 
-def git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def host_load_1m() -> float:
-    """The host's 1-minute load average (the machine is shared: figures follow its load)."""
-    return round(os.getloadavg()[0], 2)
-
-
 def merge_results(
     out: Path,
     scenarios: dict[str, dict[str, Any]],
     *,
     commit: str | None,
     loads: Mapping[str, tuple[float, float]] | None = None,
+    stamp: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``scenarios`` into ``out`` under ``scenarios.<name>``, keeping the entries of
-    scenarios not run this time (another module writes them). Each entry carries its own
-    ``measured_at`` (UTC), ``commit`` and ``load_avg_1m`` ({start, end}: the host's 1-minute
-    load average when the scenario started and ended, from ``loads``; its end is taken now
-    when only its start is known); a file that is not a results file is replaced."""
+        scenarios not run this time (another module writes them). Each entry carries its own
+        ``measured_at`` (UTC), ``commit`` and ``load_avg_1m`` ({start, end}: the host's 1-minute
+        load average when the scenario started and ended, from ``loads``; its end is taken now
+        when only its start is known); a file that is not a results file is replaced. The file is
+    written by ``bench.support.results.write_result`` (with ``stamp``: the run's)."""
     try:
         old = orjson.loads(out.read_bytes())
     except (OSError, orjson.JSONDecodeError):
@@ -59,15 +48,14 @@ def merge_results(
     result: dict[str, Any] = old if isinstance(old, dict) else {}
     kept = result.get("scenarios")
     result["scenarios"] = dict(kept) if isinstance(kept, dict) else {}
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, summary in scenarios.items():
         start, end = (loads or {}).get(name, (None, None))
-        load = {"start": start, "end": host_load_1m() if end is None else end}
-        result["scenarios"][name] = {**summary, "measured_at": stamp, "commit": commit,
+        load = {"start": start, "end": load_avg_1m() if end is None else end}
+        result["scenarios"][name] = {**summary, "measured_at": at, "commit": commit,
                                      "load_avg_1m": load}  # fmt: skip
     result.pop("took_s", None)  # each scenario has its own
-    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    return result
+    return write_result(out, result, stamp)
 
 
 def p99_tail(

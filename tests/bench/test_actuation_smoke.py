@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_actuation_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "actuation.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.actuation", "--smoke",
+        [sys.executable, "-m", "bench.perf.actuation", "--smoke",
          "--bootstrap", kafka_bootstrap, "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip

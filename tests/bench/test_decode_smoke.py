@@ -1,4 +1,4 @@
-"""``bench/decode.py --smoke``: the benchmark runs, writes its figures, and both decoders
+"""``bench/perf/decode.py --smoke``: the benchmark runs, writes its figures, and both decoders
 agree on every record (a benchmark of a decoder that disagrees would measure nothing).
 
 The baseline is kafka-python fed Kafka's own schemas, read from the reference folder: where
@@ -20,7 +20,7 @@ def test_decode_bench_smoke(tmp_path: Path) -> None:
     require("kafka-coordinator-records")
     out = tmp_path / "decode.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.decode", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.perf.decode", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

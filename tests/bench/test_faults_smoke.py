@@ -1,4 +1,4 @@
-"""``bench/faults.py --smoke`` on the test broker: the decoder fuzz (10,000 records), bad
+"""``python -m bench.faults --smoke`` on the test broker: the decoder fuzz (10,000 records), bad
 control input and the Admin API faults (a 3 s outage, slow answers, a 307 loop) run, and the
 table says what they measured; rows not measured carry no figures."""
 

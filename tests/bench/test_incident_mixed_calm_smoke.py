@@ -22,7 +22,7 @@ KEYS = ("policy_sha256", "actions", "wrong_actions", "applied_actions", "verifie
 
 def _run(name: str, bootstrap: str, out: Path) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-m", f"bench.incident_{name}", "--smoke", "--out", str(out),
+        [sys.executable, "-m", f"bench.incidents.{name}", "--smoke", "--out", str(out),
          "--bootstrap", bootstrap],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

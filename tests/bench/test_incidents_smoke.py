@@ -22,7 +22,7 @@ from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "deploy" / "policy.default.toml"
-#: every scenario's keys (bench/incidents.py)
+#: every scenario's keys (``python -m bench.incidents``)
 KEYS = ("policy_sha256", "actions", "wrong_actions", "applied_actions", "verified", "dropped",
         "lost", "duplicates", "remedy", "detection_ms", "shape", "commit", "measured_at",
         "load_avg_1m")  # fmt: skip

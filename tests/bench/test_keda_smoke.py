@@ -1,4 +1,4 @@
-"""A tiny run of bench/keda.py so it cannot rot (figures come from make bench-keda)."""
+"""A tiny run of bench/perf/keda.py so it cannot rot (figures come from make bench-keda)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.keda import POLL_INTERVAL_MS, poll_delays
+from bench.perf.keda import POLL_INTERVAL_MS, poll_delays
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ def test_poll_delays_wait_for_the_next_tick() -> None:
 def test_keda_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "keda.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.keda", "--smoke", "--out", str(out),
+        [sys.executable, "-m", "bench.perf.keda", "--smoke", "--out", str(out),
          "--bootstrap", kafka_bootstrap],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -16,7 +16,7 @@ def test_list_offsets_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     argv = ["--topics", "2", "--partitions", "3", "--ticks", "3", "--sampler-s", "1"]
     argv += ["--out", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.list_offsets", "--bootstrap", kafka_bootstrap, *argv],
+        [sys.executable, "-m", "bench.perf.list_offsets", "--bootstrap", kafka_bootstrap, *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,

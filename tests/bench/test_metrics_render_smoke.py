@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_metrics_render_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "metrics_render.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.metrics_render", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.perf.metrics_render", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

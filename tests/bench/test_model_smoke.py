@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_model_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "model.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.model", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.perf.model", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""bench/support/netproxy.py, the cutting proxy of bench/faults.py row 3: bytes pass, a cut
+"""bench/support/netproxy.py, the cutting proxy of bench.faults row 3: bytes pass, a cut
 holds them (nothing passes, nothing is reset, new connections wait), a heal delivers what was
 held, and a delay delays. An echo server on 127.0.0.1 stands for the broker; a second or so
 in all."""

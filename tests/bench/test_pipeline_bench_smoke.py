@@ -16,7 +16,7 @@ def _run(script: str, out: Path, bootstrap: str) -> dict:
         [
             sys.executable,
             "-m",
-            f"bench.{script}",
+            f"bench.perf.{script}",
             "--smoke",
             "--out",
             str(out),

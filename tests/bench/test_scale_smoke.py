@@ -32,7 +32,7 @@ def test_scale_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "bench.scale",
+            "bench.perf.scale",
             "--smoke",
             "--out",
             str(out),

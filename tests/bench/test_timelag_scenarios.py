@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.timelag import scenarios
+from bench.perf.timelag import scenarios
 
 
 def _idle_consumer() -> Callable[[float, list[int]], int | None]:

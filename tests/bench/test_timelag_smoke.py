@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_timelag_bench_smoke(tmp_path: Path, kafka_bootstrap: str) -> None:
     out = tmp_path / "timelag.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.timelag", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.perf.timelag", "--smoke", "--out", str(out)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -31,7 +31,7 @@ def test_timelag_bench_smoke(tmp_path: Path, kafka_bootstrap: str) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         _, stderr = proc.communicate()
         raise AssertionError(
-            f"bench.timelag --smoke ran past 240 s; its stderr:\n{stderr}"
+            f"bench.perf.timelag --smoke ran past 240 s; its stderr:\n{stderr}"
         ) from None
     assert proc.returncode == 0, stderr
     result = orjson.loads(out.read_bytes())

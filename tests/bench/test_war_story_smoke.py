@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "war_story.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.war_story", "--smoke", "--out", str(out),
+        [sys.executable, "-m", "bench.incidents.war_story", "--smoke", "--out", str(out),
          "--bootstrap", kafka_bootstrap],
         cwd=ROOT, capture_output=True, text=True, timeout=400,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""A tiny run of bench/workers.py so it cannot rot (figures come from make bench-workers)."""
+"""A tiny run of bench/perf/workers.py so it cannot rot (figures come from make bench-workers)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_workers_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "workers.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.workers", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.perf.workers", "--smoke", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap},
     )  # fmt: skip

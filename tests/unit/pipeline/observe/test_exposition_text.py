@@ -1,5 +1,5 @@
 """The lag families' text: the same bytes as the renderer before issue 16's /metrics work
-(``bench.support.exposition_before``, one f-string and ``repr`` per line) for random
+(``bench.support.baselines.exposition_before_16``, one f-string and ``repr`` per line) for random
 observations, and ``format_floats`` equal to ``repr`` wherever orjson and ``repr`` part."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.support.exposition_before import render_lag_before
+from bench.support.baselines.exposition_before_16 import render_lag_before
 from pipeline.model.events import TopicObservation
 from pipeline.observe.exposition import (
     FAMILIES,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.metrics_render import synthetic_observations
+from bench.perf.metrics_render import synthetic_observations
 from pipeline.model.config import LagConfig
 from pipeline.model.events import TopicObservation
 from pipeline.model.lag import TopicModel

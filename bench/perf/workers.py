@@ -1,0 +1,333 @@
+"""Worker throughput against the anchor: the SDK vs. a naive one-at-a-time consumer.
+
+The shape of Confluent's Parallel Consumer benchmark (about 78x a vanilla consumer, Java, a
+laptop): 1 ms of handler work (a sleep), 8 partitions, 1,000 keys, key order kept. One topic
+per run (unique name) on the broker at ``KAFKA_BOOTSTRAP``; each mode reads it with its own
+group:
+
+- ``naive``: one plain consumer, the handler run in its poll loop, one message at a time;
+- ``sdk``: ``Worker`` without dedupe (the handler sleeps and records);
+- ``sdk_async``: the same with an ``async def`` handler that awaits ``asyncio.sleep`` for the
+  same 1 ms (its lanes are tasks on one event loop thread);
+- ``sqlite``: the handler sleeps, then writes its effect with ``ctx.once_sql`` on the
+  default ``SQLiteDedupeStore`` (effect and done mark in one transaction);
+- ``postgres``: the same on ``PostgresDedupeStore``, against a PostgreSQL server started
+  for the run (Debian's server binaries, ``bench/support/postgres.py``).
+
+records/s counts from a mode's first processed message to its last (group joins excluded).
+``lost`` = messages never processed (for the dedupe modes: no effect row), ``duplicates`` =
+effects recorded twice, ``order_violations`` = a key's message processed after a later one of
+the same key. Ratios are to the mean of ``naive`` (run before the modes) and ``naive_after``
+(run after them), since a loaded machine slows a sleep and the load moves. Targets
+(docs/benchmarks.md): ``sdk_ratio`` >= 25, ``sqlite_ratio`` and ``postgres_ratio`` >= 5,
+lost 0, order violations 0; a ``<mode>_async`` mode (an ``async def`` handler;
+``sqlite_async`` and ``postgres_async`` use ``ctx.once_sql_async`` and run only when
+``--modes`` names them) is held to its threaded mode's target, and reported beside it
+(``met_by_mode``), not in its place.
+
+    .venv/bin/python -m bench.perf.workers [--messages 60000] [--lanes 16] [--smoke] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+
+from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
+from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
+from bench.support import broker
+from bench.support.harness import create_topic
+from bench.support.results import run_stamp, write_result
+from schemas.keys import DECIDE, Keyring, SigningKey
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 8
+KEYS = 1000
+WORK_S = 0.001
+#: per mode; an async handler's mode (``<mode>_async``) is held to its threaded mode's
+#: target, and reported beside it (``met_by_mode``), not in its place
+TARGETS = {"sdk_ratio": 25.0, "sqlite_ratio": 5.0, "postgres_ratio": 5.0}
+
+
+def produce(bootstrap: str, topic: str, n: int) -> None:
+    """``n`` messages over ``KEYS`` keys; the value carries the key's sequence number.
+
+    Idempotent, so a retried batch cannot land behind a later one: on a loaded machine the
+    plain producer's retries reordered keys in the topic itself, and every mode, the naive
+    one too, then counted order violations that no consumer made."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "enable.idempotence": True})  # fmt: skip
+    seq = [0] * KEYS
+    for i in range(n):
+        k = i % KEYS
+        p.produce(topic, key=f"k{k}".encode(), value=orjson.dumps(seq[k]))
+        seq[k] += 1
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0, "produce did not finish in 60 s"
+
+
+class Ledger:
+    """What a mode processed: each handler thread appends ``(time, key, seq)`` to a log of
+    its own, with no lock; ``result`` merges the logs in time order and counts.
+
+    Not one shared lock per message: with 128 lane threads, a contended lock in the bench's
+    own bookkeeping is a futex hand-off and a fight for the interpreter lock per message,
+    which the naive consumer (one thread, uncontended) never pays. A key's messages run one
+    at a time (the order under test), so their ``monotonic_ns`` stamps order them."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._logs: list[list[tuple[int, bytes, int]]] = []
+        self._lock = threading.Lock()  # only to register a thread's log
+
+    def record(self, key: bytes, seq: int) -> None:
+        log: list[tuple[int, bytes, int]] | None = getattr(self._local, "log", None)
+        if log is None:
+            log = self._local.log = []
+            with self._lock:
+                self._logs.append(log)
+        log.append((time.monotonic_ns(), key, seq))  # only this thread appends to its log
+
+    def count(self) -> int:
+        """Messages recorded (repeats included): enough to know when a mode is done."""
+        with self._lock:
+            return sum(len(log) for log in self._logs)
+
+    def unique(self) -> int:
+        """Distinct messages recorded (a repeat after a rebalance counts once)."""
+        with self._lock:
+            return len({(key, seq) for log in self._logs for _t, key, seq in list(log)})
+
+    def result(self, expected: int) -> dict[str, Any]:
+        with self._lock:
+            entries = sorted(e for log in self._logs for e in list(log))
+        seen: set[tuple[bytes, int]] = set()
+        last: dict[bytes, int] = {}
+        duplicates = order_violations = 0
+        for _t, key, seq in entries:
+            if (key, seq) in seen:
+                duplicates += 1
+                continue
+            seen.add((key, seq))
+            if last.get(key, -1) > seq:
+                order_violations += 1
+            last[key] = max(seq, last.get(key, -1))
+        n = len(seen)
+        span_s = (entries[-1][0] - entries[0][0]) / 1e9 if len(entries) > 1 else 1e-9
+        return {
+            "processed": n,
+            "records_per_s": round(n / max(span_s, 1e-9), 1),
+            "lost": expected - n,
+            "duplicates": duplicates,
+            "order_violations": order_violations,
+        }
+
+
+def _wait(done: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def run_naive(bootstrap: str, topic: str, n: int, group: str = "naive") -> dict[str, Any]:
+    """One plain consumer: consume a batch, run each message's 1 ms in turn, commit, repeat.
+    It stops after ``n`` messages (it is slow; the rate is what counts)."""
+    ledger = Ledger()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{group}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    c.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 300
+        while ledger.count() < n and time.monotonic() < deadline:
+            batch = c.consume(num_messages=500, timeout=0.5)
+            for m in batch:
+                if m.error() is not None:
+                    continue
+                time.sleep(WORK_S)
+                ledger.record(m.key() or b"", orjson.loads(m.value() or b"0"))
+            if batch:
+                c.commit(asynchronous=True)
+    finally:
+        c.close()
+    return ledger.result(min(n, ledger.count())) | {"lost": 0}
+
+
+def run_sdk(
+    bootstrap: str, topic: str, n: int, mode: str, store: DedupeStore, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """One ``Worker`` with ``settings``; ``mode`` "sdk" records in memory only, "sqlite" and
+    "postgres" write each effect with ``ctx.once_sql`` (and count the effect rows)."""
+    ledger = Ledger()
+    base = mode.removesuffix("_async")  # the store's mode; "_async": an async def handler
+    sql = base != "sdk"
+    if sql:
+        _effects_table(store, mode)
+
+    def handle(msg: Any, ctx: EffectGuard) -> None:
+        time.sleep(WORK_S)
+        key, seq = msg.key() or b"", orjson.loads(msg.value() or b"0")
+        if sql:
+            sql_insert = _insert(base)
+            if not ctx.once_sql(lambda db: db.execute(sql_insert, (ctx.key, key.decode(), seq))):
+                return  # done before: not processed again
+        ledger.record(key, seq)
+
+    async def handle_async(msg: Any, ctx: EffectGuard) -> None:
+        await asyncio.sleep(WORK_S)  # the same 1 ms, awaited: the lanes are loop tasks
+        key, seq = msg.key() or b"", orjson.loads(msg.value() or b"0")
+        if sql:
+            sql_insert = _insert(base)
+            effect = (ctx.key, key.decode(), seq)
+            if not await ctx.once_sql_async(lambda db: db.execute(sql_insert, effect)):
+                return
+        ledger.record(key, seq)
+
+    keyring = Keyring.of([SigningKey.generate(DECIDE).public()])
+    worker = Worker(bootstrap=bootstrap, group=f"{topic}-{mode}", topics=[topic],
+                    handler=handle_async if mode.endswith("_async") else handle,
+                    instance_id="", dedupe=store, signing_key=keyring, outcomes_topic=None,
+                    control_topic=f"{topic}-control",
+                    progress_interval_ms=0, control_replay_s=0, **settings)  # fmt: skip
+    worker.start()
+    try:
+        _wait(lambda: ledger.count() >= n or worker.error is not None, 600)
+        # repeats count in ``count``: wait on for the distinct ones (cheap to ask only now)
+        _wait(lambda: ledger.unique() >= n or worker.error is not None, 60)
+    finally:
+        worker.stop()
+    out = ledger.result(n)
+    if sql:
+        rows = _effect_rows(store, mode)
+        out["effect_rows"] = rows
+        out["lost"] = n - rows
+        out["commit_groups"] = getattr(store, "groups", None)  # once_sql transactions
+    return out
+
+
+def _effects_table(store: Any, mode: str) -> None:
+    db = store.connection()
+    db.execute("CREATE TABLE IF NOT EXISTS bench_effects (id TEXT PRIMARY KEY, k TEXT, seq INT)")
+
+
+def _insert(mode: str) -> str:
+    mark = "%s" if mode == "postgres" else "?"
+    return f"INSERT INTO bench_effects VALUES ({mark}, {mark}, {mark})"
+
+
+def _effect_rows(store: Any, mode: str) -> int:
+    row = store.connection().execute("SELECT count(*) FROM bench_effects").fetchone()
+    return int(row[0])
+
+
+@contextlib.contextmanager
+def postgres_store() -> Iterator[DedupeStore]:
+    from actuators.workers.dedupe_pg import PostgresDedupeStore
+    from bench.support.postgres import postgres_server
+
+    with postgres_server() as dsn:
+        store = PostgresDedupeStore(dsn)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, Any],
+        modes: list[str]) -> dict[str, Any]:  # fmt: skip
+    topic = f"bench-workers-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    # the workers' control topic, of this run (a fresh broker has no lagpilot.control)
+    create_topic(bootstrap, f"{topic}-control", 1)
+    produce(bootstrap, topic, messages)
+    out: dict[str, Any] = {
+        "setup": {
+            "work_ms": WORK_S * 1000,
+            "partitions": PARTITIONS,
+            "keys": KEYS,
+            "messages": messages,
+            "naive_messages": naive_messages,
+            "settings": settings,
+        },
+        "load_avg_1m_before": round(os.getloadavg()[0], 2),
+    }
+    # the naive rate before the modes and after them: a 1 ms sleep takes longer on a loaded
+    # machine, and the load changes during a run, so the ratios divide by their mean
+    out["naive"] = run_naive(bootstrap, topic, naive_messages)
+    out["naive"]["load_avg_1m_before"] = out["load_avg_1m_before"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            load = round(os.getloadavg()[0], 2)
+            if mode.startswith("postgres"):
+                with postgres_store() as store:
+                    out[mode] = run_sdk(bootstrap, topic, messages, mode, store, settings)
+            else:
+                store = (MemoryDedupeStore() if mode.startswith("sdk")
+                         else SQLiteDedupeStore(Path(tmp) / f"dedupe-{mode}.sqlite"))  # fmt: skip
+                try:
+                    out[mode] = run_sdk(bootstrap, topic, messages, mode, store, settings)
+                finally:
+                    store.close()
+            out[mode]["load_avg_1m_before"] = load
+    load = round(os.getloadavg()[0], 2)
+    out["naive_after"] = run_naive(bootstrap, topic, naive_messages, "naive-after")
+    out["naive_after"]["load_avg_1m_before"] = load
+    base = (out["naive"]["records_per_s"] + out["naive_after"]["records_per_s"]) / 2
+    out["naive_records_per_s"] = round(base, 1)
+    for mode in modes:
+        out[f"{mode}_ratio"] = round(out[mode]["records_per_s"] / base, 2)
+    out["lost"] = sum(out[m]["lost"] for m in modes)
+    out["duplicates"] = sum(out[m]["duplicates"] for m in modes)
+    naives = ["naive", "naive_after"]
+    out["order_violations"] = sum(out[m]["order_violations"] for m in [*naives, *modes])
+    out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    out["targets"] = dict(TARGETS)
+    for mode in modes:
+        if mode.endswith("_async"):
+            out["targets"][f"{mode}_ratio"] = TARGETS[mode.removesuffix("_async") + "_ratio"]
+    ran = {k: v for k, v in out["targets"].items() if k.removesuffix("_ratio") in modes}
+    out["met_by_mode"] = {k.removesuffix("_ratio"): out.get(k, 0) >= v for k, v in ran.items()}
+    out["met"] = all(out["met_by_mode"].values())
+    out["met"] = out["met"] and out["lost"] == 0 and out["order_violations"] == 0
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--messages", type=int, default=60_000)
+    p.add_argument("--naive-messages", type=int, default=3_000)
+    p.add_argument("--lanes", type=int, default=16, help="the documented setting")
+    p.add_argument(
+        "--buffered", type=int, default=0, help="max_buffered_per_partition, 0: the default"
+    )
+    p.add_argument("--modes", default="sdk,sdk_async,sqlite,postgres")
+    p.add_argument("--smoke", action="store_true", help="seconds: a few messages, sdk only")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers.json")
+    args = p.parse_args()
+    stamp = run_stamp()
+    bootstrap = broker.bootstrap()
+    modes = args.modes.split(",")
+    if args.smoke:
+        args.messages, args.naive_messages, modes = 2000, 300, ["sdk", "sdk_async"]
+    settings: dict[str, Any] = {"lanes": args.lanes}
+    if args.buffered:
+        settings["max_buffered_per_partition"] = args.buffered
+    result = run(bootstrap, args.messages, args.naive_messages, settings, modes)
+    result = write_result(args.out, result, stamp)
+    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+
+
+if __name__ == "__main__":
+    main()
