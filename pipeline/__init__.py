@@ -5,7 +5,7 @@ import os
 import warnings
 
 # The model's matrices are small (groups x partitions of one topic): a second BLAS thread
-# costs more in hand-off than it gives (bench/model.py measures it). Set before numpy
+# costs more in hand-off than it gives (bench/perf/model.py measures it). Set before numpy
 # loads OpenBLAS; a value the user set wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

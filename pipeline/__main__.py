@@ -209,7 +209,7 @@ def run_until_stopped(
       the node leading ``__consumer_offsets`` was down;
     - ``PartitionAssignmentError``: restoring state on assignment failed while the cluster's
       controller was down.
-    Each would otherwise stop the pipeline for good at one broker restart (bench/faults.py
+    Each would otherwise stop the pipeline for good at one broker restart (bench/faults/rows.py
     runs these faults). Replayed inputs are harmless: actions carry idempotent ids. The
     pause doubles up to 30 s while runs keep failing fast; ``max_quick_failures`` runs in a
     row that each fail within ``steady_s`` end the run (a supervisor then sees a crash

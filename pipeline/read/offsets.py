@@ -81,7 +81,7 @@ class Skipped:
 
 _KEY_HEAD = struct.Struct(">hh")  # record type, group length
 #: the hot path's own names for the wire's Structs (the same objects): it decodes faster
-#: through module-private names than through the imported ones (bench/decode.py)
+#: through module-private names than through the imported ones (bench/perf/decode.py)
 _INT16, _INT32, _INT64 = INT16, INT32, INT64
 _INT64X2 = struct.Struct(">qq")
 _V1_HEAD = struct.Struct(">hqh")  # version, offset, metadata length

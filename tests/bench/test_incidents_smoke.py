@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from bench.support.judge import UNDO
 from pipeline.settings import Settings
@@ -39,6 +40,7 @@ def _judged(name: str, s: dict[str, Any]) -> None:
     assert all(r["at_ms"] >= -60_000 for r in rows), name  # times from the scenario's start
 
 
+@pytest.mark.timeout(1200)  # the suite's subprocess may take as long on a loaded host
 def test_incident_suite_smoke_merges_into_the_results(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "incidents.json"
     out.write_bytes(orjson.dumps({"scenarios": {"elsewhere": {"kept": True}}}))

@@ -61,7 +61,7 @@ def test_undecodable_or_schema_invalid_events_are_rejected_keyed_by_position(
 
 
 def test_an_oversized_event_is_rejected_unread_even_when_signed_and_allow_listed() -> None:
-    """Found by the fault benchmark (bench/faults.py, row 7): a valid signed throttle padded
+    """Found by the fault benchmark (bench/faults/rows.py, row 7): a valid signed throttle padded
     to 256 KiB was applied. Its outcome must not echo it either."""
     action = sign(good() | {"reason": {"padding": "x" * MAX_EVENT_BYTES}}, KEY)
     raw = orjson.dumps(action)

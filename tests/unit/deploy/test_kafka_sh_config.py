@@ -1,5 +1,5 @@
 """deploy/local/kafka.sh's LAGPILOT_BROKER_EXTRA_LISTENERS: more listeners, each advertised at
-another port (the cutting proxy of bench/faults.py row 3 listens there). ``kafka.sh config``
+another port (the cutting proxy of bench/faults/rows.py row 3 listens there). ``kafka.sh config``
 prints the server.properties ``up`` writes, without Java, so this runs in milliseconds; the
 fault benchmark's row 3 runs a broker with it."""
 

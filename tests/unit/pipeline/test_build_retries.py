@@ -1,6 +1,6 @@
 """``lagpilot run`` builds its app again while the broker is not ready for its topics: a
 topic created a moment ago and not yet described (TopicNotFoundError, seen on a broker that
-had just started under load, bench/faults.py row 3) is weather, not a crash."""
+had just started under load, bench/faults/rows.py row 3) is weather, not a crash."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A broker that forgot the pipeline's group (restart) must not stop the pipeline: Quix
 Streams ends ``run()`` with ``CheckpointConsumerCommitError``; ``run_until_stopped`` builds a
-new app and runs again. Anything else still ends the run. Found by bench/faults.py, row 1."""
+new app and runs again. Anything else still ends the run. Found by bench/faults/rows.py, row 1."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_other_errors_still_end_the_run() -> None:
 
 
 def test_a_producer_timeout_or_a_dead_source_rebuilds_the_app() -> None:
-    """Row 2 of bench/faults.py: with a node of three down, the checkpoint's flush timed out
+    """Row 2 of bench/faults/rows.py: with a node of three down, the checkpoint's flush timed out
     and the commits source's process ended; both ended the pipeline for good."""
     from quixstreams.checkpointing.exceptions import CheckpointProducerTimeout
     from quixstreams.sources.base.exceptions import SourceException

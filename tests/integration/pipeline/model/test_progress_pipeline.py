@@ -54,7 +54,7 @@ def test_a_stall_and_a_silent_worker_are_seen_from_the_reports(
                 )
 
             warn = first("WARN")
-            # generous for a loaded CI host; python -m bench.detection measures the figure
+            # generous for a loaded CI host; python -m bench.perf.detection measures the figure
             assert warn["_received_ms"] - onset_ms < 2000
             assert warn["worker"]["member"] == f"scripted-{group}"
             assert warn["worker"]["silent"] is False

@@ -116,7 +116,7 @@ def test_repeats_finds_a_cell_named_twice_and_only_then():
 
 def test_commits_to_partitions_the_topic_cannot_have_are_counted_not_allocated():
     """Garbage decoded as a commit to partition ~2**31 once made the model ask for 270 GiB
-    (bench/faults.py row 6b): it is dropped and counted; true commits beside it apply."""
+    (bench/faults/rows.py row 6b): it is dropped and counted; true commits beside it apply."""
     from pipeline.model.lag import MAX_PARTITIONS_UNSAMPLED
 
     m = TopicModel("t", CFG)
