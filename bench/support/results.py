@@ -5,8 +5,9 @@ with what says where they come from and how busy the machine was.
 ``data`` with it, as indented JSON, and returns what it wrote:
 
 - ``commit``: ``git rev-parse HEAD``, plus ``-dirty`` when the tree has changes (outside
-  ``bench/results/``, which the benchmarks themselves write: a run after another is still
-  the commit's), or None outside a git clone;
+  what the benchmarks themselves write, ``bench/results/`` and the faults' generated
+  ``docs/reliability.md``: a run after another is still the commit's), or None outside a
+  git clone;
 - ``measured_at``: when the run started, ISO-8601 UTC;
 - ``load_avg_1m_start``: the host's 1-minute load average then; ``cpus``: its CPU count
   (figures measured on a shared, loaded machine are noisy, and a result must say so).
@@ -27,17 +28,20 @@ from bench.support.machine import load_avg_1m
 __all__ = ["git_commit", "run_stamp", "write_result"]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: what the benchmarks write themselves: their results, and the faults' table of rows
+WRITTEN_BY_BENCHMARKS = ("bench/results", "docs/reliability.md")
 
 
 def git_commit(root: Path = ROOT) -> str | None:
-    """HEAD's full hash, with ``-dirty`` when the tree has changes outside bench/results/."""
+    """HEAD's full hash, with ``-dirty`` when the tree has changes outside what benchmarks
+    write (``WRITTEN_BY_BENCHMARKS``)."""
     try:
         git = ["git", "-C", str(root)]
         head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()  # fmt: skip
-        changes = subprocess.run([*git, "status", "--porcelain", "--", ".",
-                                  ":(exclude)bench/results"], capture_output=True, text=True,
-                                 check=True).stdout.strip()  # fmt: skip
+        excluded = [f":(exclude){path}" for path in WRITTEN_BY_BENCHMARKS]
+        status = [*git, "status", "--porcelain", "--", ".", *excluded]
+        changes = subprocess.run(status, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if changes else "") if head else None
