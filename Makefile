@@ -64,7 +64,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 broker-jars:
-	@ls deploy/local/.cache/libs/kafka_2.13-*.jar >/dev/null 2>&1 || mvn -q -B -f deploy/local/pom.xml dependency:copy-dependencies >&2
+	@$(BROKER) jars
 
 broker-up: install
 	@$(BROKER) up --brokers $(BROKERS)

@@ -8,6 +8,14 @@
 #                                                a fault test killed comes back as itself)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
 #   deploy/local/kafka.sh config [--brokers 1|3] print node 1's server.properties (no Java)
+#   deploy/local/kafka.sh jars                   fetch the broker's jars (Maven) unless present
+#   deploy/local/kafka.sh tool CLASS [ARGS...]   run one of Kafka's own tools (kafka-tools, fetched
+#                                                once), e.g. org.apache.kafka.tools.consumer.group.
+#                                                ConsumerGroupCommand --bootstrap-server ... --describe
+#
+# KAFKA_VERSION (default 4.4.0) picks the Apache Kafka release: its jars live in
+# .cache/kafka-$KAFKA_VERSION/{libs,tools}, so releases sit side by side; `up` records the
+# release it started and `restart` brings the same one back.
 #
 # `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
 # Maven, Java) goes to stderr, with or without a terminal. The address `up` records in the
@@ -26,8 +34,19 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-LIBS="$HERE/.cache/libs"
 RUN=${LAGPILOT_BROKER_RUN_DIR:-"$HERE/.run"}
+DEFAULT_KAFKA_VERSION=4.4.0
+KAFKA_VERSION=${KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}
+if [[ ! $KAFKA_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+  echo "kafka.sh: error: KAFKA_VERSION='$KAFKA_VERSION' is not a release number: set it to an Apache Kafka 4.x release on Maven Central, e.g. KAFKA_VERSION=4.1.1 (unset: $DEFAULT_KAFKA_VERSION)" >&2
+  exit 1
+fi
+set_version() { # release -> LIBS, TOOLS
+  KAFKA_VERSION=$1
+  LIBS="$HERE/.cache/kafka-$1/libs"
+  TOOLS="$HERE/.cache/kafka-$1/tools"
+}
+set_version "$KAFKA_VERSION"
 # Below Linux's ephemeral range (32768-60999): a port in it can be taken at any moment as
 # the local end of some client connection, and the broker then fails to bind.
 PORT0=${LAGPILOT_BROKER_PORT:-21092}
@@ -51,15 +70,28 @@ need_java() {
     die "java $v found, Kafka 4 needs Java 17+: install a newer JDK or set JAVA_HOME/PATH to one."
 }
 
-need_jars() {
-  if ls "$LIBS"/kafka_2.13-*.jar >/dev/null 2>&1; then return; fi
+fetch() { # pom folder marker-glob what
+  if ls "$2"/$3 >/dev/null 2>&1; then return; fi
   command -v mvn >/dev/null 2>&1 ||
-    die "the broker's jars are not in $LIBS and mvn is not installed. Install Maven (apt-get install maven) so it can fetch them from Maven Central, or set KAFKA_BOOTSTRAP to a running cluster."
-  say "fetching Kafka jars from Maven Central into $LIBS ..."
+    die "$4 not in $2 and mvn is not installed. Install Maven (apt-get install maven) so it can fetch them from Maven Central, or set KAFKA_BOOTSTRAP to a running cluster."
+  say "fetching $4 (Apache Kafka $KAFKA_VERSION) from Maven Central into $2 ..."
   # stdout carries only the address `up` prints: Maven's output (it writes colour codes even
   # with -q and no terminal) goes to stderr.
-  mvn -q -B -f "$HERE/pom.xml" dependency:copy-dependencies >&2 ||
-    die "Maven could not resolve the Kafka jars (see the output above); check access to Maven Central."
+  mvn -q -B -f "$HERE/$1" "-Dkafka.version=$KAFKA_VERSION" dependency:copy-dependencies >&2 ||
+    die "Maven could not resolve $4 for Apache Kafka $KAFKA_VERSION (see the output above); check access to Maven Central and that KAFKA_VERSION names a release."
+}
+
+need_jars() { fetch pom.xml "$LIBS" "kafka_2.13-$KAFKA_VERSION.jar" "the broker's jars"; }
+
+need_tools() { fetch tools-pom.xml "$TOOLS" "kafka-tools-$KAFKA_VERSION.jar" "Kafka's tools"; }
+
+tool() { # CLASS ARGS...: one of Kafka's own tools, its output as it prints it
+  [ $# -ge 1 ] || die "usage: $0 tool CLASS [ARGS...], e.g. org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server 127.0.0.1:21092 --describe --all-groups"
+  need_java
+  need_tools
+  exec java -Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+    "-Dlog4j2.configurationFile=$HERE/log4j2.properties" -Dkafka.log.file=/dev/null \
+    -cp "$TOOLS/*" "$@"
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -248,7 +280,8 @@ up() {
   fi
   echo "$bootstrap" >"$RUN/bootstrap"
   echo "$n" >"$RUN/brokers"
-  say "ready: $n broker(s) at $bootstrap in $((SECONDS - t0))s (pids $(running_pids | tr '\n' ' '))"
+  echo "$KAFKA_VERSION" >"$RUN/version"
+  say "ready: Apache Kafka $KAFKA_VERSION, $n broker(s) at $bootstrap in $((SECONDS - t0))s (pids $(running_pids | tr '\n' ' '))"
   echo "$bootstrap" >&3
 }
 
@@ -258,6 +291,7 @@ restart() {
   need_java
   local n i pid t0=$SECONDS
   n=$(cat "$RUN/brokers")
+  [ -f "$RUN/version" ] && set_version "$(cat "$RUN/version")"
   for ((i = 1; i <= n; i++)); do
     pid=$(cat "$RUN/node-$i.pid" 2>/dev/null || true)
     if [ -n "$pid" ] && running_pids | grep -qx "$pid"; then continue; fi
@@ -319,5 +353,7 @@ case $cmd in
   restart) restart ;;
   status) status ;;
   config) config "$@" ;;
-  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3]" >&2; exit 2 ;;
+  jars) need_jars ;;
+  tool) tool "$@" ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3] | jars | tool CLASS [ARGS...]" >&2; exit 2 ;;
 esac
