@@ -91,6 +91,10 @@ class SourceStats:
             m.own_group_filtered.inc(delta)
         elif stat == "read_errors":
             m.bad_messages.labels("read").inc(delta)
+        elif stat == "share_position":
+            m.share_positions.inc(delta)
+        elif stat == "share_read_errors":
+            m.share_read_errors.inc(delta)
         elif stat == "progress_malformed":
             m.bad_messages.labels("progress").inc(delta)
         elif stat in (
@@ -211,6 +215,7 @@ def build_app(
             flush_ms=settings.commit_flush_ms,
             auto_offset_reset="earliest",
             model_group=settings.consumer_group,
+            share_groups_interval_s=settings.share_groups_interval_ms / 1000,
         ),
         sampler=sampler,
         # group health is the model's, kept in the reader's process (it reads the records);
@@ -228,7 +233,12 @@ def build_app(
     # 3. the model: one key per topic, samples and commits in one ordered stream
     def on_observations(obs: TopicObservation) -> None:
         metrics.lag.update(obs)
+        metrics.share_groups_of(obs)
         metrics.sample_modelled(obs.now_ms)
+
+    def on_topic_deleted(topic: str) -> None:
+        metrics.lag.forget_topic(topic)
+        metrics.forget_share_groups(topic)
 
     operator = LagOperator(
         settings.lag_config(),
@@ -240,7 +250,7 @@ def build_app(
         persist_interval_ms=settings.persist_interval_ms,
         window_persist_interval_ms=settings.window_persist_interval_ms,
         on_observations=on_observations,
-        on_topic_deleted=metrics.lag.forget_topic,
+        on_topic_deleted=on_topic_deleted,
         on_input=lambda event: metrics.model_inputs.labels(event).inc(),
         on_commits=lambda n: metrics.model_inputs.labels("commit").inc(n),
         on_events=metrics.events_published,

@@ -45,6 +45,10 @@ class Settings:
     # they precede (a replica that does not sample their topic sends them at this pace)
     commit_flush_ms: int = 250
     sample_interval_ms: int = 250
+    # every share group's state (KIP-932: start offset and the broker's lag per
+    # share-partition) is read this often; 0: share groups are not read
+    # (pipeline/read/share_positions.py)
+    share_groups_interval_ms: int = 500
     metadata_refresh_ms: int = 5000
     # one ListOffsets per leader broker a tick (kafka-python's protocol classes, answered
     # per partition), not the AdminClient's future per partition (several times the CPU);
@@ -168,6 +172,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "session_timeout_ms": (3_000, 300_000),
     "commit_flush_ms": (1, 5_000),
     "sample_interval_ms": (20, 60_000),
+    "share_groups_interval_ms": (0, 600_000),
     "metadata_refresh_ms": (100, 3_600_000),
     "window_s": (1, 3_600),
     "history_rows": (16, 100_000),

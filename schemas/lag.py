@@ -50,8 +50,10 @@ class PartitionLag:
     # its bound), read (the record's timestamp at the committed offset: exact) or
     # extrapolated (older than the history; no bound)
     time_lag_source: str = "interpolated"
+    #: ``consumer`` (a consumer group, either protocol) or ``share`` (a KIP-932 share group)
+    group_type: str = "consumer"
     event: str = field(default="partition_lag", init=False)
-    v: int = field(default=1, init=False)
+    v: int = field(default=2, init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +90,10 @@ class GroupLag:
     partitions: int
     topic_partitions: int
     worst: tuple[WorstPartition, ...] = ()
+    #: ``consumer`` (a consumer group, either protocol) or ``share`` (a KIP-932 share group)
+    group_type: str = "consumer"
     event: str = field(default="group_lag", init=False)
-    v: int = field(default=1, init=False)
+    v: int = field(default=2, init=False)
 
 
 def group_lag_from_dict(d: dict[str, Any]) -> GroupLag:

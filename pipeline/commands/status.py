@@ -128,19 +128,21 @@ LEGEND = (
     "STATUS: how its partitions are consumed (OK; WARN late for its cadence; ERR far behind; "
     "STALL stuck; STOP consumed by nobody; REWIND offsets moved back). HEALTH: its membership "
     "(OK stable; REBALANCING; STORM; EMPTY no members). A group can be healthy and consume "
-    "nothing: CONSUMING says so. ETA only while the lag drains."
+    "nothing: CONSUMING says so. ETA only while the lag drains. TYPE: consumer group, or share "
+    "group (KIP-932: COMMITTED is its position, the high watermark less the broker's lag)."
 )
 
 
 def render(summaries: Latest, partitions: Latest, health: Latest | None = None,
            hidden: int = 0) -> str:  # fmt: skip
     lines = [
-        f"{'GROUP':<28} {'TOPIC':<28} {'STATUS':<7} {'LAG':>10} {'TIME LAG s':>10} "
+        f"{'GROUP':<28} {'TYPE':<8} {'TOPIC':<28} {'STATUS':<7} {'LAG':>10} {'TIME LAG s':>10} "
         f"{'RATE/s':>9} {'PARTS':>5}"
     ]
     for s in sorted(summaries.values(), key=lambda s: (-s["max_time_lag_s"], s["group"])):
         lines.append(
-            f"{s['group'][:28]:<28} {s['topic'][:28]:<28} {s['status']:<7} "
+            f"{s['group'][:28]:<28} {s.get('group_type', 'consumer'):<8} "
+            f"{s['topic'][:28]:<28} {s['status']:<7} "
             f"{s['total_lag_offsets']:>10} {_num(s['max_time_lag_s'], 10, 2)} "
             f"{_num(s['lag_rate_per_s'], 9, 1)} {s['partitions']:>5}"
         )

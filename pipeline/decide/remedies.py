@@ -357,11 +357,23 @@ def _release_undone(c: Ctx, lad: dict[str, Any], undo: set[str]) -> None:
     lad["undo"] = sorted(undo)
 
 
+#: steps that move a consumer group's partitions between its members' lanes or add
+#: partitions for more members: a share group's members already share every partition
+#: (KIP-932) and scale past the partition count, so for one these steps are skipped
+CONSUMER_GROUP_STEPS = frozenset(
+    {"spread_partition", "handoff_partition", "handoff_member", "add_partitions"}
+)
+
+
 def _act(c: Ctx, lad: dict[str, Any], step: Step, hot: list[Any]) -> None:
     before = len(c.actions)
     mode = str(Mode.RECOMMEND) if step.recommend else None
     if step.action == "alert":
         lad["phase"] = "alert"
+        return
+    if c.summary.group_type == "share" and step.action in CONSUMER_GROUP_STEPS:
+        lad["step"] += 1
+        lad["skipped"] = [*lad.get("skipped", ()), f"{step.action}: a share group"]
         return
     if step.action == "spread_partition" and hot:
         spread(c, hot[0], pool=None)  # lanes here; the pool is the hand-off step's

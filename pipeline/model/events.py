@@ -48,6 +48,13 @@ class Observation:
     last_commit_ms: np.ndarray
     leaders: np.ndarray
     topic_partitions: int
+    group_type: str = "consumer"  # or "share": a KIP-932 share group
+
+
+def group_type(group: str, share_groups: frozenset[str]) -> str:
+    """The ``group_type`` of an event about ``group``: ``share`` for a share group the commits
+    source reported as one, ``consumer`` otherwise (a consumer group of either protocol)."""
+    return "share" if group in share_groups else "consumer"
 
 
 @dataclass
@@ -77,6 +84,8 @@ class TopicObservation:
     last_commit_ms: np.ndarray
     leaders: np.ndarray  # (P,)
     topic_partitions: int
+    #: the groups on this topic that are share groups (KIP-932); the others are consumer groups
+    share_groups: frozenset[str] = frozenset()
     active: np.ndarray = field(init=False)  # groups with at least one modelled partition
     _worst: np.ndarray | None = field(init=False, default=None, repr=False)
 
@@ -123,6 +132,7 @@ class TopicObservation:
             last_commit_ms=self.last_commit_ms[g, cols],
             leaders=self.leaders[cols],
             topic_partitions=self.topic_partitions,
+            group_type=group_type(self.groups[g], self.share_groups),
         )
 
     def group_events(self, gs: list[int], worst_n: int) -> list[dict[str, Any]]:
@@ -183,6 +193,7 @@ class TopicObservation:
         return [
             {
                 "group": self.groups[g],
+                "group_type": group_type(self.groups[g], self.share_groups),
                 "topic": self.topic,
                 "observed_at_ms": self.now_ms,
                 "status": names[top[i]] if n else LagStatus.OK.value,
@@ -193,7 +204,7 @@ class TopicObservation:
                 "topic_partitions": self.topic_partitions,
                 "worst": worst[i],
                 "event": "group_lag",
-                "v": 1,
+                "v": 2,
             }
             for i, (g, n) in enumerate(zip(gs, counts.tolist(), strict=True))
         ]
@@ -229,6 +240,7 @@ class TopicObservation:
         return [
             {
                 "group": grp,
+                "group_type": group_type(grp, self.share_groups),
                 "topic": self.topic,
                 "partition": part,
                 "observed_at_ms": self.now_ms,
@@ -246,7 +258,7 @@ class TopicObservation:
                 "last_commit_ms": lc,
                 "leader": ld,
                 "event": "partition_lag",
-                "v": 1,
+                "v": 2,
             }
             for grp, part, c, h, lag, rate, acc, prod, cons, tl, how, e, ok, st, lc, ld in cols
         ]

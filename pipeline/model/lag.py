@@ -118,6 +118,9 @@ class TopicModel:
         self.cfg = cfg
         self.history = HwTable()  # the HWM history (pipeline/model/hw_table.py)
         self.groups: list[str] = []
+        #: the groups the commits source reported as share groups (KIP-932): their positions
+        #: come from the share-group state, and their events say ``group_type: share``
+        self.share_groups: frozenset[str] = frozenset()
         self._index: dict[str, int] = {}
         self._width = 0  # partitions known from samples or commits
         self.positions = CommitState(cfg)  # what commits change, per group x partition
@@ -526,6 +529,7 @@ class TopicModel:
             topic=self.topic,
             now_ms=now_ms,
             groups=list(self.groups),
+            share_groups=self.share_groups,
             mask=mask,
             high_watermark=self.hw[-1].copy() if len(self.t_ms) else np.zeros(0, np.int64),
             leaders=_widen(self.leaders, width, -1)[:width],

@@ -285,6 +285,9 @@ class LagOperator:
         for group, partition in value.get("deleted", ()):
             model.forget(group, partition)
             touched.add(group)
+        shares = value.get("share_groups")
+        if shares and not model.share_groups.issuperset(shares):
+            model.share_groups = model.share_groups.union(shares)
         # SDK workers' progress reports: kept in memory only (replaced every tick)
         reported = model.progress.report_many(value.get("progress") or [])
         if self.on_commits is not None:

@@ -108,6 +108,17 @@ class PipelineMetrics:
             ["kind"],
             registry=r,
         )
+        self.share_positions = Counter(
+            "lagpilot_share_positions_total",
+            "Share-partition positions (KIP-932 share groups) read from the broker and passed "
+            "to the model, and deletions of share-partitions gone.",
+            registry=r,
+        )
+        self.share_read_errors = Counter(
+            "lagpilot_share_group_read_errors_total",
+            "Reads of the share groups' state that failed (read again at the next interval).",
+            registry=r,
+        )
         self.decode_skipped = Counter(
             "lagpilot_decode_skipped_total",
             "__consumer_offsets records skipped (unknown type/version, malformed), by kind.",
@@ -221,6 +232,14 @@ class PipelineMetrics:
             ["group", "member", "host"],
             registry=r,
         )
+        self.share_group = Gauge(
+            "lagpilot_share_group",
+            "1 for a share group (KIP-932) on a topic it consumes: its lag series are those of "
+            "a share group (join on group and topic); consumer groups have none.",
+            ["group", "topic"],
+            registry=r,
+        )
+        self._share_seen: dict[str, frozenset[str]] = {}  # topic -> its share groups shown
         # (group, topic, partition) -> (group, member, host) of a silent worker
         self._silent: dict[tuple[str, str, int], tuple[str, str, str]] = {}
         self._rebalances_seen: dict[str, int] = {}
@@ -274,6 +293,25 @@ class PipelineMetrics:
         # a restarted source counts from 0 again: a lower total is a new run, not a rewind
         self.group_rebalances.labels(group).inc(total - seen if total >= seen else total)
         self._rebalances_seen[group] = total
+
+    def share_groups_of(self, obs: TopicObservation) -> None:
+        """``lagpilot_share_group`` for a topic's observation: its
+        share groups on, those gone off. Nothing to do on a topic that never had one."""
+        before = self._share_seen.get(obs.topic)
+        if not obs.share_groups and before is None:
+            return
+        now = obs.share_groups.intersection(obs.groups)
+        for group in now - (before or frozenset()):
+            self.share_group.labels(group, obs.topic).set(1)
+        self.forget_share_groups(obs.topic, keep=now)
+
+    def forget_share_groups(self, topic: str, keep: frozenset[str] = frozenset()) -> None:
+        """Removes the topic's ``lagpilot_share_group`` series but those of ``keep``."""
+        for group in self._share_seen.pop(topic, frozenset()) - keep:
+            with contextlib.suppress(KeyError):
+                self.share_group.remove(group, topic)
+        if keep:
+            self._share_seen[topic] = keep
 
     def sample_modelled(self, sampled_at_ms: int) -> None:
         now = time.time()

@@ -49,6 +49,7 @@ from pipeline.read.health import HealthFactory, HealthFold
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
+from pipeline.read.share_positions import SharePoller, group_partition
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource, Tick
 from runtime.cli import CLIENT_LOG, watch_client_logs
@@ -149,6 +150,8 @@ class CommitsConfig:
     commit_every_s: float = 1.0
     #: how long a sample waits for the commits to be read through its time (s)
     align_timeout_s: float = 1.0
+    #: how often share groups are read (s; 0: not read): ``pipeline.read.share_positions``
+    share_groups_interval_s: float = 0.0
 
     @property
     def poll_timeout_s(self) -> float:
@@ -305,6 +308,9 @@ class CommitsLoop:
             self.buffer.tracked = health.groups
         self.pending = PendingSamples(self.cfg.align_timeout_s)
         self.resolver = TopicIdResolver(source.broker_config)
+        self.shares: SharePoller | None = None
+        self.share_groups: frozenset[str] = frozenset()  # share groups seen: their batches say so
+        self.offsets_partitions = 1
         self.scans: list[MembershipScan] = []  # start-up membership scans still running
         self.stats: Counter[str] = Counter()
         self.sampler_errors: dict[str, int] = {}  # the sampler's, by kind, as of its last tick
@@ -331,6 +337,10 @@ class CommitsLoop:
 
     def run(self, running: Callable[[], bool]) -> None:
         """Polls while ``running()``; then forwards and commits what is left."""
+        if self.cfg.share_groups_interval_s > 0:
+            self.shares = SharePoller(
+                self.source.broker_config, self.cfg.share_groups_interval_s, self.owns_group
+            ).start()
         self.subscribe()
         self.next_resend_s = time.monotonic() + self.cfg.resend_first_s
         self.next_owners_s = self.next_resend_s
@@ -360,6 +370,8 @@ class CommitsLoop:
             if self.scans:
                 apply_scans(self.health, self.scans)
             self.publish_health(self.health, now_ms, resend)
+        if self.shares is not None:
+            self.take_shares(now_ms)
         if self.ticks is not None:  # new samples: held until the commits are read through
             self.produce_samples()
         # "caught up" (positions against the watermarks of every assigned partition) is
@@ -406,7 +418,26 @@ class CommitsLoop:
         self.next_owners_s = time.monotonic() + self.cfg.resend_every_s
         return True
 
+    def owns_group(self, group: str) -> bool:
+        """Is ``group`` this replica's to model (its offsets partition is assigned here)?"""
+        return group_partition(group, self.offsets_partitions) in self.positions.owned
+
+    def take_shares(self, now_ms: int) -> None:
+        """The share groups' positions read since the last poll, into the buffer."""
+        assert self.shares is not None
+        got = self.shares.take()
+        if got is None:
+            return
+        for record in got.records:
+            self.buffer.add(record, now_ms)
+        self.stats["share_position"] += len(got.records)
+        self.stats["share_read_errors"] += got.errors
+        if not got.share_groups <= self.share_groups:
+            self.share_groups = self.share_groups | got.share_groups
+
     def close(self) -> None:
+        if self.shares is not None:
+            self.shares.stop()
         for scan in self.scans:
             scan.stop()
         self.resolver.stop()
@@ -456,6 +487,11 @@ class CommitsLoop:
         ``commit``."""
         now_ms = int(time.time() * 1000)
         batches = self.buffer.drain()
+        if self.share_groups:
+            for batch in batches:
+                shares = [g for g in batch["groups"] if g in self.share_groups]
+                if shares:
+                    batch["share_groups"] = shares
         riding, alone = riders(batches, samples)
         for batch in alone:
             self.produce(batch["topic"], orjson.dumps(batch), now_ms)
@@ -626,6 +662,7 @@ class CommitsSource(Source):
             ticks=self._start_sampler(partitions),
             health=self.health() if self.health is not None else None,
         )
+        loop.offsets_partitions = partitions
         try:
             loop.run(lambda: self.running)
         finally:

@@ -43,6 +43,7 @@ def partition_lag(view: Observation, i: int) -> PartitionLag:
         status=STATUS_BY_CODE[int(view.status[i])],
         last_commit_ms=int(view.last_commit_ms[i]),
         leader=int(view.leaders[i]),
+        group_type=view.group_type,
     )
 
 
@@ -74,4 +75,5 @@ def summary(view: Observation, worst_n: int) -> GroupLag:
         partitions=n,
         topic_partitions=view.topic_partitions,
         worst=worst,
+        group_type=view.group_type,
     )

@@ -25,9 +25,15 @@ def _partition(group: str, p: int, eta: float | None, owner: bool) -> dict[str, 
 def test_groups_are_listed_worst_time_lag_first() -> None:
     summaries = {("a", "t"): _summary("a", "t", 1.0), ("b", "t"): _summary("b", "t", 9.5, "ERR")}
     lines = render(summaries, {}).splitlines()
-    assert lines[0].split()[:3] == ["GROUP", "TOPIC", "STATUS"]
+    assert lines[0].split()[:4] == ["GROUP", "TYPE", "TOPIC", "STATUS"]
     assert [line.split()[0] for line in lines[1:3]] == ["b", "a"]
-    assert lines[1].split()[2:5] == ["ERR", "120", "9.50"]
+    assert lines[1].split()[1:6] == ["consumer", "t", "ERR", "120", "9.50"]
+
+
+def test_a_share_group_says_so() -> None:
+    share = _summary("tasks", "t", 3.0) | {"group_type": "share"}
+    lines = render({("tasks", "t"): share}, {}).splitlines()
+    assert lines[1].split()[:3] == ["tasks", "share", "t"]
 
 
 def test_partitions_show_eta_and_owner_or_a_dash() -> None:

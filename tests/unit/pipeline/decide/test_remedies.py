@@ -4,6 +4,7 @@ configuration test_ladder.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pipeline.decide import inputs
@@ -124,6 +125,34 @@ def test_without_a_pool_the_hand_off_is_skipped_and_the_spread_kept() -> None:
     assert [v["result"] for v in loop.verdicts] == ["no_effect"]
     [rung] = [lad for lad in loop.state.ladders.values() if lad.get("of") == 3]
     assert rung["skipped"] == ["handoff_partition: no hotspot.pool"]
+
+
+def test_a_share_groups_hotspot_skips_the_consumer_group_steps() -> None:
+    """A share group's members share every partition: spreading one over lanes, handing
+    it off or adding partitions is for consumer groups. Its ladder skips those steps and
+    goes on to the next (here, scaling its consumers)."""
+    ladder = {"hotspot": ["spread_partition:5", "handoff_partition:5", "scale_consumers:5"]}
+    config = config_from_mapping(
+        {
+            "mode": "act",
+            "cooldowns": {"default_s": 5},
+            "thresholds": {"default": {"time_lag_s": 10}},
+            "hotspot": {"pool": "dedicated"},
+            "scale": {"lag_per_replica": 100},
+            "ladders": {"default": ladder},
+        }
+    )
+    loop = Loop(config)
+    share = replace(gl(HOT), group_type="share")
+    loop.feed(share, 5)  # a skipped step takes its tick, as the hand-off without a pool does
+    assert kinds(loop.actions) == ["scale_consumers"]
+    [rung] = [lad for lad in loop.state.ladders.values() if lad.get("of") == 3]
+    assert rung["skipped"] == [
+        f"{step}: a share group" for step in ("spread_partition", "handoff_partition")
+    ]
+    consumer = Loop(config)  # the same summary of a consumer group spreads first
+    consumer.feed(gl(HOT), 5)
+    assert kinds(consumer.actions) == ["spread_partition"]
 
 
 def test_no_outcome_by_the_deadline_is_no_effect_and_a_failure_escalates_at_once() -> None:

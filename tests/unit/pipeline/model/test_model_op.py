@@ -306,3 +306,28 @@ def test_periodic_events_of_healthy_groups_are_bounded_however_large_the_estate(
         v for (event, status), v in stalled.items() if event == "group_lag" and status != "OK"
     )
     assert bad == 4  # every sample (4 a second) while not OK
+
+
+def test_a_share_group_named_by_the_source_is_published_as_one() -> None:
+    """The commits source names the share groups of a batch (``share_groups``): their
+    summaries and partition snapshots say ``group_type: share`` (v2), the others
+    ``consumer``; both validate against their schemas."""
+    op = LagOperator(LagConfig())
+    state = MemoryState()
+    events: list[dict[str, Any]] = []
+    for i in range(1, 12):
+        t = T0 + i * TICK_MS
+        batch = commits([("tasks", 0, i * 5, t - 5), ("billing", 0, i * 5, t - 5)])
+        batch["share_groups"] = ["tasks"]
+        validate(batch | {"topic": "t"})
+        events += op(batch, "t", t, None, state)
+        events += op(sample(t, [i * 10]), "t", t, None, state)
+    kinds = {(e["event"], e["group"], e["group_type"], e["v"]) for e in events}
+    assert kinds == {
+        ("group_lag", "tasks", "share", 2),
+        ("group_lag", "billing", "consumer", 2),
+        ("partition_lag", "tasks", "share", 2),
+        ("partition_lag", "billing", "consumer", 2),
+    }
+    for e in events:
+        validate(e)

@@ -59,3 +59,30 @@ def test_a_topic_not_refreshed_drops_out_and_a_deleted_one_at_once():
     collector.update(m.observe(m.last_sample_ms))
     collector.forget_topic("orders")
     assert 'topic="orders"' not in collector.render().decode()
+
+
+def test_a_share_group_is_marked_on_its_topic_and_unmarked_when_it_goes():
+    from prometheus_client import generate_latest
+
+    from pipeline.observe.metrics import PipelineMetrics
+
+    def marked(metrics: PipelineMetrics) -> set[tuple[str, str]]:
+        text = generate_latest(metrics.registry).decode()
+        families = text_string_to_metric_families(text)
+        [family] = [f for f in families if f.name == "lagpilot_share_group"]
+        return {(s.labels["group"], s.labels["topic"]) for s in family.samples if s.value == 1}
+
+    metrics = PipelineMetrics()
+    m = observed()
+    metrics.share_groups_of(m.observe(m.last_sample_ms))
+    assert marked(metrics) == set()  # consumer groups only: no series
+    m.share_groups = frozenset({"billing"})
+    metrics.share_groups_of(m.observe(m.last_sample_ms))
+    assert marked(metrics) == {("billing", "orders")}
+    m.share_groups = frozenset({"gone-elsewhere"})  # not among the topic's groups
+    metrics.share_groups_of(m.observe(m.last_sample_ms))
+    assert marked(metrics) == set()
+    m.share_groups = frozenset({"billing"})
+    metrics.share_groups_of(m.observe(m.last_sample_ms))
+    metrics.forget_share_groups("orders")  # the topic was deleted
+    assert marked(metrics) == set()
