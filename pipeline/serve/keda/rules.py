@@ -10,7 +10,11 @@ Rules, in the order they apply (docs/keda.md has the table beside KEDA's Kafka s
    per stuck partition; when no consumer is measured (none in the group, nothing
    consumed), the last measured rate, else the current count, at least one;
 3. the cap: never more than the topic's partitions (nor ``maxReplicas``); when the need is
-   above it the cap binds and is reported (the policy's ``add_partitions`` takes over);
+   above it the cap binds and is reported (the policy's ``add_partitions`` takes over).
+   A share group (KIP-932) has no such cap: its consumers share every partition, so more
+   of them than partitions still consume; only ``maxReplicas`` (else KEDA's default
+   ``maxReplicaCount``, 100) bounds it, and a stuck share-partition is not set aside
+   (rule 1: no one consumer holds it);
 4. the floor: at least one replica while any lag waits (never zero with lag);
 5. smoothing: an exponential average (time constant ``smoothingSeconds``), hysteresis
    (up once the average passes the count by 0.1, down once it is 1.3 below it), and a
@@ -105,8 +109,15 @@ class Capacity:
     consumers: int | None
 
 
-def replica_cap(spec: ScalerSpec, topic_partitions: int) -> int:
-    """Rule 3: the partition count (consumers beyond it idle), and maxReplicas."""
+#: KEDA's default ``maxReplicaCount``: a share group's cap when ``maxReplicas`` is not set
+KEDA_MAX_REPLICAS = 100
+
+
+def replica_cap(spec: ScalerSpec, topic_partitions: int, group_type: str = "consumer") -> int:
+    """Rule 3: the partition count (consumers beyond it idle), and maxReplicas; for a
+    share group maxReplicas alone (its consumers share the partitions)."""
+    if group_type == "share":
+        return max(1, spec.max_replicas or KEDA_MAX_REPLICAS)
     cap = topic_partitions if topic_partitions > 0 else (spec.max_replicas or 1)
     return max(1, min(cap, spec.max_replicas or cap))
 
@@ -121,7 +132,8 @@ def capacity(
     """Rules 1-4. ``consumers``: members of the group that hold partitions of the topic
     (None: not known); ``remembered_rate``: the last measured rate of one consumer."""
     merged = merge_worst(summary, parts)
-    stuck = stuck_partitions(merged.values())
+    share = summary.group_type == "share"
+    stuck = () if share else stuck_partitions(merged.values())
     healthy = [p for p in merged.values() if p.partition not in stuck]
     if healthy:
         produce = sum(max(0.0, p.produce_rate_per_s) for p in healthy)
@@ -138,7 +150,7 @@ def capacity(
         raw = needed_rate / rate + len(stuck)
     else:
         raw = float(max(consumers or 0, 1 if (backlog > 0 or produce > 0) else 0))
-    cap = replica_cap(spec, summary.topic_partitions)
+    cap = replica_cap(spec, summary.topic_partitions, summary.group_type)
     floor = 1 if summary.total_lag_offsets > 0 else 0
     wanted = max(float(floor), min(raw, float(cap)))
     binds = raw > cap + DEAD_BAND  # as the smoothing rounds: 4.05 needed is 4
@@ -241,7 +253,7 @@ def metric_value(d: Decision) -> float:
     s, spec = d.summary, d.spec
     if s is None:
         return 0.0
-    cap = d.capacity.cap if d.capacity else replica_cap(spec, s.topic_partitions)
+    cap = d.capacity.cap if d.capacity else replica_cap(spec, s.topic_partitions, s.group_type)
     if spec.metric == TIME_LAG:
         return min(s.max_time_lag_s, cap * spec.target_time_lag_s)
     if spec.metric == OFFSET_LAG:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 from pipeline.serve.keda.rules import PartitionRates
 from schemas import GroupLag, LagStatus, WorstPartition
 
 _GROUP_FIELDS = {f.name for f in fields(GroupLag) if f.init} - {"worst", "status"}
+#: fields a v1 event lacks (``group_type``): their defaults stand in
+_GROUP_DEFAULTED = {f.name for f in fields(GroupLag) if f.default is not MISSING}
 _WORST_FIELDS = {f.name for f in fields(WorstPartition) if f.init} - {"status"}
 
 
@@ -27,7 +29,7 @@ def summary_from_event(ev: Mapping[str, Any]) -> GroupLag:
         WorstPartition(**{k: w[k] for k in _WORST_FIELDS if k in w}, status=LagStatus(w["status"]))
         for w in ev.get("worst", ())
     )
-    body = {k: ev[k] for k in _GROUP_FIELDS}
+    body = {k: ev[k] for k in _GROUP_FIELDS if k in ev or k not in _GROUP_DEFAULTED}
     return GroupLag(**body, status=LagStatus(ev["status"]), worst=worst)
 
 

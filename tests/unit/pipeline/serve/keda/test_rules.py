@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import replace
 
 from pipeline.serve.keda.metadata import ScalerSpec
 from pipeline.serve.keda.rules import (
@@ -57,6 +58,22 @@ def test_the_partition_count_caps_the_scale_and_says_so() -> None:
     assert cap.raw > 4 and cap.cap == 4 and cap.wanted == 4.0 and cap.cap_binds
     spec = ScalerSpec("g", "t", 10.0, max_replicas=3)
     assert capacity(summary(lag=4000, parts=4), parts, spec, consumers=1).cap == 3
+
+
+def test_a_share_group_scales_past_the_partition_count_up_to_max_replicas() -> None:
+    """KIP-932: a share group's consumers share every partition, so more consumers than
+    partitions still drain it; only maxReplicas (else KEDA's default, 100) caps it, and a
+    stuck share-partition holds no one consumer, so it is not set aside."""
+    parts = rates(4, produce=100, consume=10, lag=1000)
+    parts[2] = PartitionRates(2, 1000, 100, 0, STOP)
+    share = replace(summary(lag=4000, parts=4), group_type="share")
+    cap = capacity(share, parts, SPEC, consumers=1)
+    assert cap.stuck == () and cap.cap == 100 and cap.raw > 4 and cap.wanted == cap.raw
+    spec = ScalerSpec("g", "t", 10.0, max_replicas=12)
+    capped = capacity(share, parts, spec, consumers=1)
+    assert capped.cap == 12 and capped.wanted == 12.0 and capped.cap_binds
+    consumer = capacity(summary(lag=4000, parts=4), parts, SPEC, consumers=1)
+    assert consumer.cap == 4 and consumer.stuck == (2,)
 
 
 def test_never_zero_while_lag_waits_even_with_nothing_measured() -> None:
@@ -193,7 +210,10 @@ def test_the_view_reads_events_with_fields_it_does_not_know_and_counts_bad_ones(
                      "owner_host": "10.0.0.7"}]}  # fmt: skip
     s = view.apply(ev)
     assert s is not None and s.worst[0].status is WARN and s.total_lag_offsets == 9
+    assert s.group_type == "consumer"  # v1: no group_type, a consumer group's
     assert view.apply(ev) is None  # the same summary again (a replay) changes nothing
+    share = view.apply({**ev, "v": 2, "group": "tasks", "group_type": "share"})
+    assert share is not None and share.group_type == "share"
     part = {"event": "partition_lag", "group": "g", "topic": "t", "partition": 1,
             "observed_at_ms": 6, "lag_offsets": 9, "produce_rate_per_s": 4.0,
             "consume_rate_per_s": 2.0, "status": "WARN", "time_lag_s": 1.5,
