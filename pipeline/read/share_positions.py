@@ -12,10 +12,12 @@ records in order. It lies between the start offset and the high watermark; with 
 producer stopped the model's lag is the broker's, exactly. Where the broker does not answer
 a lag (an older broker), the position is the start offset.
 
-The broker's lag and the high watermark read after it are not of one instant: a record
-produced in between makes the position look one record back. A position therefore never
-goes back unless the start offset does (an offset reset of the group), so the model sees no
-false rewinds.
+The broker's lag and the high watermark are not read at one instant. The high watermark is
+read just before the lags: the broker's own (when it computed the lag) can only be higher,
+so a record produced in between makes the position look a little back, never ahead (read
+after, a stalled group's position crept forward by what was produced during each read). A
+position never goes back unless the start offset does (an offset reset of the group), so
+those small shortfalls are no rewinds for the model; the next read makes them up.
 
 A share group with members is re-sent every read (its consumers are there: "committing"),
 whether its position moved or not; one without members sends nothing until it moves again,
@@ -184,6 +186,7 @@ class SharePoller:
         self._records: list[OffsetCommit | OffsetDeleted] = []
         self._groups: set[str] = set()
         self._errors = 0
+        self._cells: list[tuple[str, int]] = []  # the share-partitions the last read found
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._logged_s = -60.0
@@ -216,9 +219,15 @@ class SharePoller:
             from pipeline.read.share_groups import ShareGroupsReader
 
             reader = self._reader = ShareGroupsReader(self.broker_config)
+        hwms_of = self._hwms or self._admin_hwms
+        # the high watermarks first (of the cells the last read found): see the docstring
+        hwms = hwms_of(self._cells) if self._cells else {}
         groups = [g for g in reader.read() if self.owns(g.group)]
         cells = sorted({(sp.topic, sp.partition) for g in groups for sp in g.partitions})
-        hwms = (self._hwms or self._admin_hwms)(cells) if cells else {}
+        new = [c for c in cells if c not in hwms]
+        if new:  # first seen: read after, once
+            hwms.update(hwms_of(new))
+        self._cells = cells
         records = self.positions.update(groups, hwms, int(time.time() * 1000), self.owns)
         with self._lock:
             self._records.extend(records)
@@ -243,7 +252,7 @@ class SharePoller:
     _admin: Any = None
 
     def _admin_hwms(self, cells: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The high watermark of each share-partition, read just after the lags."""
+        """The high watermark of each share-partition (read just before the lags)."""
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient, OffsetSpec
 

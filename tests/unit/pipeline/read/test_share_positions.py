@@ -168,6 +168,29 @@ def test_the_poller_keeps_only_the_groups_this_replica_owns() -> None:
     assert poller.take() is None  # taken
 
 
+def test_the_high_watermarks_are_read_before_the_lags() -> None:
+    """The broker's high watermark at its lag can only be higher than one read before it:
+    the position may fall short, never run ahead of the group (a stalled group's position
+    crept forward when it was read after)."""
+    calls: list[str] = []
+
+    class Logged(Reader):
+        def read(self) -> list[Group]:
+            calls.append("lags")
+            return super().read()
+
+    def hwms(cells: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        calls.append(f"hwms {cells}")
+        return {c: 20 for c in cells}
+
+    poller = SharePoller({}, 0.5, lambda g: True, reader=Logged(one("g", 10, 5)),
+                         high_watermarks=hwms)  # fmt: skip
+    poller.read_once()
+    poller.read_once()
+    # the first read meets the cell, so its high watermark comes after (once); then before
+    assert calls == ["lags", "hwms [('t', 0)]", "hwms [('t', 0)]", "lags"]
+
+
 def test_a_broker_without_share_groups_says_so() -> None:
     poller = SharePoller({}, 0.5, owns=lambda g: True, reader=Reader([], served=False))
     assert poller.read_once() is False
