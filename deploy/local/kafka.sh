@@ -192,6 +192,12 @@ transaction.state.log.replication.factor=$rf
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 group.coordinator.rebalance.protocols=classic,consumer
+# Share groups (KIP-932) keep their state in __share_group_state, whose defaults (3
+# replicas, min ISR 2, 50 partitions) a 1-broker cluster cannot create: sized like the
+# offsets topic, or no share consumer is ever assigned a partition.
+share.coordinator.state.topic.num.partitions=4
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=1
 auto.create.topics.enable=true
 delete.topic.enable=true
 log.segment.bytes=67108864
