@@ -9,12 +9,13 @@ level (Apache Kafka 4.1.x: 27, ``4.1-IV1``), and the cluster runs at its finaliz
 
 Two halves: :func:`encode_request` / :func:`decode_response` / :func:`describe` are pure
 (byte-literal tests in tests/unit/pipeline/commands/test_broker_version.py), :func:`fetch`
-is the one socket. The ApiVersions codec itself is :mod:`pipeline.coordinator.api_versions`, and the
+is the one socket. The ApiVersions codec is :mod:`pipeline.coordinator.api_versions`; the
 framing and the TLS socket are the raw client's (:mod:`pipeline.coordinator.protocol`,
-:mod:`pipeline.coordinator.connection`), shared with the share-group reader. ApiVersions is served before authentication (clients send it before
-SaslHandshake), so a SASL listener answers it without credentials; a TLS listener gets the
-handshake configured by ``ssl.ca.location`` / ``ssl.certificate.location`` /
-``ssl.key.location`` and ``enable.ssl.certificate.verification``.
+:mod:`pipeline.coordinator.connection`), shared with the share-group reader. ApiVersions
+is served before authentication (clients send it before SaslHandshake), so a SASL listener
+answers it without credentials; a TLS listener gets the handshake configured by
+``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location`` and
+``enable.ssl.certificate.verification``.
 
 A broker without ``metadata.version`` (ZooKeeper-era Kafka; Redpanda, whose version the
 doctor reads from its Admin API) is described by its API count only.
