@@ -27,6 +27,7 @@ from typing import Any
 from pipeline.coordinator import api_versions, sasl
 from pipeline.coordinator.api_versions import UNSUPPORTED_VERSION, ApiVersions
 from pipeline.coordinator.protocol import (
+    API_VERSIONS,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     ProtocolError,
@@ -171,13 +172,28 @@ class Connection:
 
     def request(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send one request, return its response body (header removed)."""
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        cid = self._correlation_id
-        data = self._roundtrip(encode_request(api_key, version, cid, self._client_id, body))
-        got, out = split_response(api_key, version, data)
-        if got != cid:
-            self.close()
-            raise ProtocolError(f"{self.address} answered correlation id {got}, not {cid}")
+        return self.requests(api_key, version, [body])[0]
+
+    def requests(self, api_key: int, version: int, bodies: list[bytes]) -> list[bytes]:
+        """Send several requests of one API back to back, then read their answers: a broker
+        answers a connection's requests in the order it got them, so this costs one round
+        trip plus the broker's work, not one round trip each."""
+        first = self._correlation_id + 1
+        frames = b""
+        for i, body in enumerate(bodies):
+            cid = (first + i) & 0x7FFFFFFF
+            frames += encode_request(api_key, version, cid, self._client_id, body)
+        self._correlation_id = (first + len(bodies) - 1) & 0x7FFFFFFF
+        datas = self._roundtrip(frames, len(bodies))
+        out = []
+        for i, data in enumerate(datas):
+            got, body = split_response(api_key, version, data)
+            if got != (first + i) & 0x7FFFFFFF:
+                self.close()
+                raise ProtocolError(
+                    f"{self.address} answered correlation id {got}, not {(first + i) & 0x7FFFFFFF}"
+                )
+            out.append(body)
         return out
 
     def close(self) -> None:
@@ -186,13 +202,13 @@ class Connection:
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _roundtrip(self, payload: bytes) -> bytes:  # pragma: no cover - real sockets
+    def _roundtrip(self, payload: bytes, answers: int = 1) -> list[bytes]:  # pragma: no cover
         sock = self._sock
         if sock is None:
             raise BrokerUnreachable(f"not connected to {self.address}")
         try:
             sock.sendall(payload)
-            return read_frame(lambda n: recv_exact(sock, n))
+            return [read_frame(lambda n: recv_exact(sock, n)) for _ in range(answers)]
         except BrokerUnreachable as exc:
             self.close()
             raise BrokerUnreachable(f"{self.address}: {exc}") from None
@@ -209,7 +225,7 @@ class Connection:
             self._correlation_id += 1
             cid = self._correlation_id
             frame = api_versions.encode(cid, self._client_id, "lagpilot", version)
-            _, body = split_response(api_versions.API_VERSIONS, version, self._roundtrip(frame))
+            _, body = split_response(API_VERSIONS, version, self._roundtrip(frame)[0])
             av = api_versions.decode(body, version)
             if av.error_code == UNSUPPORTED_VERSION and version != 0:
                 version = 0  # an old broker: it still lists its APIs in v0
