@@ -56,11 +56,9 @@ def parse_describe(text: str) -> list[DescribedPartition]:
         if len(cells) != len(columns):
             raise ValueError(f"a row with {len(cells)} cells under {columns}: {line!r}")
         row = dict(zip(columns, cells, strict=True))
+        start, lag = _number(row["START-OFFSET"]), _number(row["LAG"])
         out.append(
-            DescribedPartition(
-                row["GROUP"], row["TOPIC"], int(row["PARTITION"]),
-                _number(row["START-OFFSET"]), _number(row["LAG"]),
-            )  # fmt: skip
+            DescribedPartition(row["GROUP"], row["TOPIC"], int(row["PARTITION"]), start, lag)
         )
     return out
 

@@ -14,10 +14,10 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from pipeline.read.share_groups import ShareGroupsReader, ShareGroupState
 from support import share_group_command
 from support.share_consumer import KAFKA_SH, ShareConsumer
+
+from pipeline.read.share_groups import ShareGroupsReader, ShareGroupState
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +48,11 @@ def _until(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0) ->
 
 def _group(reader: ShareGroupsReader, group: str) -> ShareGroupState | None:
     return next((g for g in reader.read() if g.group == group), None)
+
+
+def _with(reader: ShareGroupsReader, group: str, members: int) -> ShareGroupState | None:
+    found = _group(reader, group)
+    return found if found is not None and found.members == members else None
 
 
 def _earliest(bootstrap: str, group: str) -> None:
@@ -86,8 +91,7 @@ def test_a_share_group_read_as_its_consumer_moves_agrees_with_kafka_tools(
 
     with ShareConsumer(kafka_bootstrap, topic, group) as consumer:
         # listed with its member once the consumer joins
-        joined = _until("the group listed with its member",
-                        lambda: (g := _group(reader, group)) and g.members == 1 and g or None)  # fmt: skip
+        joined = _until("the group listed with its member", lambda: _with(reader, group, 1))
         assert joined.state == "Stable"
 
         # the share-partition start offset advances as the consumer acknowledges: the
@@ -116,7 +120,7 @@ def test_a_share_group_read_as_its_consumer_moves_agrees_with_kafka_tools(
         consumer.resume()
         consumer.wait_consumed(97)
     # the consumer left: the group is empty, then deleted, then gone from the reader
-    _until("the group empty", lambda: (g := _group(reader, group)) and g.members == 0 or None)
+    _until("the group empty", lambda: _with(reader, group, 0))
     share_group_command.delete(kafka_bootstrap, group)
     _until("the deleted group gone", lambda: _group(reader, group) is None or None)
 
