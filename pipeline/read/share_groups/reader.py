@@ -11,7 +11,8 @@ coordinators are remembered until one says it is not.
 The rules, each with its reason:
 
 1. A broker without share groups (no ShareGroupDescribe v1 / DescribeShareGroupOffsets in
-   ApiVersions: Redpanda, Kafka < 4.1, or share groups switched off) reads as ``[]``, with
+   ApiVersions: Redpanda, Kafka < 4.1; or a KRaft Kafka whose finalized features in
+   ApiVersions lack ``share.version`` >= 1, as 4.1 ships) reads as ``[]``, with
    :attr:`ShareGroupsReader.served` False and one log line: the pipeline runs on, there is
    nothing to read, and an error every 0.25 s would only be noise.
 2. NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS forget the
@@ -58,6 +59,7 @@ Address = tuple[str, int]
 #: the error codes that say "ask another coordinator" (rule 2)
 COORDINATOR_MOVED = frozenset({14, 15, 16})
 GROUP_ID_NOT_FOUND = 69
+SHARE_VERSION = "share.version"  # the feature that switches share groups on (KIP-932)
 TOPIC_DENIED, GROUP_DENIED = 29, 30
 
 
@@ -156,18 +158,28 @@ class ShareGroupsReader:
 
     def _check_served(self) -> bool:
         conn = self._any_connection()
+        finalized = conn.versions.finalized
+        # a KRaft Kafka finalizes its features; share groups are on where share.version is
+        # (4.1 lists the share APIs with the feature off, and its groups never start)
+        feature_off = (
+            "metadata.version" in finalized and finalized.get(SHARE_VERSION, (0, 0))[1] < 1
+        )
         served = (
-            conn.version(SHARE_GROUP_DESCRIBE, 1, 1) is not None
+            not feature_off
+            and conn.version(SHARE_GROUP_DESCRIBE, 1, 1) is not None
             and conn.version(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1) is not None
             and conn.version(LIST_GROUPS, 5, 5) is not None
             and conn.version(FIND_COORDINATOR, 4, 6) is not None
         )
         if not served and self._served is not False:
             log.warning(
-                "share groups are not served by %s (no ShareGroupDescribe v1 / "
-                "DescribeShareGroupOffsets in its ApiVersions: Redpanda, Kafka < 4.1, or "
-                "share groups off, e.g. share.version not finalized): no share group to read",
+                "share groups are not served by %s (%s): no share group to read",
                 conn.address,
+                "share.version is not finalized: kafka-features.sh upgrade --feature "
+                "share.version=1 turns them on"
+                if feature_off
+                else "no ShareGroupDescribe v1 / DescribeShareGroupOffsets in its ApiVersions: "
+                "Redpanda, or Kafka < 4.1",
             )
         self._served = served
         return served
