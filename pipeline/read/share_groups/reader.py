@@ -105,7 +105,10 @@ class ShareGroupsReader:
         timeout_s: float = 5.0,
         metadata_max_age_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        connect: Callable[[str, int], Connection] | None = None,
     ) -> None:
+        """``connect(host, port)`` makes an unopened connection (tests pass a fake); by
+        default a :class:`Connection` with ``broker_config``'s security."""
         self._config = dict(broker_config)
         self._security = security_settings(self._config)  # a ConfigError now, not per read
         self._bootstrap = _bootstrap(self._config)
@@ -117,6 +120,7 @@ class ShareGroupsReader:
         self._brokers_at = float("-inf")
         self._coordinators: dict[str, Address] = {}
         self._served: bool | None = None
+        self._connect = connect or self._real_connection
 
     @property
     def served(self) -> bool | None:
@@ -349,10 +353,13 @@ class ShareGroupsReader:
                 failures.append(str(exc))
         raise ShareGroupsUnavailable("no bootstrap broker answers: " + "; ".join(failures))
 
+    def _real_connection(self, host: str, port: int) -> Connection:
+        return Connection(host, port, self._config, timeout_s=self._timeout_s)
+
     def _connection(self, address: Address) -> Connection:
         conn = self._conns.get(address)
         if conn is None:
-            conn = Connection(*address, self._config, timeout_s=self._timeout_s)
+            conn = self._connect(*address)
             self._conns[address] = conn
         if not conn.is_open:
             conn.open()
