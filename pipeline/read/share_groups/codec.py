@@ -30,7 +30,7 @@ strings and arrays are compact and every structure ends with a tagged-field sect
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
@@ -264,6 +264,15 @@ def encode_describe_offsets(group_ids: Iterable[str]) -> bytes:
     for group_id in groups:
         w.string(group_id, compact=True).array_len(None, compact=True).no_tags()
     return w.no_tags().build()
+
+
+def encode_describe_offsets_of(group_id: str, topics: Mapping[str, Iterable[int]]) -> bytes:
+    """DescribeShareGroupOffsets for one group and the named topic-partitions."""
+    w = Writer().array_len(1, compact=True).string(group_id, compact=True)
+    w.array_len(len(topics), compact=True)
+    for topic in sorted(topics):
+        w.string(topic, compact=True).int32s(sorted(topics[topic]), compact=True).no_tags()
+    return w.no_tags().no_tags().build()
 
 
 @_decoding("DescribeShareGroupOffsets")

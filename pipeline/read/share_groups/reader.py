@@ -30,6 +30,11 @@ The rules, each with its reason:
    coordinator's connection: Kafka 4.4.0 answered a request naming three or more groups in
    about 2 s one time in two, and single-group requests in milliseconds (the measurement is
    in docs/share-groups.md); pipelined, they still cost one round trip.
+8. Asked for all topics, DescribeShareGroupOffsets silently leaves out the topics the
+   principal may not describe (Kafka 4.4.0); asked by name, it answers
+   TOPIC_AUTHORIZATION_FAILED. So a topic that a member is assigned but the answer lacks
+   is asked for by name, once per call: a missing ACL is then rule 4's error, not a group
+   that looks idle.
 """
 
 from __future__ import annotations
@@ -272,7 +277,9 @@ class ShareGroupsReader:
             if d.error_code == GROUP_ID_NOT_FOUND or d.state == "Dead":
                 continue  # rule 5
             if d.error_code:
-                raise self._error(d.error_code, "ShareGroupDescribe", d.group_id, None)
+                raise self._error(
+                    d.error_code, "ShareGroupDescribe", d.group_id, None, d.error_message
+                )
             o = by_group.get(d.group_id)
             if o is not None and o.error_code in COORDINATOR_MOVED:
                 moved.add(d.group_id)
@@ -280,13 +287,39 @@ class ShareGroupsReader:
             if o is not None and o.error_code == GROUP_ID_NOT_FOUND:
                 continue
             if o is not None and o.error_code:
-                raise self._error(o.error_code, "DescribeShareGroupOffsets", d.group_id, None)
+                raise self._error(
+                    o.error_code, "DescribeShareGroupOffsets", d.group_id, None, o.error_message
+                )
+            o = self._unlisted_topics(address, d, o)
             partitions = self._partitions(d.group_id, o)
             if partitions is None:
                 moved.add(d.group_id)
                 continue
             got[d.group_id] = ShareGroupState(d.group_id, d.state, len(d.members), partitions)
         return got, moved
+
+    def _unlisted_topics(
+        self, address: Address, d: codec.DescribedGroup, o: codec.GroupOffsets | None
+    ) -> codec.GroupOffsets | None:
+        """Rule 8: topics the members are assigned but the all-topics answer left out are
+        asked for by name, so a denial surfaces as TOPIC_AUTHORIZATION_FAILED."""
+        have = {p.topic for p in o.partitions} if o is not None else set()
+        missing: dict[str, set[int]] = {}
+        for member in d.members:
+            for topic, partition in member.assigned:
+                if topic not in have:
+                    missing.setdefault(topic, set()).add(partition)
+        if not missing:
+            return o
+        version = self._version(address, DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
+        body = codec.encode_describe_offsets_of(d.group_id, missing)
+        (extra,) = codec.decode_describe_offsets(
+            self._call(address, DESCRIBE_SHARE_GROUP_OFFSETS, version, body), version
+        )
+        if o is None:
+            return extra
+        return codec.GroupOffsets(o.group_id, o.error_code, o.error_message,
+                                  o.partitions + extra.partitions)  # fmt: skip
 
     def _partitions(
         self, group: str, o: codec.GroupOffsets | None
@@ -312,26 +345,32 @@ class ShareGroupsReader:
 
     # ------------------------------------------------------------------ errors and sockets
 
-    def _error(self, code: int, api: str, group: str | None, topic: str | None) -> ShareGroupsError:
+    def _error(
+        self, code: int, api: str, group: str | None, topic: str | None, said: str | None = None
+    ) -> ShareGroupsError:
+        """The typed error for a broker's error code; ``said`` is the broker's message."""
         who = f"User:{self._security.username}" if self._security.username else "its principal"
+        said = f" (the broker said: {said})" if said else ""
         if code == GROUP_DENIED:
             return ShareGroupsDenied(
-                f"{api}: GROUP_AUTHORIZATION_FAILED for share group {group}: grant {who} "
+                f"{api}: GROUP_AUTHORIZATION_FAILED for share group {group}{said}: grant {who} "
                 f"DESCRIBE on Group:{group} (kafka-acls --add --allow-principal {who} "
                 f"--operation Describe --group {group})",
                 code="GROUP_AUTHORIZATION_FAILED",
             )
         if code == TOPIC_DENIED:
-            target = f"Topic:{topic}" if topic else "the group's topics"
+            # ShareGroupDescribe names no topic: it denies when any subscribed one is denied
+            target = f"Topic:{topic}" if topic else "each topic the group subscribes to"
             return ShareGroupsDenied(
-                f"{api}: TOPIC_AUTHORIZATION_FAILED reading share group {group}: grant {who} "
-                f"DESCRIBE on {target} (kafka-acls --add --allow-principal {who} "
+                f"{api}: TOPIC_AUTHORIZATION_FAILED reading share group {group}{said}: grant "
+                f"{who} DESCRIBE on {target} (kafka-acls --add --allow-principal {who} "
                 f"--operation Describe --topic {topic or '<topic>'})",
                 code="TOPIC_AUTHORIZATION_FAILED",
             )
         name = error_name(code)
-        return ShareGroupsError(f"{api} for share group {group}: the broker answered {name}",
-                                code=name)  # fmt: skip
+        return ShareGroupsError(
+            f"{api} for share group {group}: the broker answered {name}{said}", code=name
+        )
 
     def _version(self, address: Address, api_key: int, lowest: int, highest: int) -> int:
         version = self._connection(address).version(api_key, lowest, highest)

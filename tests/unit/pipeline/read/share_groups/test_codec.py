@@ -22,6 +22,7 @@ from pipeline.read.share_groups.codec import (
     decode_metadata_brokers,
     decode_share_group_describe,
     encode_describe_offsets,
+    encode_describe_offsets_of,
     encode_find_coordinator,
     encode_list_groups,
     encode_metadata,
@@ -176,3 +177,13 @@ def test_a_truncated_answer_names_the_api_and_the_field(cut: int) -> None:
     body = _offsets_answer(partitions + NO_TAGS)
     with pytest.raises(ShareGroupsDecodeError, match=r"^DescribeShareGroupOffsets: \w+"):
         decode_describe_offsets(body[:cut], 1)
+
+
+def test_describe_offsets_of_named_topics() -> None:
+    # one group, topics [("a", [0, 2]), ("b", [1])], each closed, then group and request
+    assert encode_describe_offsets_of("g", {"b": [1], "a": [2, 0]}) == (
+        b"\x02" + b"\x02g" + b"\x03"
+        + b"\x02a" + b"\x03\x00\x00\x00\x00\x00\x00\x00\x02" + NO_TAGS
+        + b"\x02b" + b"\x02\x00\x00\x00\x01" + NO_TAGS
+        + NO_TAGS + NO_TAGS
+    )  # fmt: skip

@@ -36,6 +36,8 @@ class Group:
     partitions: list[tuple[str, int, int, int]] = field(default_factory=list)  # t, p, start, lag
     describe_errors: list[int] = field(default_factory=list)  # popped per describe
     partition_error: int = 0
+    assigned: list[tuple[str, int]] = field(default_factory=list)  # every member's
+    hidden: set[str] = field(default_factory=set)  # left out unless asked for by name
 
 
 @dataclass
@@ -57,7 +59,10 @@ def _groups_asked(body: bytes, api: int) -> list[str]:
     out = []
     for _ in range(r.array_len("groups", compact=True)):
         out.append(r.string("group", compact=True))
-        r.array_len("topics", compact=True)
+        for _ in range(r.array_len("topics", compact=True)):
+            out.append("topic:" + r.string("topic", compact=True))
+            r.int32_array("partitions", compact=True)
+            r.skip_tagged_fields("topic")
         r.skip_tagged_fields("group")
     return out
 
@@ -92,15 +97,21 @@ def _answer(cluster: Cluster, api: int, version: int, body: bytes) -> bytes:
             w.string("simple", compact=True).array_len(0 if g is None else g.members, compact=True)
             for i in range(0 if g is None else g.members):
                 w.string(f"m{i}", compact=True).string(None, compact=True).int32(1)
-                w.string("c", compact=True).string("/h", compact=True)
-                w.strings([], compact=True).array_len(0, compact=True).no_tags().no_tags()
+                w.string("c", compact=True).string("/h", compact=True).strings([], compact=True)
+                w.array_len(len(g.assigned), compact=True)
+                for topic, partition in g.assigned:
+                    w.raw(bytes(16)).string(topic, compact=True).int32s([partition], compact=True)
+                    w.no_tags()
+                w.no_tags().no_tags()
             w.int32(-(1 << 31)).no_tags()
         return w.no_tags().build()
     assert api == 90
+    named = [a.removeprefix("topic:") for a in asked if a.startswith("topic:")]
+    asked = [a for a in asked if not a.startswith("topic:")]
     w.array_len(len(asked), compact=True)
     for name in asked:
         g = cluster.groups[name]
-        topics = sorted({t for t, *_ in g.partitions})
+        topics = sorted({t for t, *_ in g.partitions if t not in g.hidden or t in named})
         w.string(name, compact=True).array_len(len(topics), compact=True)
         for topic in topics:
             w.string(topic, compact=True).raw(bytes(16))
@@ -110,7 +121,8 @@ def _answer(cluster: Cluster, api: int, version: int, body: bytes) -> bytes:
                 w.int32(p).int64(start).int32(0)
                 if version >= 1:
                     w.int64(lag)
-                w.int16(g.partition_error).string(None, compact=True).no_tags()
+                error = TOPIC_DENIED if topic in g.hidden else g.partition_error
+                w.int16(error).string(None, compact=True).no_tags()
             w.no_tags()
         w.int16(0).string(None, compact=True).no_tags()
     return w.no_tags().build()
@@ -252,3 +264,16 @@ def test_topic_denied_names_the_topic() -> None:
 def test_a_partition_with_another_error_is_left_out() -> None:
     cluster = Cluster({"a": Group(partitions=[("gone", 0, 1, 1)], partition_error=3)})
     assert reader_for(cluster).read() == [ShareGroupState("a", "Stable", 1, ())]
+
+
+def test_an_assigned_topic_left_out_of_the_answer_is_asked_for_by_name() -> None:
+    """Asked for all topics the broker leaves out those the principal may not describe;
+    by name it says TOPIC_AUTHORIZATION_FAILED, which names the ACL."""
+    group = Group(partitions=[("open", 0, 1, 0), ("secret", 0, 1, 1)],
+                  assigned=[("open", 0), ("secret", 0)], hidden={"secret"})  # fmt: skip
+    cluster = Cluster({"a": group})
+    with pytest.raises(ShareGroupsDenied, match="DESCRIBE on Topic:secret"):
+        reader_for(cluster).read()
+    cluster.groups["a"].hidden.clear()
+    (state,) = reader_for(cluster).read()
+    assert [p.topic for p in state.partitions] == ["open", "secret"]
