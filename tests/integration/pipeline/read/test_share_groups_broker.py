@@ -6,6 +6,7 @@ Needs a broker that serves share groups with KIP-1226's lag (Apache Kafka 4.2+, 
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -147,3 +148,14 @@ def test_reads_are_cheap_on_open_connections(
         reader.read()
     per_read_s = (time.perf_counter() - started) / 20
     assert per_read_s < 0.25, f"{per_read_s:.3f} s a read: too slow to poll every 0.25 s"
+
+
+def test_a_dropped_socket_is_reopened(kafka_bootstrap: str, reader: ShareGroupsReader) -> None:
+    """The broker's side of every open connection goes away (here: this side's sockets are
+    shut down under the reader, as a broker restart or an idle-connection reaper would);
+    the next read reconnects and answers."""
+    before = reader.read()
+    for conn in reader._conns.values():  # the test reaches in: there is no public socket
+        assert conn._sock is not None
+        conn._sock.shutdown(socket.SHUT_RDWR)
+    assert [g.group for g in reader.read()] == [g.group for g in before]
