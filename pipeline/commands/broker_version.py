@@ -38,6 +38,7 @@ from pipeline.coordinator.protocol import ProtocolError, read_frame
 __all__ = ["ApiVersions", "DecodeError", "decode_response", "describe", "encode_request", "fetch"]
 
 CLIENT_SOFTWARE = "lagpilot-doctor"
+MAX_ANSWER_BYTES = 1 << 20  # an ApiVersions answer is a few kB: more is not one
 
 #: metadata.version levels -> (release, IV name). Facts from Kafka's MetadataVersion enum
 #: (server-common 4.1.1): level 1 is 3.0-IV1 ... 27 is 4.1-IV1, 28 is 4.2-IV0.
@@ -104,7 +105,7 @@ def fetch(
         for _ in range(2):
             conn.sendall(api_versions.encode(1, "lagpilot", CLIENT_SOFTWARE, version))
             try:
-                body = read_frame(lambda n: recv_exact(conn, n))
+                body = read_frame(lambda n: recv_exact(conn, n), MAX_ANSWER_BYTES)
             except ProtocolError as exc:
                 raise DecodeError(str(exc)) from None
             av = decode_response(body[4:], version)

@@ -174,10 +174,10 @@ def encode_request(
     return frame(request_header(api_key, version, correlation_id, client_id) + body)
 
 
-def frame_size(prefix: bytes) -> int:
+def frame_size(prefix: bytes, max_bytes: int = MAX_RESPONSE_BYTES) -> int:
     """The size a response's 4-byte prefix announces, checked before anything is read."""
     size = int(struct.unpack(">i", prefix)[0])
-    if not 4 <= size <= MAX_RESPONSE_BYTES:
+    if not 4 <= size <= max_bytes:
         raise ProtocolError(
             f"response size {size}: not a Kafka answer (is the address a Kafka listener, "
             "and does security.protocol match it?)"
@@ -185,9 +185,9 @@ def frame_size(prefix: bytes) -> int:
     return size
 
 
-def read_frame(recv_exact: Callable[[int], bytes]) -> bytes:
+def read_frame(recv_exact: Callable[[int], bytes], max_bytes: int = MAX_RESPONSE_BYTES) -> bytes:
     """One response's bytes after its size, read through ``recv_exact(n)``."""
-    return recv_exact(frame_size(recv_exact(4)))
+    return recv_exact(frame_size(recv_exact(4), max_bytes))
 
 
 def split_response(api_key: int, version: int, data: bytes) -> tuple[int, bytes]:

@@ -215,7 +215,8 @@ class ShareGroupsReader:
             return self._brokers
         conn = self._any_connection()
         address = (conn.host, conn.port)
-        body = self._call(address, METADATA, 12, codec.encode_metadata())
+        version = self._version(address, METADATA, 12, 12)
+        body = self._call(address, METADATA, version, codec.encode_metadata())
         self._brokers = tuple((b.host, b.port) for b in codec.decode_metadata_brokers(body))
         self._brokers_at = self._clock()
         return self._brokers
