@@ -49,6 +49,12 @@ class BrokerUnreachable(LagpilotError, ConnectionError):
     code = "broker_unreachable"
 
 
+class TlsUntrusted(LagpilotError):
+    """The broker's certificate does not verify: a setting to change, not a retry."""
+
+    code = "tls_untrusted"
+
+
 @dataclass(frozen=True, slots=True)
 class Security:
     tls: bool
@@ -157,6 +163,12 @@ class Connection:
     def open(self) -> None:  # pragma: no cover - exercised on the real broker
         try:
             self._sock = open_socket(self.host, self.port, self._config, self._timeout_s)
+        except ssl.SSLCertVerificationError as exc:  # the same certificate fails every time
+            raise TlsUntrusted(
+                f"{self.address}: the broker's TLS certificate is not trusted "
+                f"({exc.verify_message}): set ssl.ca.location to the CA that signed it, or "
+                "enable.ssl.certificate.verification=false on a test cluster only"
+            ) from None
         except OSError as exc:
             raise BrokerUnreachable(f"cannot connect to {self.address}: {exc}") from None
         try:
