@@ -2,7 +2,8 @@
 off (``share.version`` not finalized) and DescribeShareGroupOffsets has no lag (v0 only).
 
 Starts its own 4.1.1 broker (``KAFKA_VERSION=4.1.1 deploy/local/kafka.sh up``) on
-``LAGPILOT_TEST_KAFKA41_PORT`` (default 21792, clear of the session broker), stops it after.
+``LAGPILOT_TEST_KAFKA41_PORT`` (default 21992, clear of the session broker and of the other
+tests' own brokers), stops it after.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pipeline.read.share_groups import ShareGroupsReader
 
 pytestmark = pytest.mark.integration
 
-PORT = int(os.environ.get("LAGPILOT_TEST_KAFKA41_PORT", "21792"))
+PORT = int(os.environ.get("LAGPILOT_TEST_KAFKA41_PORT", "21992"))
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 whose authorizer checks ACLs, and says which ACL is missing.
 
 Starts its own SASL broker (``LAGPILOT_BROKER_SASL_USERS``: PLAIN users, SCRAM enabled on
-the client listener) on ``LAGPILOT_TEST_SASL_PORT`` (default 21892), stops it after.
+the client listener) on ``LAGPILOT_TEST_SASL_PORT`` (default 22092, clear of the other tests'
+brokers), stops it after.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pipeline.read.share_groups import ShareGroupsDenied, ShareGroupsReader, Sha
 
 pytestmark = pytest.mark.integration
 
-PORT = int(os.environ.get("LAGPILOT_TEST_SASL_PORT", "21892"))
+PORT = int(os.environ.get("LAGPILOT_TEST_SASL_PORT", "22092"))
 TOPIC, GROUP = "secret", "secret-share"
 ADMIN_LOGIN = (
     "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
