@@ -26,7 +26,9 @@
 # (default 90), LAGPILOT_BROKER_HEAP (default 768m), PYTHON (for the readiness probe),
 # LAGPILOT_BROKER_SASL_USERS ("admin:pw,alice:pw"; unset: PLAINTEXT, no authorizer): every
 # listener speaks SASL_PLAINTEXT with PLAIN and those users, StandardAuthorizer checks ACLs,
-# and the first user is the only super user (brokers and the readiness probe log in as it).
+# and the first user is the only super user (brokers and the readiness probe log in as it);
+# the client listener also enables SCRAM-SHA-256/512, for users a test creates
+# (kafka-configs --alter --entity-type users --add-config 'SCRAM-SHA-256=[password=...]').
 # LAGPILOT_BROKER_EXTRA_LISTENERS (one broker only): more PLAINTEXT listeners on 127.0.0.1,
 # "NAME:PORT:ADVERTISED_PORT ..." (comma- or space-separated), each bound to PORT and
 # advertised as 127.0.0.1:ADVERTISED_PORT: clients that bootstrap through a proxy on
@@ -151,10 +153,13 @@ sasl_config() { # the listener, mechanism and authorizer settings for SASL_USERS
 listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT
 inter.broker.listener.name=SASL_PLAINTEXT
 sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=PLAIN
 sasl.mechanism.controller.protocol=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config=$jaas
 listener.name.controller.plain.sasl.jaas.config=$jaas
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:${admin%%:*}
 allow.everyone.if.no.acl.found=false
@@ -192,6 +197,12 @@ transaction.state.log.replication.factor=$rf
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 group.coordinator.rebalance.protocols=classic,consumer
+# Share groups (KIP-932) keep their state in __share_group_state, whose defaults (3
+# replicas, min ISR 2, 50 partitions) a 1-broker cluster cannot create: sized like the
+# offsets topic, or no share consumer is ever assigned a partition.
+share.coordinator.state.topic.num.partitions=4
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=1
 auto.create.topics.enable=true
 delete.topic.enable=true
 log.segment.bytes=67108864

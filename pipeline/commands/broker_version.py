@@ -9,10 +9,13 @@ level (Apache Kafka 4.1.x: 27, ``4.1-IV1``), and the cluster runs at its finaliz
 
 Two halves: :func:`encode_request` / :func:`decode_response` / :func:`describe` are pure
 (byte-literal tests in tests/unit/pipeline/commands/test_broker_version.py), :func:`fetch`
-is the one socket. ApiVersions is served before authentication (clients send it before
-SaslHandshake), so a SASL listener answers it without credentials; a TLS listener gets the
-handshake configured by ``ssl.ca.location`` / ``ssl.certificate.location`` /
-``ssl.key.location`` and ``enable.ssl.certificate.verification``.
+is the one socket. The ApiVersions codec is :mod:`pipeline.coordinator.api_versions`; the
+framing and the TLS socket are the raw client's (:mod:`pipeline.coordinator.protocol`,
+:mod:`pipeline.coordinator.connection`), shared with the share-group reader. ApiVersions
+is served before authentication (clients send it before SaslHandshake), so a SASL listener
+answers it without credentials; a TLS listener gets the handshake configured by
+``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location`` and
+``enable.ssl.certificate.verification``.
 
 A broker without ``metadata.version`` (ZooKeeper-era Kafka; Redpanda, whose version the
 doctor reads from its Admin API) is described by its API count only.
@@ -20,20 +23,22 @@ doctor reads from its Admin API) is described by its API count only.
 
 from __future__ import annotations
 
-import socket
-import ssl
-import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from pipeline.coordinator.wire import Malformed, Reader
-from runtime.env import FALSE
-from schemas.errors import LagpilotError
+from pipeline.coordinator import api_versions
+from pipeline.coordinator.api_versions import (
+    REQUEST_VERSION,
+    UNSUPPORTED_VERSION,
+    ApiVersions,
+    DecodeError,
+)
+from pipeline.coordinator.connection import open_socket, recv_exact
+from pipeline.coordinator.protocol import ProtocolError, read_frame
 
-API_VERSIONS = 18
-REQUEST_VERSION = 3  # the first flexible version: the one that carries features
-UNSUPPORTED_VERSION = 35
+__all__ = ["ApiVersions", "DecodeError", "decode_response", "describe", "encode_request", "fetch"]
+
 CLIENT_SOFTWARE = "lagpilot-doctor"
+MAX_ANSWER_BYTES = 1 << 20  # an ApiVersions answer is a few kB: more is not one
 
 #: metadata.version levels -> (release, IV name). Facts from Kafka's MetadataVersion enum
 #: (server-common 4.1.1): level 1 is 3.0-IV1 ... 27 is 4.1-IV1, 28 is 4.2-IV0.
@@ -48,86 +53,17 @@ _LEVELS: dict[int, tuple[str, str]] = {
 }  # fmt: skip
 
 
-class DecodeError(LagpilotError, ValueError):
-    """The answer is not an ApiVersions response lagpilot can read (names the field)."""
-
-    code = "malformed"
-
-
-@dataclass(frozen=True)
-class ApiVersions:
-    error_code: int
-    api_keys: dict[int, tuple[int, int]]  # api key -> (min, max)
-    supported: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (min, max)
-    finalized: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (min, max)
-
-
 def encode_request(correlation_id: int, client_id: str = "lagpilot") -> bytes:
     """ApiVersions v3 with request header v2, size-prefixed, ready for the socket."""
-    cid = client_id.encode()
-    header = struct.pack(">hhih", API_VERSIONS, REQUEST_VERSION, correlation_id, len(cid))
-    header += cid + b"\x00"  # no tagged fields
-    body = _compact_string(CLIENT_SOFTWARE) + _compact_string("1") + b"\x00"
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _compact_string(text: str) -> bytes:
-    raw = text.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+    return api_versions.encode(correlation_id, client_id, CLIENT_SOFTWARE)
 
 
 def decode_response(body: bytes, version: int = REQUEST_VERSION) -> ApiVersions:
     """The response body after the 4-byte correlation id (ApiVersions' response header is
     always v0). A broker that does not speak ``version`` answers UNSUPPORTED_VERSION in the
-    v0 layout: decode that with ``version=0``. Read with the decoder's own wire reader
-    (``pipeline.coordinator.wire``); what it cannot read is a ``DecodeError`` naming the field."""
-    try:
-        return _decode(body, version)
-    except Malformed as exc:
-        raise DecodeError(f"{exc}: the answer is truncated or not ApiVersions") from None
-
-
-def _decode(body: bytes, version: int) -> ApiVersions:
-    r = Reader(body)
-    error = r.int16("error_code")
-    keys: dict[int, tuple[int, int]] = {}
-    count = r.uvarint("api_keys length") - 1 if version >= 3 else r.int32("api_keys length")
-    for _ in range(max(count, 0)):
-        key = r.int16("api_key")
-        keys[key] = (r.int16("min_version"), r.int16("max_version"))
-        if version >= 3:
-            r.skip_tagged_fields("api_key")
-    if version < 3:
-        return ApiVersions(error, keys)
-    r.int32("throttle_time_ms")
-    supported: dict[str, tuple[int, int]] = {}
-    finalized: dict[str, tuple[int, int]] = {}
-    for _ in range(r.uvarint("tag count")):
-        tag = r.uvarint("tag")
-        data = Reader(r.take(r.uvarint("tag size"), f"tag {tag}"))
-        if tag == 0:  # SupportedFeatures: name, min, max
-            for _ in range(data.uvarint("supported_features length") - 1):
-                name = data.string("supported feature name", compact=True)
-                low, high = data.int16("min_version"), data.int16("max_version")
-                supported[name] = (low, high)
-                data.skip_tagged_fields("supported feature")
-        elif tag == 2:  # FinalizedFeatures: name, max level, min level
-            for _ in range(data.uvarint("finalized_features length") - 1):
-                name = data.string("finalized feature name", compact=True)
-                high, low = data.int16("max_version_level"), data.int16("min_version_level")
-                finalized[name] = (low, high)
-                data.skip_tagged_fields("finalized feature")
-    return ApiVersions(error, keys, supported, finalized)
+    v0 layout: decode that with ``version=0``. What it cannot read is a ``DecodeError``
+    naming the field."""
+    return api_versions.decode(body, version)
 
 
 def metadata_version_name(level: int) -> str:
@@ -164,56 +100,16 @@ def fetch(
 ) -> ApiVersions:  # pragma: no cover - exercised on the real broker
     """Ask the first bootstrap address. Raises ``OSError`` / ``DecodeError`` on failure."""
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    protocol = kafka.get("security.protocol", "plaintext").lower()
-    with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s) as raw:
-        conn: socket.socket = raw
-        if protocol in ("ssl", "sasl_ssl"):
-            conn = _tls(kafka).wrap_socket(raw, server_hostname=host)
+    with open_socket(host or "127.0.0.1", int(port), kafka, timeout_s) as conn:
         version = REQUEST_VERSION
         for _ in range(2):
-            conn.sendall(_request(version))
-            body = _read_frame(conn)
+            conn.sendall(api_versions.encode(1, "lagpilot", CLIENT_SOFTWARE, version))
+            try:
+                body = read_frame(lambda n: recv_exact(conn, n), MAX_ANSWER_BYTES)
+            except ProtocolError as exc:
+                raise DecodeError(str(exc)) from None
             av = decode_response(body[4:], version)
             if av.error_code != UNSUPPORTED_VERSION or version == 0:
                 return av
             version = 0  # an old broker: it still lists its APIs in v0
         return av
-
-
-def _request(version: int) -> bytes:
-    if version == REQUEST_VERSION:
-        return encode_request(1)
-    payload = struct.pack(">hhih", API_VERSIONS, 0, 1, 8) + b"lagpilot"
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _read_frame(conn: socket.socket) -> bytes:
-    size = struct.unpack(">i", _read_exact(conn, 4))[0]
-    if not 4 <= size <= 1 << 20:
-        raise DecodeError(f"response size {size}: not a Kafka ApiVersions answer")
-    return _read_exact(conn, size)
-
-
-def _read_exact(conn: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = conn.recv(n - len(out))
-        if not chunk:
-            raise DecodeError("the broker closed the connection mid-answer")
-        out += chunk
-    return bytes(out)
-
-
-def _tls(kafka: Mapping[str, str]) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=kafka.get("ssl.ca.location") or None)
-    verify = kafka.get("enable.ssl.certificate.verification", "true").strip().lower()
-    if verify in FALSE:  # read as every lagpilot process reads booleans (anything else: on)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if kafka.get("ssl.certificate.location"):
-        ctx.load_cert_chain(
-            kafka["ssl.certificate.location"],
-            kafka.get("ssl.key.location") or None,
-            kafka.get("ssl.key.password") or None,
-        )
-    return ctx

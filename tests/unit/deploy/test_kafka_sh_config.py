@@ -1,7 +1,8 @@
 """deploy/local/kafka.sh's LAGPILOT_BROKER_EXTRA_LISTENERS: more listeners, each advertised at
 another port (the cutting proxy of bench/faults/rows.py row 3 listens there). ``kafka.sh config``
 prints the server.properties ``up`` writes, without Java, so this runs in milliseconds; the
-fault benchmark's row 3 runs a broker with it."""
+fault benchmark's row 3 runs a broker with it. Also the share-group settings: the share
+coordinator's state topic sized to the cluster, and SCRAM beside PLAIN on a SASL listener."""
 
 from __future__ import annotations
 
@@ -60,3 +61,21 @@ def test_extra_listeners_are_refused_for_a_cluster() -> None:
     r = config("--brokers", "3", LAGPILOT_BROKER_EXTRA_LISTENERS="PIPELINE:27094:27192")
     assert r.returncode != 0
     assert "one broker only" in r.stderr and "LAGPILOT_BROKER_EXTRA_LISTENERS" in r.stderr
+
+
+def test_share_group_state_is_sized_to_the_cluster() -> None:
+    """Its defaults (3 replicas, min ISR 2) cannot be created on one broker, and then no
+    share consumer is ever assigned a partition."""
+    for brokers, rf in (("1", "1"), ("3", "3")):
+        p = props(config("--brokers", brokers).stdout)
+        assert p["share.coordinator.state.topic.replication.factor"] == rf
+        assert p["share.coordinator.state.topic.min.isr"] == "1"
+
+
+def test_the_sasl_client_listener_also_enables_scram() -> None:
+    p = props(config(LAGPILOT_BROKER_SASL_USERS="admin:pw").stdout)
+    assert p["sasl.enabled.mechanisms"] == "PLAIN"  # the controller's listener
+    assert p["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] == (
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    )
+    assert "ScramLoginModule" in p["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"]
