@@ -60,3 +60,14 @@ def test_extra_listeners_are_refused_for_a_cluster() -> None:
     r = config("--brokers", "3", LAGPILOT_BROKER_EXTRA_LISTENERS="PIPELINE:27094:27192")
     assert r.returncode != 0
     assert "one broker only" in r.stderr and "LAGPILOT_BROKER_EXTRA_LISTENERS" in r.stderr
+
+
+def test_share_group_state_fits_the_brokers_started() -> None:
+    """One broker holds the share-group state topic itself: Kafka's defaults (RF 3, min ISR 2)
+    leave it uncreated, and a share consumer then never gets a record."""
+    for brokers, rf in (("1", "1"), ("3", "3")):
+        r = config("--brokers", brokers)
+        assert r.returncode == 0, r.stderr
+        p = props(r.stdout)
+        assert p["share.coordinator.state.topic.replication.factor"] == rf
+        assert p["share.coordinator.state.topic.min.isr"] == "1"
