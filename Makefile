@@ -11,7 +11,7 @@ PYTEST_ARGS ?= --durations=25
 TESTS ?=
 export PYTHON := $(abspath $(PY))
 
-.PHONY: install prometheus-tools postgres-tools jaeger-tools broker-jars broker-up broker-down broker-status test test-unit lint run demo \
+.PHONY: install prometheus-tools postgres-tools jaeger-tools broker-jars kafka-tools broker-up broker-down broker-status test test-unit lint run demo \
         bench-decode bench-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
 
 install: $(VENV)/.installed prometheus-tools postgres-tools
@@ -66,6 +66,13 @@ $(VENV)/.installed: pyproject.toml
 broker-jars:
 	@$(BROKER) jars
 
+# Kafka's own tools (kafka-tools: ConsumerGroupCommand, ShareGroupCommand, the console share
+# consumer), the reference tests/integration/pipeline/model/test_lag_kafka_tools.py compares
+# lagpilot's lag with; fetched once, like the broker's jars, before `make test` starts its two
+# pytest processes (kafka.sh also locks and renames, so two first uses never see half a folder).
+kafka-tools:
+	@$(BROKER) tools
+
 broker-up: install
 	@$(BROKER) up --brokers $(BROKERS)
 
@@ -86,7 +93,7 @@ broker-status:
 # run in the main lane at full priority, not niced in the side lane
 EXACT_SMOKES := tests/bench/test_timelag_smoke.py
 
-test: install jaeger-tools
+test: install jaeger-tools kafka-tools
 	@started=0; \
 	if [ -z "$$KAFKA_BOOTSTRAP" ]; then \
 	  if ! $(BROKER) status >/dev/null 2>&1; then \

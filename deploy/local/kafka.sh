@@ -9,6 +9,7 @@
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
 #   deploy/local/kafka.sh config [--brokers 1|3] print node 1's server.properties (no Java)
 #   deploy/local/kafka.sh jars                   fetch the broker's jars (Maven) unless present
+#   deploy/local/kafka.sh tools                  fetch Kafka's own tools (Maven) unless present
 #   deploy/local/kafka.sh tool CLASS [ARGS...]   run one of Kafka's own tools (kafka-tools, fetched
 #                                                once), e.g. org.apache.kafka.tools.consumer.group.
 #                                                ConsumerGroupCommand --bootstrap-server ... --describe
@@ -76,11 +77,27 @@ fetch() { # pom folder marker-glob what
   if ls "$2"/$3 >/dev/null 2>&1; then return; fi
   command -v mvn >/dev/null 2>&1 ||
     die "$4 not in $2 and mvn is not installed. Install Maven (apt-get install maven) so it can fetch them from Maven Central, or set KAFKA_BOOTSTRAP to a running cluster."
+  # Two processes may ask at once (make test runs two pytest processes): one fetches while
+  # the other waits on the lock, then finds the folder complete. The folder appears whole
+  # (Maven fills a temporary one that is renamed), so no reader sees half of it.
+  mkdir -p "$(dirname "$2")"
+  if command -v flock >/dev/null 2>&1; then
+    exec 9>"$2.lock"
+    flock 9
+    if ls "$2"/$3 >/dev/null 2>&1; then exec 9>&-; return; fi
+  fi
   say "fetching $4 (Apache Kafka $KAFKA_VERSION) from Maven Central into $2 ..."
+  local partial="$2.partial-$$"
+  rm -rf "$partial"
   # stdout carries only the address `up` prints: Maven's output (it writes colour codes even
   # with -q and no terminal) goes to stderr.
-  mvn -q -B -f "$HERE/$1" "-Dkafka.version=$KAFKA_VERSION" dependency:copy-dependencies >&2 ||
-    die "Maven could not resolve $4 for Apache Kafka $KAFKA_VERSION (see the output above); check access to Maven Central and that KAFKA_VERSION names a release."
+  mvn -q -B -f "$HERE/$1" "-Dkafka.version=$KAFKA_VERSION" "-Dfetch.dir=$partial" dependency:copy-dependencies >&2 ||
+    { rm -rf "$partial"; die "Maven could not resolve $4 for Apache Kafka $KAFKA_VERSION (see the output above); check access to Maven Central and that KAFKA_VERSION names a release."; }
+  if ! mv -T "$partial" "$2" 2>/dev/null; then
+    rm -rf "$partial"  # another process (without flock) finished first: its folder is whole
+    ls "$2"/$3 >/dev/null 2>&1 || die "could not move the fetched $4 into $2"
+  fi
+  exec 9>&-
 }
 
 need_jars() { fetch pom.xml "$LIBS" "kafka_2.13-$KAFKA_VERSION.jar" "the broker's jars"; }
@@ -365,6 +382,7 @@ case $cmd in
   status) status ;;
   config) config "$@" ;;
   jars) need_jars ;;
+  tools) need_tools ;;
   tool) tool "$@" ;;
-  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3] | jars | tool CLASS [ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3] | jars | tools | tool CLASS [ARGS...]" >&2; exit 2 ;;
 esac
