@@ -12,7 +12,7 @@ TESTS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools jaeger-tools broker-jars kafka-tools broker-up broker-down broker-status test test-unit lint run demo \
-        bench-decode bench-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
+        bench-decode bench-detection bench-share-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
 
 install: $(VENV)/.installed prometheus-tools postgres-tools
 
@@ -133,6 +133,10 @@ bench-decode: install
 
 bench-detection: install
 	$(PY) -m bench.perf.detection
+
+# A share group (KIP-932) stalled: Kafka's own console share consumer, SIGSTOPped; p99 < 2 s
+bench-share-detection: install kafka-tools
+	$(PY) -m bench.perf.share_detection
 
 bench-ingest: install
 	$(PY) -m bench.perf.ingest

@@ -49,7 +49,7 @@ from pipeline.read.health import HealthFactory, HealthFold
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
-from pipeline.read.share_positions import SharePoller, group_partition
+from pipeline.read.share_positions import SharePoller, group_partition, release_report
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource, Tick
 from runtime.cli import CLIENT_LOG, watch_client_logs
@@ -430,6 +430,9 @@ class CommitsLoop:
             return
         for record in got.records:
             self.buffer.add(record, now_ms)
+        interval_ms = round(self.cfg.share_groups_interval_s * 1000)
+        for group, cells in got.unconsumed.items():
+            self.buffer.add_progress(release_report(group, cells, now_ms, interval_ms), now_ms)
         self.stats["share_position"] += len(got.records)
         self.stats["share_read_errors"] += got.errors
         if not got.share_groups <= self.share_groups:

@@ -20,8 +20,11 @@ position never goes back unless the start offset does (an offset reset of the gr
 those small shortfalls are no rewinds for the model; the next read makes them up.
 
 A share group with members is re-sent every read (its consumers are there: "committing"),
-whether its position moved or not; one without members sends nothing until it moves again,
-so the model sees a stopped group as it sees a consumer group that stopped committing. A
+whether its position moved or not, so a stuck one is STALL. One without members sends no
+position until it moves again, and each of its share-partitions with records waiting is
+*released* (``unconsumed``: the model's STOP at once, as for a partition an SDK worker gave
+up, ``pipeline.model.progress``): the broker says no one consumes it, which a consumer
+group's commits never say so plainly. A
 group or partition missing from ``GONE_AFTER_READS`` reads in a row is sent as a deletion
 (one read that missed a group, its coordinator moving, deletes nothing); one that went to
 another replica is forgotten without one.
@@ -48,6 +51,8 @@ Cell = tuple[str, str, int]  # group, topic, partition
 #: how often to ask again when the broker serves no share groups (an older Kafka,
 #: Redpanda, or share groups switched off): they may be switched on later
 NOT_SERVED_EVERY_S = 60.0
+#: the member a share group's release names (the model shows it as the partition's owner)
+NO_MEMBER = "(no members)"
 #: a share-partition missing from this many reads in a row is gone
 GONE_AFTER_READS = 3
 
@@ -150,13 +155,52 @@ class SharePositions:
         return position
 
 
+def unconsumed(groups: Iterable[GroupState]) -> dict[str, list[tuple[str, int]]]:
+    """Per share group without members, its share-partitions with records waiting (the
+    broker's lag above 0, or not answered): nobody consumes them."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for g in groups:
+        if g.members > 0:
+            continue
+        waiting = [
+            (sp.topic, sp.partition)
+            for sp in g.partitions
+            if sp.start_offset >= 0 and (sp.lag is None or sp.lag > 0)
+        ]
+        if waiting:
+            out[g.group] = waiting
+    return out
+
+
+def release_report(
+    group: str, cells: list[tuple[str, int]], now_ms: int, interval_ms: int
+) -> dict[str, Any]:
+    """A ``progress`` report (schemas/progress.v1.json) releasing ``cells`` of ``group``:
+    how the commits source tells the model no member holds them."""
+    return {
+        "event": "progress",
+        "v": 1,
+        "group": group,
+        # the released cells' last holder, where the model names one: no member, the broker
+        "member": NO_MEMBER,
+        "host": "broker",
+        "sent_at_ms": now_ms,
+        "interval_ms": interval_ms,
+        "partitions": [],
+        "released": [[t, p] for t, p in cells],
+    }
+
+
 @dataclass(frozen=True)
 class ShareRead:
-    """What one or more reads found since the last ``take``."""
+    """What one or more reads found since the last ``take``: the positions, the share
+    groups, the partitions of empty groups with records waiting (the latest read's), and
+    the failed reads."""
 
     records: list[OffsetCommit | OffsetDeleted]
     share_groups: frozenset[str]
     errors: int
+    unconsumed: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
 
 class SharePoller:
@@ -185,6 +229,7 @@ class SharePoller:
         self._lock = threading.Lock()
         self._records: list[OffsetCommit | OffsetDeleted] = []
         self._groups: set[str] = set()
+        self._unconsumed: dict[str, list[tuple[str, int]]] = {}
         self._errors = 0
         self._cells: list[tuple[str, int]] = []  # the share-partitions the last read found
         self._stop = threading.Event()
@@ -206,10 +251,10 @@ class SharePoller:
     def take(self) -> ShareRead | None:
         """The records and share groups found since the last call (None: nothing new)."""
         with self._lock:
-            if not self._records and not self._errors:
+            if not self._records and not self._errors and not self._unconsumed:
                 return None
-            got = ShareRead(self._records, frozenset(self._groups), self._errors)
-            self._records, self._errors = [], 0
+            got = ShareRead(self._records, frozenset(self._groups), self._errors, self._unconsumed)
+            self._records, self._errors, self._unconsumed = [], 0, {}
             return got
 
     def read_once(self) -> bool:
@@ -232,6 +277,7 @@ class SharePoller:
         with self._lock:
             self._records.extend(records)
             self._groups.update(g.group for g in groups)
+            self._unconsumed = unconsumed(groups)
         return bool(getattr(reader, "served", True))
 
     def _run(self) -> None:

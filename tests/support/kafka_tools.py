@@ -259,3 +259,11 @@ def describe_share_groups(bootstrap: str, *groups: str) -> Described[ShareGroupR
     which = [a for g in groups for a in ("--group", g)] or ["--all-groups"]
     out, err = run_tool(SHARE_GROUP_COMMAND, "--bootstrap-server", bootstrap, "--describe", *which)
     return parse_share_groups(err + "\n" + out)
+
+
+def delete_share_group(bootstrap: str, group: str) -> str:
+    """``ShareGroupCommand --delete --group G`` (the group must have no members): what it
+    printed."""
+    out, _ = run_tool(SHARE_GROUP_COMMAND, "--bootstrap-server", bootstrap, "--delete",
+                      "--group", group)  # fmt: skip
+    return out

@@ -128,3 +128,18 @@ def test_each_reader_refuses_the_other_commands_table() -> None:
         parse_consumer_groups(joined("share_group.txt"))
     with pytest.raises(ValueError, match="ShareGroupCommand"):
         parse_share_groups(joined("consumer_group_active.txt"))
+
+
+def test_every_share_group_at_once_with_partitions_not_initialized() -> None:
+    d = parse_share_groups(joined("share_groups_all.txt"))
+    assert len(d.rows) == 8
+    f = "sg-fixture"
+    assert d.rows[("sg-fixture-g", f, 0)] == ShareGroupRow("sg-fixture-g", f, 0, None, None)
+    assert d.lags("sg-fixture-g2") == {(f, 0): 0, (f, 1): 7, (f, 2): None}
+    assert d.rows[("sg-fixture-g2", f, 1)].start_offset == 70
+    assert d.rows[("sg-g1", "sg-probe", 1)] == ShareGroupRow("sg-g1", "sg-probe", 1, 0, 0)
+
+
+def test_a_share_group_without_offsets_has_no_row() -> None:
+    # as the 4.4.0 tools print a group whose consumer had no partition yet
+    assert parse_share_groups("\nShare group 'sg-g1' has no offset information.\n").rows == {}

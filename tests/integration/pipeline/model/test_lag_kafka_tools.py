@@ -278,8 +278,8 @@ def test_share_group_lag_equals_kafka_share_group_command_and_a_stopped_share_gr
     """The share-group half: Kafka's console share consumer takes records of a share group,
     stops while records keep arriving, then the producer stops; lagpilot's share-group lag
     (``partition_lag`` with ``group_type: "share"``) must equal ShareGroupCommand's LAG per
-    partition, and the group must be called stopped (STOP or STALL) on every partition.
-    It fails until lagpilot reads share groups (issue 45: the share-group reader)."""
+    partition, and the group must be called stopped (STOP or STALL) on every partition:
+    the consumer left, so the group has no members and its waiting partitions are STOP."""
     topic, group = f"{PREFIX}jobs", f"s-share-{RUN}"
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     _set_share_reset_earliest(kafka_bootstrap, group)
@@ -322,8 +322,8 @@ def test_share_group_lag_equals_kafka_share_group_command_and_a_stopped_share_gr
             seen = reader.select(lambda e: True)
             raise AssertionError(
                 f"lagpilot published no partition_lag event with group_type 'share' for share "
-                f"group {group} in 10 s ({len(seen)} events of the group at all): it does not "
-                f"read share groups yet. ShareGroupCommand's lag for it:\n{kafka.text}"
+                f"group {group} in 10 s ({len(seen)} events of the group at all): is the "
+                f"share-group reader on? ShareGroupCommand's lag for it:\n{kafka.text}"
             )
         ours = _settled_lags(reader, group, topic, prod.stopped_ms + 750)
         stops = _first_stop(

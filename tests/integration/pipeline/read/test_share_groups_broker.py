@@ -15,10 +15,10 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from support import share_group_command
-from support.share_consumer import KAFKA_SH, ShareConsumer
 
+from bench.support.share_consumer import KAFKA_SH, ShareConsumer
 from pipeline.read.share_groups import ShareGroupsReader, ShareGroupState
+from tests.support import kafka_tools
 
 pytestmark = pytest.mark.integration
 
@@ -113,8 +113,7 @@ def test_a_share_group_read_as_its_consumer_moves_agrees_with_kafka_tools(
         consumer.stall()
         _produce(producer, topic, {0: 5, 1: 2})
         ours = _until("the lag of the records left", lambda: _settled_lag(reader, group, 7))
-        theirs = {(r.topic, r.partition): r.lag
-                  for r in share_group_command.describe(kafka_bootstrap, group)}  # fmt: skip
+        theirs = kafka_tools.describe_share_groups(kafka_bootstrap, group).lags(group)
         assert ours == theirs == {(topic, 0): 5, (topic, 1): 2, (topic, 2): 0}
         assert _lags(reader, group) == theirs  # nothing moved while the tool ran
 
@@ -122,7 +121,7 @@ def test_a_share_group_read_as_its_consumer_moves_agrees_with_kafka_tools(
         consumer.wait_consumed(97)
     # the consumer left: the group is empty, then deleted, then gone from the reader
     _until("the group empty", lambda: _with(reader, group, 0))
-    share_group_command.delete(kafka_bootstrap, group)
+    kafka_tools.delete_share_group(kafka_bootstrap, group)
     _until("the deleted group gone", lambda: _group(reader, group) is None or None)
 
 

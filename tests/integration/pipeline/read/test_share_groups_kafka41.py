@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.share_consumer import KAFKA_SH, ShareConsumer
 
+from bench.support.share_consumer import KAFKA_SH, ShareConsumer
 from pipeline.read.share_groups import ShareGroupsReader
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.share_consumer import KAFKA_SH, ShareConsumer
 
+from bench.support.share_consumer import KAFKA_SH, ShareConsumer
 from pipeline.coordinator.sasl import SaslError
 from pipeline.read.share_groups import ShareGroupsDenied, ShareGroupsReader, ShareGroupState
 

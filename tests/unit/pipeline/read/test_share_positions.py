@@ -197,3 +197,31 @@ def test_a_broker_without_share_groups_says_so() -> None:
     assert poller.take() is None
     poller.stop()
     assert poller._reader.closed
+
+
+def test_an_empty_groups_waiting_partitions_are_released_to_nobody() -> None:
+    from pipeline.read.share_positions import release_report, unconsumed
+    from schemas import validate
+
+    groups = [
+        Group("empty", 0, (Part("empty", "t", 0, 10, 5), Part("empty", "t", 1, 10, 0),
+                           Part("empty", "t", 2, -1, None), Part("empty", "t", 3, 4, None))),
+        Group("busy", 2, (Part("busy", "t", 0, 10, 5),)),
+    ]  # fmt: skip
+    # caught up (lag 0) and not initialized (-1) wait for nothing; an unknown lag may
+    assert unconsumed(groups) == {"empty": [("t", 0), ("t", 3)]}
+    report = release_report("empty", [("t", 0), ("t", 3)], 1_000, 500)
+    validate(report)
+    assert report["released"] == [["t", 0], ["t", 3]] and report["partitions"] == []
+
+
+def test_the_poller_hands_on_the_latest_reads_empty_groups() -> None:
+    groups = one("g", 10, 5, members=0)
+    poller = SharePoller({}, 0.5, lambda g: True, reader=Reader(groups),
+                         high_watermarks=lambda cells: {c: 20 for c in cells})  # fmt: skip
+    poller.read_once()
+    got = poller.take()
+    assert got is not None and got.unconsumed == {"g": [("t", 0)]}
+    poller.read_once()  # nothing moved, nobody there: no position, the release again
+    again = poller.take()
+    assert again is not None and again.records == [] and again.unconsumed == {"g": [("t", 0)]}
