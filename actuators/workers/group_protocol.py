@@ -26,6 +26,11 @@ tests/integration/actuators/workers/test_workers_group_protocol_broker.py):
 * every step of a hand-over waits for a member's next heartbeat, at the broker's interval
   (5 s by default, and at least ``group.consumer.min.heartbeat.interval.ms``, 5 s by
   default): a client cannot ask for a shorter one;
+* ``consumer_config`` also goes to the worker's group-less consumers (the control reader,
+  the hand-off peek), which librdkafka builds as classic ones: there it refuses a
+  ``max.poll.interval.ms`` below ``session.timeout.ms`` (45 s unless set), and under
+  ``consumer`` that cannot be set, so ``check_group_config`` refuses a lower one first (the
+  worker's poll loop never blocks on a handler: the 300 s default is fine);
 * ``group.remote.assignor`` names one of the broker's ``group.consumer.assignors``; an
   unknown name is accepted by the client and fails at the first heartbeat (fatal), so it
   is best left unset (the broker's first assignor, ``uniform``, is sticky).
@@ -64,6 +69,10 @@ BROKER_OWNED = {
 }
 #: client settings that only the consumer protocol reads
 CONSUMER_ONLY = ("group.remote.assignor",)
+#: librdkafka refuses a classic consumer whose ``max.poll.interval.ms`` is below its
+#: ``session.timeout.ms`` (45 s unless set); the worker's group-less consumers are classic
+#: and take ``consumer_config``, where ``consumer`` forbids setting the session
+MIN_MAX_POLL_INTERVAL_MS = 45_000
 
 
 def resolve_group_protocol(value: str | None) -> str:
@@ -100,6 +109,16 @@ def check_group_config(protocol: str, extra: dict[str, Any]) -> None:
                     f"group_protocol='consumer' (librdkafka refuses it): remove it and use "
                     f"{instead}; or keep it with group_protocol='classic'"
                 )
+        poll = extra.get("max.poll.interval.ms")
+        if poll is not None and int(poll) < MIN_MAX_POLL_INTERVAL_MS:
+            raise ConfigError(
+                f"consumer_config['max.poll.interval.ms']={poll!r}: under "
+                f"group_protocol='consumer' it must be at least {MIN_MAX_POLL_INTERVAL_MS} "
+                "(the worker's control reader takes it too, and librdkafka wants it above "
+                "that consumer's session.timeout.ms, 45 s, which cannot be set here); remove "
+                f"it (the worker never blocks its poll loop) or set {MIN_MAX_POLL_INTERVAL_MS} "
+                "or more"
+            )
     else:
         for key in CONSUMER_ONLY:
             if key in extra:

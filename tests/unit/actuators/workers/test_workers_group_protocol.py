@@ -14,6 +14,7 @@ from actuators.workers.group_protocol import (
     BROKER_OWNED,
     GROUP_PROTOCOL_ENV,
     HEARTBEAT_INTERVAL_MS,
+    MIN_MAX_POLL_INTERVAL_MS,
     check_group_config,
     group_settings,
     resolve_group_protocol,
@@ -103,6 +104,19 @@ def test_consumer_refuses_what_the_broker_owns_naming_where_to_set_it(key: str) 
     assert f"consumer_config[{key!r}]" in message and BROKER_OWNED[key] in message
     assert "group_protocol='classic'" in message  # or keep it, with the classic protocol
     _worker(group_protocol="classic", consumer_config={key: 1})  # classic takes it
+
+
+def test_consumer_refuses_a_max_poll_interval_below_what_librdkafka_takes_there() -> None:
+    with pytest.raises(ConfigError, match=r"max.poll.interval.ms'\]=10000: .* at least 45000"):
+        _worker(group_protocol="consumer", consumer_config={"max.poll.interval.ms": 10000})
+    # librdkafka's rule, in the worker's group-less (classic) consumers that take it too
+    config = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "max.poll.interval.ms": 10000}
+    with pytest.raises(KafkaException, match=r"max\.poll\.interval\.ms"):
+        Consumer(config)
+    ok = {"max.poll.interval.ms": MIN_MAX_POLL_INTERVAL_MS}
+    c = _worker(group_protocol="consumer", consumer_config=ok).consumer_config()
+    Consumer({**config, **ok}).close()
+    assert c["max.poll.interval.ms"] == MIN_MAX_POLL_INTERVAL_MS
 
 
 def test_the_protocol_is_the_keyword_not_a_consumer_config_key() -> None:
