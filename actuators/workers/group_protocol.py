@@ -11,8 +11,8 @@ broker owns the session timeout, the heartbeat interval and the assignor
 to build a consumer that sets ``session.timeout.ms``, ``heartbeat.interval.ms``,
 ``partition.assignment.strategy`` or ``group.protocol.type``: ``check_group_config``
 refuses them first, naming the broker setting to use instead. What librdkafka 2.12 does
-under it, on Kafka 4.4 (each fact is held to the broker by
-tests/integration/actuators/workers/test_workers_group_protocol_broker.py):
+under it, on Kafka 4.4 (tests/integration/actuators/workers/test_workers_group_protocol_broker.py
+holds the callbacks and static membership to the broker, the unit tests the refusals):
 
 * the rebalance callbacks are incremental, as under cooperative-sticky: a member losing
   some partitions gets ``on_revoke`` with just those, then ``on_assign`` with none; a new
@@ -22,7 +22,9 @@ tests/integration/actuators/workers/test_workers_group_protocol_broker.py):
   gets them) until the group's session timeout, and a restart under the same
   ``group.instance.id`` gets them back at its first heartbeat. A second live process with
   the same id is refused (a fatal ``UNRELEASED_INSTANCE_ID`` in the newcomer), where the
-  classic protocol fences the older one;
+  classic protocol fences the older one; so is a restart after a crash (no leave sent)
+  until the dead member's session expired, where the classic protocol lets the restart
+  take its place at once;
 * every step of a hand-over waits for a member's next heartbeat, at the broker's interval
   (5 s by default, and at least ``group.consumer.min.heartbeat.interval.ms``, 5 s by
   default): a client cannot ask for a shorter one;

@@ -1,7 +1,8 @@
 """What librdkafka does under ``group.protocol=consumer`` (KIP-848) on the real broker, as
 actuators/workers/group_protocol.py states it and the ``Worker`` relies on it: incremental
 rebalance callbacks, static membership (a restart under the same id gets its partitions
-back; a second live process with the id is refused, not the first one fenced).
+back; a second live process with the id is refused, not the first one fenced; so is a
+restart after a crash, until the dead member's session expired).
 
 Members are plain consumers built with the SDK's own group settings, so each callback is
 seen as librdkafka calls it. Each hand-over waits for a heartbeat at the broker's interval
@@ -11,6 +12,9 @@ seen as librdkafka calls it. Each hand-over waits for a heartbeat at the broker'
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -25,6 +29,21 @@ PARTITIONS = 4
 #: the broker's heartbeat interval (group.consumer.heartbeat.interval.ms, 5 s by default)
 #: bounds each step; a step gets a few of them
 STEP_S = 25
+
+
+#: a static member in its own process, SIGKILLed once it owns partitions (a crash: no leave)
+CRASHER = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "group.instance.id": "c", "group.protocol": "consumer"})
+c.subscribe([sys.argv[3]])
+while not c.assignment():
+    c.poll(0.1)
+print("owned", flush=True)
+while True:
+    c.poll(0.1)
+"""
 
 
 class Member:
@@ -113,6 +132,20 @@ def test_consumer_protocol_callbacks_and_static_membership(
         wait_until(lambda: dup.fatal is not None, STEP_S, "the duplicate id to be refused")
         assert "instance ID is still used by another member" in str(dup.fatal)
         assert not dup.owned and sorted(b2.owned) == moved and b2.fatal is None
+
+        # a static member that crashed: its restart is refused while its session lasts
+        crash_group = f"{unique_name}-crash"
+        crasher = subprocess.Popen([sys.executable, "-c", CRASHER, kafka_bootstrap, crash_group,
+                                    topic], stdout=subprocess.PIPE)  # fmt: skip
+        try:
+            assert crasher.stdout is not None and crasher.stdout.readline() == b"owned\n"
+        finally:
+            crasher.send_signal(signal.SIGKILL)
+            crasher.wait(10)
+        restarted = Member(kafka_bootstrap, crash_group, topic, "c")
+        members.append(restarted)
+        wait_until(lambda: restarted.fatal is not None, STEP_S, "the restart to be refused")
+        assert "instance ID is still used by another member" in str(restarted.fatal)
     finally:
         for m in members:
             with contextlib.suppress(RuntimeError):  # closed already (b)
