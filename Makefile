@@ -164,13 +164,18 @@ bench-list-offsets: install
 bench-actuation: install
 	$(PY) -m bench.perf.actuation
 
+# The SDK workers' group protocol in the war story and the incident suite's storm and
+# avalanche: `make bench-war-story GROUP_PROTOCOL=consumer` runs them under KIP-848 (the
+# results record which one ran, as group_protocol)
+GROUP_PROTOCOL ?= classic
+
 bench-war-story: install
-	$(PY) -m bench.incidents.war_story
+	$(PY) -m bench.incidents.war_story --group-protocol $(GROUP_PROTOCOL)
 
 # The incident suite: avalanche (naive / sdk / lagpilot) and flood, each off and on, on the
 # real broker; writes bench/results/incidents.json and a PNG per scenario.
 bench-incidents: install
-	$(PY) -m bench.incidents
+	$(PY) -m bench.incidents --group-protocol $(GROUP_PROTOCOL)
 
 bench-keda: install
 	$(PY) -m bench.perf.keda

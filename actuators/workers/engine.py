@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from actuators.workers.committing import Committing
 from actuators.workers.control import Command, ControlReader
@@ -27,6 +27,7 @@ from actuators.workers.engine_settings import (
     check_settings,
     resolve_store,
 )
+from actuators.workers.group_protocol import resolve_group_protocol
 from actuators.workers.handling import (
     AsyncHandler,
     AsyncHandlerRunner,
@@ -49,6 +50,13 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def is_fatal(err: KafkaError) -> bool:
+    """The consumer is unusable after this error. librdkafka delivers a fatal error (a static
+    member fenced, or refused because its ``group.instance.id`` is in use) as an error event
+    of code ``_FATAL`` whose ``fatal()`` is False, so the code is checked too."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
 
 
 class Engine(abc.ABC):
@@ -83,7 +91,10 @@ class Engine(abc.ABC):
         progress_lead_ms: int | None = None,
         progress_topic: str = PROGRESS,
         control_replay_s: float = 60.0,
+        group_protocol: str | None = None,
     ) -> None:
+        # the argument, else LAGPILOT_WORKER_GROUP_PROTOCOL, else classic (group_protocol.py)
+        self.group_protocol = resolve_group_protocol(group_protocol)
         extra = check_settings(
             bootstrap=bootstrap,
             group=group,
@@ -93,6 +104,7 @@ class Engine(abc.ABC):
             max_attempts=max_attempts,
             consumer_config=consumer_config,
             control_replay_s=control_replay_s,
+            group_protocol=self.group_protocol,
         )
         self.group = group
         self.bootstrap = bootstrap
@@ -296,7 +308,7 @@ class Engine(abc.ABC):
             err = msg.error()
             if err is not None:
                 self._count("consumer_error")
-                if err.fatal():
+                if is_fatal(err):
                     raise KafkaException(err)
                 continue
             tp = (msg.topic(), msg.partition())

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from actuators.workers.dedupe import DedupeStore, open_store
+from actuators.workers.group_protocol import check_group_config
 from schemas import ConfigError
 
 #: a file path: the SQLite dedupe store (the default: lagpilot-dedupe-<group>.sqlite)
@@ -35,6 +36,7 @@ def check_settings(
     max_attempts: int,
     consumer_config: dict[str, Any] | None,
     control_replay_s: float,
+    group_protocol: str,
 ) -> dict[str, Any]:
     """Raise ``ConfigError`` on the first bad setting; return the extra consumer config."""
     if not bootstrap:
@@ -58,6 +60,7 @@ def check_settings(
                 f"consumer_config[{key!r}] is set by the worker SDK (it commits only "
                 "processed offsets itself); remove it from consumer_config"
             )
+    check_group_config(group_protocol, extra)
     if not isinstance(control_replay_s, int | float) or control_replay_s < 0:
         raise ConfigError(
             f"control_replay_s={control_replay_s!r}: must be >= 0 seconds (how far back a "

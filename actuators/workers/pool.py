@@ -77,7 +77,9 @@ class PoolWorker(Engine):
         return {
             "auto.offset.reset": "earliest",
             **self.base_config(),
-            "group.id": self.pool_group,  # assign() only: never joins, commits as a simple consumer
+            # assign() only: it never joins (so no group protocol applies), commits as a
+            # simple consumer
+            "group.id": self.pool_group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "on_commit": self._on_commit,

@@ -1,10 +1,11 @@
 """``Worker``: the consumer agent workers use in place of a raw confluent-kafka consumer.
 
-It subscribes with cooperative-sticky assignment and static membership, runs the handler on
-lanes off the poll loop (see lanes), commits only processed prefixes (see tracker), keeps
-side effects once-only (see dedupe), and obeys the control topic within one poll cycle
-(~0.1 s): halt/resume, spread/restore lanes, and hand-off of a partition to a pool (the
-owner side of handoff).
+It subscribes with static membership and incremental rebalances (cooperative-sticky under
+the classic group protocol, the broker's assignor under KIP-848: see group_protocol), runs
+the handler on lanes off the poll loop (see lanes), commits only processed prefixes (see
+tracker), keeps side effects once-only (see dedupe), and obeys the control topic within one
+poll cycle (~0.1 s): halt/resume, spread/restore lanes, and hand-off of a partition to a
+pool (the owner side of handoff).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from actuators.workers.control import Command
 from actuators.workers.engine import Engine
+from actuators.workers.group_protocol import group_settings
 from actuators.workers.handoff import (
     HANDOFF,
     HANDOFF_MARGIN_MS,
@@ -38,12 +40,6 @@ from schemas import ActionType, ConfigError
 log = logging.getLogger(__name__)
 
 INSTANCE_ID_ENV = "LAGPILOT_WORKER_INSTANCE_ID"
-#: the group heartbeat's interval (``heartbeat.interval.ms``; ``consumer_config`` overrides
-#: it). Each round of a cooperative rebalance waits for every member's next heartbeat, so a
-#: partition moving to a new member has no owner for up to two intervals, so a short interval
-#: (librdkafka's default is 3 s) shortens that gap. Two small requests a second per member
-#: cost a broker little.
-HEARTBEAT_INTERVAL_MS = 500
 
 
 class Worker(Engine):
@@ -53,7 +49,11 @@ class Worker(Engine):
     same id within ``session.timeout.ms`` gets its partitions back without a rebalance. It
     must be unique per live process; it defaults to ``$LAGPILOT_WORKER_INSTANCE_ID``, else
     the host name (stable for Kubernetes StatefulSet pods). Pass ``instance_id=""`` for
-    dynamic membership. Other settings: see ``Engine``'s keywords in docs/workers.md.
+    dynamic membership. ``group_protocol`` (an ``Engine`` keyword): ``"classic"`` or
+    ``"consumer"`` (KIP-848), default ``$LAGPILOT_WORKER_GROUP_PROTOCOL``, else classic;
+    under both, a static member that restarts within the session timeout gets its
+    partitions back (group_protocol says what differs). Other settings: see ``Engine``'s
+    keywords in docs/workers.md.
     """
 
     kind = "worker"
@@ -99,11 +99,8 @@ class Worker(Engine):
     def consumer_config(self) -> dict[str, Any]:
         config = {
             "group.id": self.group,
-            "partition.assignment.strategy": "cooperative-sticky",
-            # each of a cooperative rebalance's two rounds waits for every member to learn of
-            # it at its next heartbeat, so a partition moving to a new member has no owner for
-            # up to two intervals (HEARTBEAT_INTERVAL_MS, librdkafka's default is 3 s)
-            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+            # classic: cooperative-sticky and a short heartbeat; consumer: the broker's
+            **group_settings(self.group_protocol),
             "auto.offset.reset": "earliest",
             **self.base_config(),
             "enable.auto.commit": False,

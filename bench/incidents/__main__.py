@@ -38,8 +38,12 @@ each arm's p99 and its ``shape``, under ``scenarios.<name>`` in
 into the file (other scenarios' entries are kept); each entry has its own ``measured_at``,
 ``commit`` and the host's 1-minute load average at its start and end (``load_avg_1m``).
 
+``--group-protocol classic|consumer``: the SDK workers' group protocol in the storm and the
+avalanche's SDK arms (the naive arm is the library's documented consumer, classic; the
+other scenarios run the SDK's default); each of those two records ``group_protocol``.
+
     .venv/bin/python -m bench.incidents [--scenarios avalanche,flood,storm,slow_group,mixed,calm]
-        [--smoke]
+        [--smoke] [--group-protocol classic|consumer]
         [--avalanche-s 30] [--heavy-rate 10] [--heavy-work-ms 150]
         [--flood-s 30] [--flood-factor 10] [--producers 3]
 """
@@ -57,6 +61,7 @@ from typing import Any
 from bench.incidents.war_story import one_run
 from bench.support import broker
 from bench.support.control_loop import policy_config
+from bench.support.group_protocol import add_flag
 from bench.support.machine import load_avg_1m
 from bench.support.plots import action_lines, pyplot, time_lag_lines
 from bench.support.results import run_stamp
@@ -100,6 +105,7 @@ def avalanche(
     p99 = {name: r["p99_ms"] for name, r in runs.items()}
     summary = {
         "policy_sha256": on["policy_sha256"],
+        "group_protocol": cfg.group_protocol,
         "remedy": remedy_of(on["actions"]),
         "detection_ms": on["detection_ms"],
         "first_action_ms": min((a["at_ms"] for a in on["actions"]), default=None),
@@ -175,6 +181,7 @@ def _avalanche_job(args: argparse.Namespace, tmp: Path) -> tuple[str, Any, Any]:
     cfg = SwarmConfig(
         bootstrap=args.bootstrap, topic="agents.avalanche", avalanche_s=args.avalanche_s,
         heavy_rate_per_s=args.heavy_rate, heavy_work_ms=args.heavy_work_ms,
+        group_protocol=args.group_protocol,
     )  # fmt: skip
     if args.smoke:
         # one hot partition of four for 5 s, and 8 threads: every arm, the 8 naive
@@ -220,7 +227,7 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
     if "storm" in wanted:
         from bench.incidents.storm import StormShape, plot_storm, storm
 
-        storm_shape = StormShape(storm_s=args.storm_s)
+        storm_shape = StormShape(storm_s=args.storm_s, group_protocol=args.group_protocol)
         if args.smoke:
             # too short for the storm to be detected: the mechanics only. 16 s: the first
             # member killed by the heavy document (at 4 s) is noticed by the broker after
@@ -303,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow-peak-s", type=float, default=60.0, help="slow_group: peak inflow, s")
     ap.add_argument("--slow-poll-s", type=float, default=30.0,
                     help="slow_group: the baseline's lag poll interval, s")  # fmt: skip
+    add_flag(ap)
     ap.add_argument("--smoke", action="store_true", help="tiny runs for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "incidents.json"))
     args = ap.parse_args(argv)

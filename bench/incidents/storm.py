@@ -22,6 +22,10 @@ or repeated. What was injected, for the judge: a rebalance storm whose targets a
 partitions the dead members held when they died (bench/support/health_reads.py), in the
 group and in the pool's group.
 
+``group_protocol`` is the members' (``classic``, or ``consumer``: KIP-848, where the
+broker's ``group.consumer.session.timeout.ms`` decides when a death is noticed, 45 s at
+least on Apache Kafka's defaults; the summary records it under ``group_settings``).
+
 Reported per run: rebalances (generation moves seen in the group's ``group_health``) and
 rebalances per minute over the storm, member deaths, p50/p99/max latency, lost and
 duplicates; off, the heavy partition never progresses, so its unprocessed messages count in
@@ -41,11 +45,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from actuators.workers import PoolWorker
 from bench.support.control_loop import ControlLoop, both_arms, policy_config
 from bench.support.effects import record
+from bench.support.group_protocol import broker_group_settings
 from bench.support.harness import LagReader
 from bench.support.health_reads import held_at_death, rebalances
 from bench.support.judge import Injected, judge_run, partition_targets
@@ -75,7 +81,10 @@ class StormShape:
     warmup_s: float = Settings.storm_window_s + 5.0
     storm_s: float = 180.0
     restart_s: float = 1.0
-    session_timeout_ms: int = 6000  # the broker's group.min.session.timeout.ms
+    session_timeout_ms: int = 6000  # the broker's group.min.session.timeout.ms (classic)
+    # the members' group protocol; under "consumer" (KIP-848) the broker's session applies
+    # (group.consumer.session.timeout.ms, recorded with the results), not session_timeout_ms
+    group_protocol: str = "classic"
     drain_s: float = 60.0  # on: how long to wait for every message once the storm ends
 
 
@@ -148,6 +157,7 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
             control_topic=loop.control,
             outcomes_topic=loop.outcomes,
             commit_interval_s=0.2,
+            group_protocol=shape.group_protocol,
         )
         if pool_name
         else None
@@ -155,7 +165,8 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
     member_args = ["--bootstrap", bootstrap, "--topic", topic, "--group", group,
                    "--control", loop.control, "--outcomes", loop.outcomes if on else "",
                    "--ledger", str(ledger.path), "--work-ms", str(shape.work_ms),
-                   "--session-timeout-ms", str(shape.session_timeout_ms)]  # fmt: skip
+                   "--session-timeout-ms", str(shape.session_timeout_ms),
+                   "--group-protocol", shape.group_protocol]  # fmt: skip
     members = Restarter("bench.incidents.storm_member", member_args, shape.members, run,
                         shape.restart_s, workdir)  # fmt: skip
     agent = _Producer(bootstrap, topic, run, shape)
@@ -170,7 +181,8 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
         while time.monotonic() < deadline and not reader.select(
             lambda e: e["event"] == "group_health" and len(e["members"]) == shape.members
         ):
-            time.sleep(0.2)  # the clock starts once every member joined
+            time.sleep(0.2)  # the clock starts once every member joined ...
+        _wait_spread(bootstrap, group, shape.members, deadline)  # ... and holds partitions
         start_ms = int(time.time() * 1000 + shape.warmup_s * 1000)
         agent.run()
         end_ms = int(time.time() * 1000)
@@ -214,6 +226,26 @@ def one_storm(bootstrap: str, shape: StormShape, workdir: Path, *, on: bool) -> 
         "verdicts": verdict_rows(reported, start_ms),
         "timeline": timeline(reader.select(lambda e: e["event"] == "partition_lag"), start_ms),
     }
+
+
+def _wait_spread(bootstrap: str, group: str, members: int, deadline: float) -> None:
+    """Until the coordinator says every member holds partitions (or the deadline). Under
+    KIP-848 a member is in the group before it owns anything: its share moves at the
+    owners' next heartbeats (5 s apart by default), and a storm that began before would
+    kill the one member holding every partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while time.monotonic() < deadline:
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(10)
+        except KafkaException:
+            desc = None
+        if (
+            desc is not None
+            and len(desc.members) == members
+            and all(m.assignment.topic_partitions for m in desc.members)
+        ):
+            return
+        time.sleep(0.2)
 
 
 def _latencies(agent: _Producer, ledger: Ledger, partitions: int) -> dict[str, Any]:
@@ -307,6 +339,8 @@ def storm(
             steps.append(step)
     summary = {
         "policy_sha256": on["policy_sha256"],
+        "group_protocol": shape.group_protocol,
+        "group_settings": broker_group_settings(bootstrap, shape.group_protocol),
         "remedy": remedy_of(on["actions"]),
         "steps": steps,
         "causes": [a["cause"] for a in on["actions"]],

@@ -6,7 +6,10 @@ a heavy document; other records take ``--work-ms`` and are recorded once in the 
 
     python -m bench.incidents.storm_member --bootstrap B --topic T --group G --control C \\
         --outcomes O --ledger effects.sqlite --client-id ID --work-ms 5 \\
-        --session-timeout-ms 6000
+        --session-timeout-ms 6000 [--group-protocol classic|consumer]
+
+Under ``--group-protocol consumer`` (KIP-848) the broker owns the session timeout and the
+heartbeat (``group.consumer.session.timeout.ms``): ``--session-timeout-ms`` is not sent.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import orjson
 
 from actuators.workers import Worker
+from actuators.workers.group_protocol import GROUP_PROTOCOLS
 from bench.support.effects import record
 
 
@@ -29,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{name}", required=True)
     ap.add_argument("--work-ms", type=float, required=True)
     ap.add_argument("--session-timeout-ms", type=int, required=True)
+    ap.add_argument("--group-protocol", choices=GROUP_PROTOCOLS, default="classic")
     args = ap.parse_args(argv)
+    group: dict[str, Any] = {"client.id": args.client_id}
+    if args.group_protocol == "classic":  # KIP-848: the broker's session and heartbeat
+        group |= {"session.timeout.ms": args.session_timeout_ms, "heartbeat.interval.ms": 1000}
 
     def handle(msg: Any, ctx: Any) -> None:
         head = orjson.loads(msg.value().split(b"\n", 1)[0])
@@ -42,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap=args.bootstrap, group=args.group, topics=[args.topic], handler=handle,
         max_workers=4, dedupe=args.ledger, control_topic=args.control,
         outcomes_topic=args.outcomes or None, instance_id="", commit_interval_s=0.2,
-        consumer_config={"client.id": args.client_id,
-                         "session.timeout.ms": args.session_timeout_ms,
-                         "heartbeat.interval.ms": 1000},
+        consumer_config=group, group_protocol=args.group_protocol,
     )  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: worker.stop(0))
     worker.run()

@@ -14,10 +14,14 @@ lost and duplicate side effects, and every action judged against the injected ho
 ``bench/results/war_story.json`` (``off_p99_ms``, ``on_p99_ms``, ``ratio`` = off/on,
 ``lost``, ``duplicates``, ``detection_ms``, ``policy_sha256``) and
 ``bench/results/war_story.png`` (time lag per partition over time, off vs on).
-Targets: ratio >= 10, lost = 0, duplicates = 0, detection < 1 s.
+Targets: ratio >= 10, lost = 0, duplicates = 0, detection < 1 s. ``--group-protocol``:
+the workers' group protocol (``classic``, the SDK's default, or ``consumer``: KIP-848),
+recorded as ``group_protocol`` with, under ``consumer``, the broker's session and heartbeat
+(``group_settings``).
 
     .venv/bin/python -m bench.incidents.war_story [--partitions 16] [--hot 4,11] [--producers 50]
-        [--rate 250] [--heavy-rate 10] [--heavy-work-ms 150] [--avalanche-s 30] [--smoke]
+        [--rate 250] [--heavy-rate 10] [--heavy-work-ms 150] [--avalanche-s 30]
+        [--group-protocol classic|consumer] [--smoke]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 from bench.support import broker
 from bench.support.control_loop import ControlLoop, policy_config
+from bench.support.group_protocol import add_flag, broker_group_settings
 from bench.support.harness import LagReader
 from bench.support.judge import Injected, judge_run, partition_targets
 from bench.support.plots import action_lines, pyplot, time_lag_lines
@@ -195,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--heavy-work-ms", type=float, default=150.0)
     ap.add_argument("--avalanche-s", type=float, default=30.0)
+    add_flag(ap)
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "war_story.json"))
     args = ap.parse_args(argv)
@@ -205,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         hot_partitions=tuple(int(p) for p in args.hot.split(",")),
         producers=args.producers, rate_per_s=args.rate, heavy_rate_per_s=args.heavy_rate,
         heavy_work_ms=args.heavy_work_ms, avalanche_s=args.avalanche_s,
+        group_protocol=args.group_protocol,
     )  # fmt: skip
     if args.smoke:
         cfg = replace(cfg, partitions=4, hot_partitions=(1,), rate_per_s=40, warmup_s=3,
@@ -227,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         "duplicates": off["duplicates"] + on["duplicates"],
         "detection_ms": on["detection_ms"],
         "policy_sha256": on["policy_sha256"],
+        "group_protocol": cfg.group_protocol,
+        "group_settings": broker_group_settings(cfg.bootstrap, cfg.group_protocol),
         "wrong_actions": on["wrong_actions"],
         "applied_actions": on["applied_actions"],
         "verified": on["verified"],
@@ -247,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"off p99 {result['off_p99_ms']} ms / on p99 {result['on_p99_ms']} ms = "
           f"ratio {result['ratio']} (target >= 10); lost {result['lost']}, "
           f"duplicates {result['duplicates']}, detection {result['detection_ms']} ms, "
-          f"wrong actions {result['wrong_actions']}")  # fmt: skip
+          f"wrong actions {result['wrong_actions']}; group protocol "
+          f"{result['group_protocol']}")  # fmt: skip
     return 0
 
 

@@ -74,6 +74,7 @@ class SwarmConfig:
     outcomes_topic: str | None = None  # where the workers report what they did (None: nowhere)
     consumer: str = "sdk"  # "sdk": the worker SDK; "naive": plain consumers (support/naive.py)
     pool: str | None = None  # the pool a PoolWorker runs for hand-offs (the policy's pool)
+    group_protocol: str = "classic"  # the SDK workers' group protocol ("consumer": KIP-848)
     client_id: str = "agent-swarm-0"  # the producers' client id (the policy's agent-*)
     seed: int = 7
 
@@ -87,6 +88,7 @@ class SwarmConfig:
             "heavy_rate_per_s": self.heavy_rate_per_s,
             "heavy_work_ms": self.heavy_work_ms,
             "avalanche_s": self.avalanche_s,
+            "group_protocol": self.group_protocol,
         }
 
     @property
@@ -181,6 +183,7 @@ class Swarm:
             outcomes_topic=cfg.outcomes_topic,
             instance_id=f"swarm-{uuid.uuid4().hex[:6]}",
             commit_interval_s=0.2,  # progress is what lagpilot sees: commit it often
+            group_protocol=cfg.group_protocol,
         )
         if cfg.pool:
             self.pool = PoolWorker(
@@ -193,6 +196,7 @@ class Swarm:
                 control_topic=cfg.control_topic,
                 outcomes_topic=cfg.outcomes_topic,
                 commit_interval_s=0.2,
+                group_protocol=cfg.group_protocol,
             )
 
     # -- workers -------------------------------------------------------------------------
@@ -353,6 +357,8 @@ class Swarm:
             "worker": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
             "pool": self.pool.stats() if self.pool is not None else None,
             "consumer": self.cfg.consumer,
+            # the naive arm is the library's documented consumer: always classic
+            "group_protocol": self.cfg.group_protocol if self.cfg.consumer == "sdk" else "classic",
             # the naive arm's settings as it ran (what it leaves to the library's defaults)
             "naive": self.worker.shape() if isinstance(self.worker, NaiveGroup) else None,
             "rebalances": self.worker.rebalances,

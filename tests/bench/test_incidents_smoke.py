@@ -87,6 +87,8 @@ def test_incident_suite_smoke_merges_into_the_results(kafka_bootstrap: str, tmp_
     # a 16 s storm is too short to detect (3 rebalances at a 6 s session timeout): the smoke
     # checks the mechanics, the hand-off is measured by `make bench-incidents`
     storm = scenarios["storm"]
+    assert storm["group_protocol"] == a["group_protocol"] == "classic"  # the default
+    assert storm["group_settings"] == {}  # classic: the members set their own session
     assert storm["off_deaths"] >= 1  # the heavy document kills whoever takes it
     assert storm["off"]["rebalances"] >= 1 and storm["off"]["lost_by_partition"].get("2")
     assert 2 in storm["injected_partitions"]  # the poisoned partition is always a target
@@ -107,3 +109,30 @@ def test_incident_suite_smoke_merges_into_the_results(kafka_bootstrap: str, tmp_
     for a in slow["actions"]:
         if a["type"] == "scale_consumers":
             assert a["applied"] and a["outcome"] in ("applied", "recorded"), a
+
+
+@pytest.mark.timeout(600)
+def test_storm_smoke_under_kip848(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The storm with its members on the consumer group protocol: it runs, records which
+    protocol and the broker's session, and the heavy document still kills its taker. The
+    broker notices a death only after its own session timeout (45 s by default), longer
+    than the smoke: the dead member's partitions stay behind, the others' keep up."""
+    out = tmp_path / "incidents.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.incidents", "--smoke", "--out", str(out),
+         "--bootstrap", kafka_bootstrap, "--scenarios", "storm", "--group-protocol", "consumer"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    storm = orjson.loads(out.read_bytes())["scenarios"]["storm"]
+    assert storm["group_protocol"] == storm["shape"]["group_protocol"] == "consumer"
+    settings = storm["group_settings"]
+    assert set(settings) == {"group.consumer.session.timeout.ms",
+                             "group.consumer.heartbeat.interval.ms"}  # fmt: skip
+    assert all(isinstance(v, int) and v > 0 for v in settings.values())
+    assert storm["policy_sha256"] == hashlib.sha256(POLICY.read_bytes()).hexdigest()
+    assert storm["off_deaths"] >= 1 and storm["off"]["lost_by_partition"].get("2")
+    # the members held partitions before the storm began: the death left the others' going
+    assert len(storm["off"]["lost_by_partition"]) < storm["shape"]["partitions"]
+    assert storm["dropped"] == 0 and storm["duplicates"] == 0
+    _judged("storm", storm)

@@ -1,6 +1,6 @@
 """A tiny war story (both runs, 4 partitions, a 5 s avalanche, the shipped policy) so the
 benchmark cannot rot: its mechanics, not its figures (those come from `make
-bench-war-story`)."""
+bench-war-story`), with the workers on each group protocol (``--group-protocol``)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,29 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_war_story_smoke(kafka_bootstrap: str, tmp_path: Path, protocol: str) -> None:
     out = tmp_path / "war_story.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.incidents.war_story", "--smoke", "--out", str(out),
-         "--bootstrap", kafka_bootstrap],
+         "--bootstrap", kafka_bootstrap, "--group-protocol", protocol],
         cwd=ROOT, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     r = orjson.loads(out.read_bytes())
+    # which protocol ran, in the result and in each arm's workers
+    assert r["group_protocol"] == r["shape"]["group_protocol"] == protocol
+    assert r["off"]["group_protocol"] == r["on"]["group_protocol"] == protocol
+    if protocol == "consumer":  # the broker's session and heartbeat, as it reports them
+        assert all(isinstance(v, int) and v > 0 for v in r["group_settings"].values())
+        assert len(r["group_settings"]) == 2
+    else:
+        assert r["group_settings"] == {}
     for key in ("off_p99_ms", "on_p99_ms", "ratio", "lost", "duplicates", "detection_ms"):
         assert key in r
     # what detected the hot partition: its first non-OK event, at the detection time

@@ -33,10 +33,16 @@ LEDGER_DDL = (
     "part INTEGER NOT NULL, off INTEGER NOT NULL, key TEXT, worker TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS attempts (part INTEGER, off INTEGER, worker TEXT)",
 )
-TEST_SETTINGS: dict[str, Any] = {
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 1000,
-    "max.poll.interval.ms": 10000,
+#: the group settings each protocol takes from the client: a short session so a SIGKILLed
+#: member's partitions move within the test; under KIP-848 the broker owns the session and
+#: the heartbeat (group.consumer.session.timeout.ms, 45 s by default, and its minimum)
+TEST_SETTINGS: dict[str, dict[str, Any]] = {
+    "classic": {
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+        "max.poll.interval.ms": 10000,
+    },
+    "consumer": {},
 }
 
 
@@ -105,6 +111,7 @@ def make_handler(name: str):
 def make_worker(
     args: argparse.Namespace | Any, name: str, pool: str | None = None, **extra: Any
 ) -> Any:
+    protocol = getattr(args, "group_protocol", None) or "classic"
     common: dict[str, Any] = {
         "bootstrap": args.bootstrap,
         "group": args.group,
@@ -121,7 +128,8 @@ def make_worker(
         "signing_key": bytes.fromhex(args.key),
         "commit_interval_s": 0.3,
         "close_timeout_s": 5.0,
-        "consumer_config": dict(TEST_SETTINGS) if pool is None else {},
+        "consumer_config": dict(TEST_SETTINGS[protocol]) if pool is None else {},
+        "group_protocol": protocol,
     }
     if pool is not None:
         return PoolWorker(pool=pool, **common, **extra)
@@ -136,6 +144,8 @@ def main() -> None:
     p.add_argument("--dsn", help="a PostgreSQL database instead (shared across hosts)")
     p.add_argument("--pool", help="run as this overflow pool (PoolWorker), not a Worker")
     p.add_argument("--lease-s", type=float, help="the pool's hand-off lease")
+    p.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                   help="the group protocol the worker joins with (KIP-848: consumer)")  # fmt: skip
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(message)s")
     extra = {"lease_s": args.lease_s} if args.pool and args.lease_s else {}

@@ -1,7 +1,9 @@
 """A hand-off cannot orphan a partition: the owner takes it back when the pool never
 confirms (no pool runs) or when the pool's lease runs out (the pool process is SIGKILLed
 mid-hand-off), without loss or repeated side effects. The pool runs as a separate process in
-its own working folder; the dedupe marks and the ledger are in a real PostgreSQL."""
+its own working folder; the dedupe marks and the ledger are in a real PostgreSQL. The owner
+runs on each group protocol: under KIP-848 the take-back's seek and commit go through a
+consumer whose assignment the broker owns."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import psycopg
+import pytest
 from confluent_kafka import Producer
 
 from tests.integration.actuators.workers.agent_worker_proc import (
@@ -34,8 +37,9 @@ PROC = Path(__file__).with_name("agent_worker_proc.py")
 LEASE_S = 2.0
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_the_owner_takes_back_from_a_missing_or_dead_pool(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path, postgres_dsn: str
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, postgres_dsn: str, protocol: str
 ) -> None:
     topic, control, group = unique_name, f"{unique_name}.control", f"{unique_name}-g"
     create_topics(kafka_bootstrap, (topic, 1), (control, 1))
@@ -45,7 +49,7 @@ def test_the_owner_takes_back_from_a_missing_or_dead_pool(
     dsn = postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
     init_pg_ledger(dsn)
     args = SimpleNamespace(bootstrap=kafka_bootstrap, topic=topic, group=group, control=control,
-                           key=KEY.hex(), dsn=dsn)  # fmt: skip
+                           key=KEY.hex(), dsn=dsn, group_protocol=protocol)  # fmt: skip
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
 
     def produce(n: int, work_s: float = 0.002) -> None:
@@ -80,7 +84,8 @@ def test_the_owner_takes_back_from_a_missing_or_dead_pool(
         # 2. a pool that takes it, then dies (SIGKILL) mid-work: back when its lease runs out
         home = tmp_path / "pool-host"
         home.mkdir()
-        cmd = [sys.executable, str(PROC), *(f"--{k}={v}" for k, v in vars(args).items()),
+        cmd = [sys.executable, str(PROC),
+               *(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()),
                "--name=pool-proc", "--pool=big", f"--lease-s={LEASE_S}"]  # fmt: skip
         pool_proc = subprocess.Popen(cmd, cwd=home, stdout=subprocess.DEVNULL,
                                      stderr=(tmp_path / "pool.log").open("ab"))  # fmt: skip
@@ -104,7 +109,7 @@ def test_the_owner_takes_back_from_a_missing_or_dead_pool(
         assert tried == 290
         print(f"\nattempts={attempts} (redelivered {attempts - tried}), effects={total}")
         assert owner.stats()["taken_back"] == 2 and not owner.paused()
-        assert owner.error is None
+        assert owner.error is None and owner.group_protocol == protocol
     finally:
         if pool_proc is not None and pool_proc.poll() is None:
             pool_proc.kill()

@@ -16,6 +16,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "dedupe_sql",
         "engine",
         "engine_settings",
+        "group_protocol",
         "handling",
         "handoff",
         "lanes",
