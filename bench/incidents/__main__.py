@@ -190,7 +190,7 @@ def _avalanche_job(args: argparse.Namespace, tmp: Path) -> tuple[str, Any, Any]:
                       avalanche_s=5, heavy_rate_per_s=12, max_workers=8)  # fmt: skip
 
     def report(summary: dict[str, Any], runs: Any, out: Path) -> None:
-        plot_avalanche(runs, cfg.hot_partitions, out.with_name("incidents_avalanche.png"))
+        plot_avalanche(runs, cfg.hot_partitions, out.with_name(f"{out.stem}_avalanche.png"))
         print(f"avalanche: p99 naive {summary['naive_p99_ms']} ms, sdk {summary['sdk_p99_ms']} "
               f"ms, static {summary['static_p99_ms']} ms, lagpilot {summary['on_p99_ms']} ms; "
               f"ratio_vs_naive {summary['ratio_vs_naive']}, ratio_vs_static "
@@ -217,7 +217,7 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
             shape = replace(shape, warmup_s=4, flood_s=5, cooldown_s=3, flood_factor=5)
 
         def report_flood(summary: dict[str, Any], runs: Any, out: Path) -> None:
-            plot_flood(runs, out.with_name("incidents_flood.png"))
+            plot_flood(runs, out.with_name(f"{out.stem}_flood.png"))
             print(f"flood: worst time lag off {summary['off_max_time_lag_s']} s, on "
                   f"{summary['on_max_time_lag_s']} s; throttled {summary['throttled']}; "
                   f"remedy {summary['remedy']}")  # fmt: skip
@@ -236,7 +236,7 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
             storm_shape = replace(storm_shape, warmup_s=4, storm_s=16, drain_s=3)
 
         def report_storm(summary: dict[str, Any], runs: Any, out: Path) -> None:
-            plot_storm(runs, out.with_name("incidents_storm.png"))
+            plot_storm(runs, out.with_name(f"{out.stem}_storm.png"))
             print(f"storm: rebalances/min off {summary['off_rebalances_per_min']}, on "
                   f"{summary['on_rebalances_per_min']} ({summary['rebalance_ratio']}x); "
                   f"remedy {summary['remedy']}")  # fmt: skip
@@ -257,7 +257,7 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
                                  drain_timeout_s=60.0)  # fmt: skip
 
         def report_slow(summary: dict[str, Any], runs: Any, out: Path) -> None:
-            plot_slow_group(runs, out.with_name("incidents_slow_group.png"))
+            plot_slow_group(runs, out.with_name(f"{out.stem}_slow_group.png"))
             print(f"slow_group: drained after {summary['poll30_drain_s']} s with the 30 s poll, "
                   f"{summary['on_drain_s']} s with lagpilot ({summary['drain_ratio_vs_poll30']}"
                   f"x); verified {summary['verified']}; wrong actions "
@@ -272,7 +272,7 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
         mixed_shape = MixedShape.smoke() if args.smoke else MixedShape()
 
         def report_mixed(summary: dict[str, Any], runs: Any, out: Path) -> None:
-            plot_mixed(runs, out.with_name("incidents_mixed.png"))
+            plot_mixed(runs, out.with_name(f"{out.stem}_mixed.png"))
             print(f"mixed: p99 off {summary['off_p99_ms']} ms, on {summary['on_p99_ms']} ms; "
                   f"wrong actions {summary['wrong_actions']}; "
                   f"remedy {summary['remedy']}")  # fmt: skip
@@ -285,7 +285,7 @@ def _scenario_jobs(args: argparse.Namespace, wanted: list[str], tmp: Path) -> li
         calm_shape = CalmShape.smoke() if args.smoke else CalmShape()
 
         def report_calm(summary: dict[str, Any], runs: Any, out: Path) -> None:
-            plot_calm(runs, out.with_name("incidents_calm.png"))
+            plot_calm(runs, out.with_name(f"{out.stem}_calm.png"))
             print(f"calm: applied actions {summary['applied_actions']}, wrong actions "
                   f"{summary['wrong_actions']}; p99 {summary['on_p99_ms']} ms; remedy "
                   f"{summary['remedy']}")  # fmt: skip
