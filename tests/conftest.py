@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.ports import own_port
 
 from bench.support import broker as local_broker
 
@@ -81,15 +82,16 @@ def kafka_bootstrap() -> Iterator[str]:
 def cluster_bootstrap() -> Iterator[str]:
     """A 3-broker cluster: LAGPILOT_CLUSTER_BOOTSTRAP, or the local one started here.
 
-    The local cluster uses its own ports and run folder, so it runs beside the session's
-    single broker, and it is stopped at the end of the session.
+    The local cluster uses its own ports (``support.ports``) and run folder, so it runs
+    beside the session's single broker, and it is stopped at the end of the session.
     """
     env = os.environ.get("LAGPILOT_CLUSTER_BOOTSTRAP")
     if env:
         yield env
         return
     run_dir = ROOT / "deploy" / "local" / ".run-cluster"
-    envs = {**os.environ, "LAGPILOT_BROKER_PORT": "21192", "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}
+    envs = {**os.environ, "LAGPILOT_BROKER_PORT": str(own_port("cluster")),
+            "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}  # fmt: skip
     proc = subprocess.run(
         [str(KAFKA_SH), "up", "--brokers", "3"], env=envs, capture_output=True, text=True
     )

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.ports import own_port
 
 ROOT = Path(__file__).resolve().parents[3]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
-PORT = 21592  # clear of the session broker, the 3-broker cluster and the deploy tests
+PORT = own_port("kafka_sh")  # clear of the session broker and the other tests' brokers
 
 
 def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +73,7 @@ def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     assert r.returncode != 0 and "--brokers must be 1 or 3" in r.stderr
 
 
-FRESH_PORT = 21792  # clear of the session broker, the 3-broker cluster and PORT above
+FRESH_PORT = own_port("kafka_sh_fresh")
 
 
 def _fresh_copy(tmp_path: Path) -> Path:
