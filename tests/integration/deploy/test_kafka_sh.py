@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -109,8 +110,14 @@ def test_up_from_a_fresh_clone_prints_exactly_the_address(tmp_path: Path, termin
             err.write_text(r.stderr)
         assert r.returncode == 0, err.read_text()
         assert out == f"127.0.0.1:{FRESH_PORT}\n", f"stdout {out!r}; stderr:\n{err.read_text()}"
-        assert "fetching Kafka jars" in err.read_text()  # the progress went to stderr
+        default = re.search(r"(?m)^DEFAULT_KAFKA_VERSION=(\S+)$", KAFKA_SH.read_text())
+        release = os.environ.get("KAFKA_VERSION") or (default and default.group(1))
+        # the progress went to stderr, naming the release fetched and where its jars went
+        assert f"fetching the broker's jars (Apache Kafka {release})" in err.read_text()
+        assert (script.parent / ".cache" / f"kafka-{release}" / "libs").is_dir()
         status = subprocess.run([str(script), "status"], env=env, capture_output=True, text=True)
         assert status.stdout == out
+        version = subprocess.run([str(script), "version"], env=env, capture_output=True, text=True)
+        assert version.stdout == f"{release}\n"
     finally:
         subprocess.run([str(script), "down"], env=env, capture_output=True, timeout=60)
