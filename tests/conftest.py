@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.ports import own_port
 
 from bench.support import broker as local_broker
 
@@ -81,15 +82,16 @@ def kafka_bootstrap() -> Iterator[str]:
 def cluster_bootstrap() -> Iterator[str]:
     """A 3-broker cluster: LAGPILOT_CLUSTER_BOOTSTRAP, or the local one started here.
 
-    The local cluster uses its own ports and run folder, so it runs beside the session's
-    single broker, and it is stopped at the end of the session.
+    The local cluster uses its own ports (``support.ports``) and run folder, so it runs
+    beside the session's single broker, and it is stopped at the end of the session.
     """
     env = os.environ.get("LAGPILOT_CLUSTER_BOOTSTRAP")
     if env:
         yield env
         return
     run_dir = ROOT / "deploy" / "local" / ".run-cluster"
-    envs = {**os.environ, "LAGPILOT_BROKER_PORT": "21192", "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}
+    envs = {**os.environ, "LAGPILOT_BROKER_PORT": str(own_port("cluster")),
+            "LAGPILOT_BROKER_RUN_DIR": str(run_dir)}  # fmt: skip
     proc = subprocess.run(
         [str(KAFKA_SH), "up", "--brokers", "3"], env=envs, capture_output=True, text=True
     )
@@ -118,3 +120,27 @@ def postgres_dsn() -> Iterator[str]:
 
     with postgres_server() as dsn:
         yield dsn
+
+
+#: DescribeShareGroupOffsets, whose v1 (Apache Kafka 4.2+, KIP-1226) answers the lag
+_DESCRIBE_SHARE_GROUP_OFFSETS = 90
+
+
+@pytest.fixture(scope="session")
+def share_group_lag(kafka_bootstrap: str) -> None:
+    """Skips where the broker answers no share-partition lag: share groups (KIP-932) with
+    their lag (KIP-1226) are Apache Kafka 4.2+ (``make test``'s default 4.4.0 has them; 4.1
+    has share groups only as a preview, off, and no lag; Redpanda none). The tests that use
+    it compare lagpilot's share-group lag with Kafka's, which such a broker does not have:
+    the feature is absent, not failing."""
+    from pipeline.commands import broker_version
+
+    av = broker_version.fetch(kafka_bootstrap, {}, timeout_s=10)
+    versions = av.api_keys.get(_DESCRIBE_SHARE_GROUP_OFFSETS)
+    share = av.finalized.get("share.version", (0, 0))[1]
+    if versions is None or versions[1] < 1 or share < 1:
+        pytest.skip(
+            f"{kafka_bootstrap} answers no share-partition lag (DescribeShareGroupOffsets "
+            f"{versions}, share.version {share}): the share-group tests need Apache Kafka "
+            f"4.2+, as `make test` runs by default ({broker_version.describe(av)})"
+        )

@@ -7,6 +7,7 @@
 #                                                the last `up` whose process is gone (a broker
 #                                                a fault test killed comes back as itself)
 #   deploy/local/kafka.sh status                 print the bootstrap address if running
+#   deploy/local/kafka.sh version                print the release the running broker runs
 #   deploy/local/kafka.sh config [--brokers 1|3] print node 1's server.properties (no Java)
 #   deploy/local/kafka.sh jars                   fetch the broker's jars (Maven) unless present
 #   deploy/local/kafka.sh tools                  fetch Kafka's own tools (Maven) unless present
@@ -16,7 +17,9 @@
 #
 # KAFKA_VERSION (default 4.4.0) picks the Apache Kafka release: its jars live in
 # .cache/kafka-$KAFKA_VERSION/{libs,tools}, so releases sit side by side; `up` records the
-# release it started and `restart` brings the same one back.
+# release it started and `restart` brings the same one back. `up` with KAFKA_VERSION set
+# while a broker of another release runs refuses: a test run asked for one release must
+# not pass on another.
 #
 # `up` and `status` print the bootstrap address alone on stdout; everything else (progress,
 # Maven, Java) goes to stderr, with or without a terminal. The address `up` records in the
@@ -39,6 +42,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 RUN=${LAGPILOT_BROKER_RUN_DIR:-"$HERE/.run"}
 DEFAULT_KAFKA_VERSION=4.4.0
+ASKED_VERSION=${KAFKA_VERSION:-} # empty: the caller takes whatever release runs
 KAFKA_VERSION=${KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}
 if [[ ! $KAFKA_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
   echo "kafka.sh: error: KAFKA_VERSION='$KAFKA_VERSION' is not a release number: set it to an Apache Kafka 4.x release on Maven Central, e.g. KAFKA_VERSION=4.1.1 (unset: $DEFAULT_KAFKA_VERSION)" >&2
@@ -263,7 +267,12 @@ up() {
   [ "$n" = 1 ] || [ "$n" = 3 ] || die "--brokers must be 1 or 3, not $n"
   parse_extra_listeners "$n"
   if [ -n "$(running_pids)" ]; then
-    say "already running at $(cat "$RUN/bootstrap")"; cat "$RUN/bootstrap" >&3; return 0
+    local running
+    running=$(cat "$RUN/version" 2>/dev/null || echo unknown)
+    if [ -n "$ASKED_VERSION" ] && [ "$running" != "$ASKED_VERSION" ]; then
+      die "the local broker at $(cat "$RUN/bootstrap") runs Apache Kafka $running, not KAFKA_VERSION=$ASKED_VERSION: stop it ('$0 down' or make broker-down) and start again, or unset KAFKA_VERSION to use it"
+    fi
+    say "already running at $(cat "$RUN/bootstrap") (Apache Kafka $running)"; cat "$RUN/bootstrap" >&3; return 0
   fi
   sasl_check
   need_java
@@ -374,15 +383,22 @@ status() {
   if [ -n "$(running_pids)" ]; then cat "$RUN/bootstrap"; else say "no local broker running"; return 1; fi
 }
 
+version() {
+  [ -n "$(running_pids)" ] || { say "no local broker running"; return 1; }
+  [ -f "$RUN/version" ] || die "no release recorded in $RUN: restart the broker ('$0 down', then '$0 up')"
+  cat "$RUN/version"
+}
+
 cmd=${1:-}; shift || true
 case $cmd in
   up) up "$@" ;;
   down) down ;;
   restart) restart ;;
   status) status ;;
+  version) version ;;
   config) config "$@" ;;
   jars) need_jars ;;
   tools) need_tools ;;
   tool) tool "$@" ;;
-  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | config [--brokers 1|3] | jars | tools | tool CLASS [ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--brokers 1|3] | down | restart | status | version | config [--brokers 1|3] | jars | tools | tool CLASS [ARGS...]" >&2; exit 2 ;;
 esac

@@ -5,7 +5,8 @@ to itself, and confluent-kafka has no DescribeFeatures. Kafka's own Admin client
 ``describeFeatures`` from ApiVersions (v3+), whose tagged fields carry the features the
 broker supports and the cluster's finalized ones. ``metadata.version`` is the one that
 names a release: a KRaft broker supports levels up to its release's latest production
-level (Apache Kafka 4.1.x: 27, ``4.1-IV1``), and the cluster runs at its finalized level.
+level (Apache Kafka 4.4.x: 33, ``4.4-IV2``; 4.1.x: 27, ``4.1-IV1``), and the cluster runs
+at its finalized level.
 
 Two halves: :func:`encode_request` / :func:`decode_response` / :func:`describe` are pure
 (byte-literal tests in tests/unit/pipeline/commands/test_broker_version.py), :func:`fetch`
@@ -40,8 +41,12 @@ __all__ = ["ApiVersions", "DecodeError", "decode_response", "describe", "encode_
 CLIENT_SOFTWARE = "lagpilot-doctor"
 MAX_ANSWER_BYTES = 1 << 20  # an ApiVersions answer is a few kB: more is not one
 
-#: metadata.version levels -> (release, IV name). Facts from Kafka's MetadataVersion enum
-#: (server-common 4.1.1): level 1 is 3.0-IV1 ... 27 is 4.1-IV1, 28 is 4.2-IV0.
+#: metadata.version levels -> (release, IV name), as Kafka's MetadataVersion enum numbers
+#: them. Levels 7 (3.3-IV3) to 33 (4.4-IV2, 4.4.0's latest production level) are read from
+#: kafka-server-common 4.4.0, and 4.1.1's enum agrees up to its own 27 (4.1-IV1); both
+#: start at 7, so 1-6 name the 3.x releases that wrote them. The table stops at the newest
+#: tested release's last production level: a level not yet in production (4.4.0 lists 34
+#: as 4.5-IV0) may be renumbered before its release ships, so naming it would guess.
 _LEVELS: dict[int, tuple[str, str]] = {
     1: ("3.0", "IV1"), 2: ("3.1", "IV0"), 3: ("3.2", "IV0"), 4: ("3.3", "IV0"),
     5: ("3.3", "IV1"), 6: ("3.3", "IV2"), 7: ("3.3", "IV3"), 8: ("3.4", "IV0"),
@@ -50,7 +55,10 @@ _LEVELS: dict[int, tuple[str, str]] = {
     17: ("3.7", "IV2"), 18: ("3.7", "IV3"), 19: ("3.7", "IV4"), 20: ("3.8", "IV0"),
     21: ("3.9", "IV0"), 22: ("4.0", "IV0"), 23: ("4.0", "IV1"), 24: ("4.0", "IV2"),
     25: ("4.0", "IV3"), 26: ("4.1", "IV0"), 27: ("4.1", "IV1"), 28: ("4.2", "IV0"),
+    29: ("4.2", "IV1"), 30: ("4.3", "IV0"), 31: ("4.4", "IV0"), 32: ("4.4", "IV1"),
+    33: ("4.4", "IV2"),
 }  # fmt: skip
+NEWEST = max(_LEVELS)  # a broker that supports more runs a release newer than the table's
 
 
 def encode_request(correlation_id: int, client_id: str = "lagpilot") -> bytes:
@@ -74,15 +82,18 @@ def metadata_version_name(level: int) -> str:
 def describe(av: ApiVersions) -> str:
     """What the doctor prints: the release, and the cluster's metadata.version if it lags.
 
-    >>> describe(ApiVersions(0, {}, {"metadata.version": (7, 27)}, {"metadata.version": (27, 27)}))
-    'Apache Kafka 4.1 (metadata.version 4.1-IV1)'
+    >>> describe(ApiVersions(0, {}, {"metadata.version": (7, 33)}, {"metadata.version": (33, 33)}))
+    'Apache Kafka 4.4 (metadata.version 4.4-IV2)'
     """
     supported = av.supported.get("metadata.version")
     if supported is None:
         return f"Kafka protocol, {len(av.api_keys)} APIs (no metadata.version: not KRaft Kafka)"
     top = supported[1]
     release = _LEVELS.get(top, (None, ""))[0]
-    name = f"Apache Kafka {release}" if release else f"Apache Kafka newer than 4.2 (level {top})"
+    newest = _LEVELS[NEWEST][0]
+    name = (
+        f"Apache Kafka {release}" if release else f"Apache Kafka newer than {newest} (level {top})"
+    )
     finalized = av.finalized.get("metadata.version")
     if finalized is None:
         return f"{name} (metadata.version not finalized)"

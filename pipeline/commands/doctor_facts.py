@@ -35,7 +35,7 @@ class Facts:
     broker_error: CommandError | None = None
     brokers: int = 0
     cluster_id: str | None = None
-    broker_version: str | None = None  # e.g. "Apache Kafka 4.1 (metadata.version 4.1-IV1)"
+    broker_version: str | None = None  # e.g. "Apache Kafka 4.4 (metadata.version 4.4-IV2)"
     version_error: str | None = None
     offsets_partitions: int | None = None
     offsets_ops: frozenset[str] | None = None  # None: the broker did not say

@@ -10,7 +10,7 @@ import orjson
 from bench.perf import share_detection
 
 
-def test_share_detection_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_share_detection_smoke(kafka_bootstrap: str, share_group_lag: None, tmp_path: Path) -> None:
     out = tmp_path / "share_detection.json"
     assert share_detection.main(["--smoke", "--bootstrap", kafka_bootstrap, "--out", str(out)]) == 0
     got = orjson.loads(out.read_bytes())

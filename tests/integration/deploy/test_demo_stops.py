@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from support.ports import own_port
 
 ROOT = Path(__file__).resolve().parents[3]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
-PORT = 21892  # clear of the session broker, the 3-broker cluster and the kafka.sh tests
+PORT = own_port("demo")  # clear of the session broker and the other tests' brokers
 
 
 def _ours(marker: str) -> list[int]:

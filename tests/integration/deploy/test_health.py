@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
+from support.ports import own_port
 
 from bench.support.harness import PipelineProcess, commit, create_topic, free_port
 from tests.unit.deploy.facts import (
@@ -42,7 +43,7 @@ from tests.unit.deploy.facts import (
 WORKER_NAMES = set(worker_exported_names())
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
 DASHBOARD = ROOT / "deploy" / "grafana" / "lagpilot.json"
-THROWAWAY_PORT = "21292"
+THROWAWAY_PORT = str(own_port("throwaway"))
 KEY = "integration-test-signing-key-0123456789"
 
 
@@ -196,7 +197,7 @@ def test_health_and_every_dashboard_metric_on_running_processes(
 
 @pytest.fixture
 def throwaway_broker(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]:
-    """Our own single Kafka broker on port 21292: the one test that may stop a broker."""
+    """Our own single Kafka broker (``support.ports``): the one test that may stop a broker."""
     env = {
         **os.environ,
         "PYTHON": sys.executable,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -11,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.ports import own_port
 
 ROOT = Path(__file__).resolve().parents[3]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
-PORT = 21592  # clear of the session broker, the 3-broker cluster and the deploy tests
+PORT = own_port("kafka_sh")  # clear of the session broker and the other tests' brokers
 
 
 def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +74,7 @@ def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     assert r.returncode != 0 and "--brokers must be 1 or 3" in r.stderr
 
 
-FRESH_PORT = 21792  # clear of the session broker, the 3-broker cluster and PORT above
+FRESH_PORT = own_port("kafka_sh_fresh")
 
 
 def _fresh_copy(tmp_path: Path) -> Path:
@@ -108,8 +110,14 @@ def test_up_from_a_fresh_clone_prints_exactly_the_address(tmp_path: Path, termin
             err.write_text(r.stderr)
         assert r.returncode == 0, err.read_text()
         assert out == f"127.0.0.1:{FRESH_PORT}\n", f"stdout {out!r}; stderr:\n{err.read_text()}"
-        assert "fetching Kafka jars" in err.read_text()  # the progress went to stderr
+        default = re.search(r"(?m)^DEFAULT_KAFKA_VERSION=(\S+)$", KAFKA_SH.read_text())
+        release = os.environ.get("KAFKA_VERSION") or (default and default.group(1))
+        # the progress went to stderr, naming the release fetched and where its jars went
+        assert f"fetching the broker's jars (Apache Kafka {release})" in err.read_text()
+        assert (script.parent / ".cache" / f"kafka-{release}" / "libs").is_dir()
         status = subprocess.run([str(script), "status"], env=env, capture_output=True, text=True)
         assert status.stdout == out
+        version = subprocess.run([str(script), "version"], env=env, capture_output=True, text=True)
+        assert version.stdout == f"{release}\n"
     finally:
         subprocess.run([str(script), "down"], env=env, capture_output=True, timeout=60)

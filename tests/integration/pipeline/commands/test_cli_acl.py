@@ -2,7 +2,8 @@
 
 One broker of our own for the module (``deploy/local/kafka.sh`` with
 ``LAGPILOT_BROKER_SASL_USERS``: SASL/PLAIN, StandardAuthorizer, ``admin`` the only super
-user) on port 25092, clear of the session broker and the other tests' brokers. ``alice``
+user) on a port of ``support.ports``, clear of the session broker and the other tests'
+brokers. ``alice``
 logs in but holds no ACL unless a test grants one. Every command run as her must end in one
 line and exit 77; ``lagpilot doctor`` must name each missing ACL with its fix. The last test
 stops this broker under a running ``lagpilot run``.
@@ -26,10 +27,11 @@ from typing import Any
 import orjson
 import pytest
 from support.cli import LAGPILOT, clean_env, lagpilot, one_clean_line
+from support.ports import own_port
 
 ROOT = Path(__file__).resolve().parents[4]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
-PORT = 25092
+PORT = own_port("sasl")
 BOOTSTRAP = f"127.0.0.1:{PORT}"
 KEY = "k" * 32
 USERS = {"admin": "admin-pw", "alice": "alice-pw"}
@@ -59,10 +61,16 @@ def admin_client() -> Any:
 
 
 @pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], None]]:
+def sasl_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SASL broker's run folder: ``kafka.sh up`` records there the release it started."""
+    return tmp_path_factory.mktemp("sasl-broker")
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(sasl_run_dir: Path) -> Iterator[Callable[[], None]]:
     users = ",".join(f"{u}:{p}" for u, p in USERS.items())
     env = {**os.environ, "PYTHON": sys.executable, "LAGPILOT_BROKER_PORT": str(PORT),
-           "LAGPILOT_BROKER_RUN_DIR": str(tmp_path_factory.mktemp("sasl-broker")),
+           "LAGPILOT_BROKER_RUN_DIR": str(sasl_run_dir),
            "LAGPILOT_BROKER_SASL_USERS": users}  # fmt: skip
     up = subprocess.run([str(KAFKA_SH), "up"], env=env, capture_output=True, text=True, timeout=180)
     if up.returncode != 0:
@@ -126,11 +134,15 @@ def test_the_sasl_broker_refuses_a_wrong_password_in_one_line(sasl_broker: Any) 
     one_clean_line(r, 77, "authentication failed", "Invalid username or password")
 
 
-def test_the_super_user_passes_every_doctor_check_and_sees_the_release(sasl_broker: Any) -> None:
+def test_the_super_user_passes_every_doctor_check_and_sees_the_release(
+    sasl_broker: Any, sasl_run_dir: Path
+) -> None:
+    """The doctor names the release the broker runs (KAFKA_VERSION picks it; ``kafka.sh up``
+    records it in the run folder) and its metadata.version."""
     code, rows = doctor_rows("admin")
     assert code == 0 and {row["status"] for row in rows.values()} == {"ok"}, rows
-    jar = next((ROOT / "deploy" / "local" / ".cache" / "libs").glob("kafka_2.13-*.jar"))
-    release = ".".join(jar.stem.split("-")[1].split(".")[:2])  # kafka_2.13-4.1.1 -> 4.1
+    started = (sasl_run_dir / "version").read_text().strip()  # e.g. 4.4.0
+    release = ".".join(started.split(".")[:2])  # 4.4.0 -> 4.4
     detail = rows["broker"]["detail"]
     assert re.search(rf"Apache Kafka {re.escape(release)} \(metadata\.version {release}-IV\d\)",
                      detail), detail  # fmt: skip
@@ -267,7 +279,7 @@ def test_run_says_first_in_its_own_words_that_the_broker_went(
 ) -> None:
     """Last in the module: it stops the broker. Before lagpilot's sentence, nothing of the
     client's may reach the user; after it, only lagpilot's own lines."""
-    metrics_port = "25101"
+    metrics_port = str(own_port("sasl_metrics"))
     env = clean_env(**login("admin"), LAGPILOT_METRICS_PORT=metrics_port,
                     LAGPILOT_STATE_DIR=str(tmp_path / "state"),
                     LAGPILOT_CONSUMER_GROUP="lagpilot-acl-test")  # fmt: skip

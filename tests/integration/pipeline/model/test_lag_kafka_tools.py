@@ -273,7 +273,7 @@ def _set_share_reset_earliest(bootstrap: str, group: str) -> None:
 
 
 def test_share_group_lag_equals_kafka_share_group_command_and_a_stopped_share_group_is_seen(
-    pipeline: PipelineProcess, kafka_bootstrap: str, kafka_tools: None
+    pipeline: PipelineProcess, kafka_bootstrap: str, kafka_tools: None, share_group_lag: None
 ) -> None:
     """The share-group half: Kafka's console share consumer takes records of a share group,
     stops while records keep arriving, then the producer stops; lagpilot's share-group lag

@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def reader(kafka_bootstrap: str) -> Iterator[ShareGroupsReader]:
+def reader(kafka_bootstrap: str, share_group_lag: None) -> Iterator[ShareGroupsReader]:
     r = ShareGroupsReader({"bootstrap.servers": kafka_bootstrap})
     r.read()
     if not r.served:

@@ -2,8 +2,7 @@
 off (``share.version`` not finalized) and DescribeShareGroupOffsets has no lag (v0 only).
 
 Starts its own 4.1.1 broker (``KAFKA_VERSION=4.1.1 deploy/local/kafka.sh up``) on
-``LAGPILOT_TEST_KAFKA41_PORT`` (default 21992, clear of the session broker and of the other
-tests' own brokers), stops it after.
+its own ports of the checkout's block (``tests/support/ports.py``), stops it after.
 """
 
 from __future__ import annotations
@@ -18,13 +17,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from support.ports import own_port
 
 from bench.support.share_consumer import KAFKA_SH, ShareConsumer
 from pipeline.read.share_groups import ShareGroupsReader
 
 pytestmark = pytest.mark.integration
 
-PORT = int(os.environ.get("LAGPILOT_TEST_KAFKA41_PORT", "21992"))
+PORT = own_port("share_kafka41")
 
 
 @pytest.fixture(scope="module")

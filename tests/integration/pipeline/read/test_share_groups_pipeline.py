@@ -29,7 +29,7 @@ pipeline = module_pipeline(f"{PREFIX}.*", LAGPILOT_WINDOW_S="4")
 
 @pytest.fixture
 def share_events(
-    kafka_bootstrap: str, pipeline: PipelineProcess
+    kafka_bootstrap: str, share_group_lag: None, pipeline: PipelineProcess
 ) -> Iterator[tuple[str, str, LagReader]]:
     topic, group = f"{PREFIX}tasks", f"share-{RUN}"
     create_topic(kafka_bootstrap, topic, 2)

@@ -2,8 +2,8 @@
 whose authorizer checks ACLs, and says which ACL is missing.
 
 Starts its own SASL broker (``LAGPILOT_BROKER_SASL_USERS``: PLAIN users, SCRAM enabled on
-the client listener) on ``LAGPILOT_TEST_SASL_PORT`` (default 22092, clear of the other tests'
-brokers), stops it after.
+the client listener) on its own ports of the checkout's block (``tests/support/ports.py``),
+stops it after.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.ports import own_port
 
 from bench.support.share_consumer import KAFKA_SH, ShareConsumer
 from pipeline.coordinator.sasl import SaslError
@@ -22,7 +23,7 @@ from pipeline.read.share_groups import ShareGroupsDenied, ShareGroupsReader, Sha
 
 pytestmark = pytest.mark.integration
 
-PORT = int(os.environ.get("LAGPILOT_TEST_SASL_PORT", "22092"))
+PORT = own_port("share_sasl")
 TOPIC, GROUP = "secret", "secret-share"
 ADMIN_LOGIN = (
     "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="

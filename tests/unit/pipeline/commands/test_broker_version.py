@@ -24,6 +24,10 @@ KAFKA_41 = (
     + b"\x00\x17" + b"\x02" + MV + b"\x00\x07\x00\x1b\x00"
     + b"\x02\x17" + b"\x02" + MV + b"\x00\x1b\x00\x1b\x00"
 )  # fmt: skip
+# the same from Apache Kafka 4.4.0: metadata.version 7..33 supported, 33..33 finalized
+KAFKA_44 = KAFKA_41.replace(b"\x00\x07\x00\x1b", b"\x00\x07\x00\x21").replace(
+    b"\x00\x1b\x00\x1b", b"\x00\x21\x00\x21"
+)
 
 
 def test_the_request_is_api_versions_v3_with_a_flexible_header() -> None:
@@ -41,6 +45,29 @@ def test_a_kafka_41_answer() -> None:
     assert av.supported == {"metadata.version": (7, 27)}
     assert av.finalized == {"metadata.version": (27, 27)}  # wire order is max, min
     assert describe(av) == "Apache Kafka 4.1 (metadata.version 4.1-IV1)"
+
+
+def test_a_kafka_44_answer() -> None:
+    av = decode_response(KAFKA_44)
+    assert av.supported == {"metadata.version": (7, 33)}
+    assert av.finalized == {"metadata.version": (33, 33)}
+    assert describe(av) == "Apache Kafka 4.4 (metadata.version 4.4-IV2)"
+
+
+@pytest.mark.parametrize(
+    ("level", "name"),
+    [(7, "3.3-IV3"), (21, "3.9-IV0"), (27, "4.1-IV1"), (29, "4.2-IV1"), (30, "4.3-IV0"),
+     (31, "4.4-IV0"), (33, "4.4-IV2")],
+)  # fmt: skip
+def test_levels_are_named_as_kafka_numbers_them(level: int, name: str) -> None:
+    assert metadata_version_name(level) == name
+
+
+def test_a_44_broker_whose_cluster_still_runs_41_says_finish_the_upgrade() -> None:
+    av = ApiVersions(0, {}, {"metadata.version": (7, 33)}, {"metadata.version": (27, 27)})
+    assert describe(av) == (
+        "Apache Kafka 4.4 (cluster still at metadata.version 4.1-IV1: finish the upgrade)"
+    )
 
 
 def test_a_cluster_not_yet_finalized_at_its_release_says_so() -> None:
@@ -68,8 +95,9 @@ def test_unknown_tags_are_skipped_and_newer_levels_named() -> None:
     extra = KAFKA_41[:tags_at] + b"\x03" + KAFKA_41[tags_at + 1 :] + b"\x05\x01\x01"  # tag 5
     assert decode_response(extra).finalized == {"metadata.version": (27, 27)}
     assert metadata_version_name(99) == "level 99"
+    assert metadata_version_name(34) == "level 34"  # 4.5-IV0 in 4.4.0, not yet production
     future = ApiVersions(0, {}, {"metadata.version": (7, 40)}, {"metadata.version": (40, 40)})
-    assert describe(future).startswith("Apache Kafka newer than 4.2 (level 40)")
+    assert describe(future).startswith("Apache Kafka newer than 4.4 (level 40)")
 
 
 @pytest.mark.parametrize("cut", [1, 3, 10, 18, 23, 30, len(KAFKA_41) - 1])

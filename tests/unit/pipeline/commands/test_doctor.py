@@ -132,9 +132,9 @@ def test_local_failures_key_policy_admin_api() -> None:
 
 
 def test_the_broker_row_names_the_version_or_why_it_is_unknown() -> None:
-    row = by_check(evaluate(healthy(broker_version="Apache Kafka 4.1 (metadata.version 4.1-IV1)")))
+    row = by_check(evaluate(healthy(broker_version="Apache Kafka 4.4 (metadata.version 4.4-IV2)")))
     assert row["broker"].status == OK
-    assert row["broker"].detail.startswith("b:9092: Apache Kafka 4.1 (metadata.version 4.1-IV1)")
+    assert row["broker"].detail.startswith("b:9092: Apache Kafka 4.4 (metadata.version 4.4-IV2)")
     row = by_check(evaluate(healthy(version_error="ApiVersions failed: timed out")))
     assert row["broker"].status == OK  # reachable is what the deployment needs
     assert "version unknown (ApiVersions failed: timed out)" in row["broker"].detail
