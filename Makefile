@@ -95,6 +95,14 @@ broker-status:
 # bench smokes that assert an accuracy the host's CPU moves (the time lag's error bound): they
 # run in the main lane at full priority, not niced in the side lane
 EXACT_SMOKES := tests/bench/test_timelag_smoke.py
+# integration tests that time nothing tightly and mostly wait on brokers of their own (a
+# fresh clone's, a SASL one, a 4.1.1 one) or on Jaeger: they run in the side lane after the
+# bench smokes, so the two lanes take about as long (the suite stays well under 20 minutes
+# on two cores)
+SIDE_INTEGRATION := tests/integration/deploy/test_kafka_sh.py \
+  tests/integration/deploy/test_traces_jaeger.py \
+  tests/integration/pipeline/read/test_share_groups_sasl.py \
+  tests/integration/pipeline/read/test_share_groups_kafka41.py
 
 test: install jaeger-tools kafka-tools
 	@started=0; release=; \
@@ -115,12 +123,14 @@ test: install jaeger-tools kafka-tools
 	{ nice -n 15 $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/unit tests/conformance; \
 	  u=$$?; nice -n 5 $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/bench \
 	    $(foreach t,$(EXACT_SMOKES),--ignore=$(t)); \
-	  b=$$?; [ $$u -eq 0 ] && [ $$b -eq 0 ]; } >$$side 2>&1 & side_pid=$$!; \
-	$(PY) -m pytest $(PYTEST_ARGS) tests/integration $(EXACT_SMOKES); rc=$$?; \
+	  b=$$?; nice -n 5 $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) $(SIDE_INTEGRATION); \
+	  i=$$?; [ $$u -eq 0 ] && [ $$b -eq 0 ] && [ $$i -eq 0 ]; } >$$side 2>&1 & side_pid=$$!; \
+	$(PY) -m pytest $(PYTEST_ARGS) tests/integration $(foreach t,$(SIDE_INTEGRATION),--ignore=$(t)) \
+	  $(EXACT_SMOKES); rc=$$?; \
 	wait $$side_pid; side_rc=$$?; \
-	echo "== tests/unit, tests/conformance, then tests/bench (run beside the tests above) =="; \
+	echo "== tests/unit, tests/conformance, tests/bench, then $(SIDE_INTEGRATION) (run beside the tests above) =="; \
 	cat $$side; rm -f $$side; \
-	echo "integration tests: exit $$rc; unit, conformance and bench tests: exit $$side_rc"; \
+	echo "integration tests: exit $$rc; unit, conformance, bench and side-lane integration tests: exit $$side_rc"; \
 	[ $$rc -eq 0 ] && [ $$side_rc -eq 0 ]
 
 # The broker-facing tests (tests/integration, tests/bench) on Apache Kafka 4.1.1, the older

@@ -150,9 +150,10 @@ def test_lists_the_tools_and_lag_status_is_lagpilot_status(live: Live, mcp: Sess
     else:
         assert ours["observed_at_ms"] < theirs["observed_at_ms"]
     assert doc["table"].splitlines()[0].split() == [
-        "GROUP", "TOPIC", "STATUS", "LAG", "TIME", "LAG", "s", "RATE/s", "PARTS",
+        "GROUP", "TYPE", "TOPIC", "STATUS", "LAG", "TIME", "LAG", "s", "RATE/s", "PARTS",
     ]  # fmt: skip
-    assert live.group in doc["table"]
+    row = next(line for line in doc["table"].splitlines() if line.startswith(live.group))
+    assert row.split()[1] == "consumer"
 
 
 def test_a_request_in_observe_mode_is_a_recommendation_not_an_action(
