@@ -73,11 +73,18 @@ def test_halt_resume_spread_restore_within_one_second(
         publish(kafka_bootstrap, control, control_event("halt", pause))
         wait_until(lambda: worker.paused() == {(topic, 0)}, 1.0, "halt within 1 s")
         halted_at = time.monotonic()
+        # a message its lane took before the halt still runs ("running messages finish"):
+        # on a busy host its handler may start a moment after the halt is seen; once that
+        # ran, nothing new starts
         time.sleep(0.5)
         with lock:
-            after_halt = [t for t in processed if t > halted_at]
-        assert not after_halt, "processed messages while halted"
-        assert time.monotonic() - sent < 2.0
+            settled = len(processed)
+            late = [t for t in processed if t > halted_at]
+        time.sleep(0.5)
+        with lock:
+            assert len(processed) == settled, "processed messages while halted"
+        assert len(late) <= worker.lanes(topic, 0), f"{len(late)} started after the halt"
+        assert halted_at - sent < 1.5
 
         publish(kafka_bootstrap, control, control_event("resume", pause))
         wait_until(lambda: not worker.paused(), 1.0, "resume within 1 s")
