@@ -26,16 +26,22 @@ CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 
 
 class ShareConsumer:
-    """``with ShareConsumer(bootstrap, topic, group) as c: c.wait_consumed(10)``."""
+    """``with ShareConsumer(bootstrap, topic, group) as c: c.wait_consumed(10)``.
 
-    def __init__(self, bootstrap: str, topic: str, group: str, *extra: str) -> None:
+    ``release``: the Apache Kafka release whose tools run it (``KAFKA_VERSION``; None: the
+    one the environment names, else kafka.sh's default)."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, *extra: str, release: str | None = None
+    ) -> None:
         self.topic, self.group = topic, group
+        env = {**os.environ, **({"KAFKA_VERSION": release} if release else {})}
         self._lines: list[str] = []
         self._err: list[str] = []
         self._proc = subprocess.Popen(
             [str(KAFKA_SH), "tool", CONSOLE_SHARE_CONSUMER, "--bootstrap-server", bootstrap,
              "--topic", topic, "--group", group, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         for stream, sink in ((self._proc.stdout, self._lines), (self._proc.stderr, self._err)):
             threading.Thread(target=self._drain, args=(stream, sink), daemon=True).start()
