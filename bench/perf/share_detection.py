@@ -34,7 +34,8 @@ import numpy as np
 from bench.support import broker
 from bench.support.harness import LagReader, PipelineProcess, create_topic
 from bench.support.results import run_stamp, write_result
-from bench.support.share_consumer import Producing, ShareConsumer
+from bench.support.scaler_harness import Producing
+from bench.support.share_consumer import ShareConsumer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(np.array(values), q)), 1) if values else None
 
 
-def _events(reader: LagReader, group: str, since_ms: float, ok: bool | None = None) -> Any:
+def _events(group: str, since_ms: float, ok: bool | None = None) -> Any:
     def pred(e: dict[str, Any]) -> bool:
         return bool(
             e["event"] == "partition_lag"
@@ -63,7 +64,7 @@ def _all_ok_since(reader: LagReader, group: str, partitions: int, since_ms: floa
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         latest: dict[int, dict[str, Any]] = {}
-        for e in reader.select(_events(reader, group, since_ms)):
+        for e in reader.select(_events(group, since_ms)):
             latest[e["partition"]] = e
         if len(latest) == partitions and all(e["status"] == "OK" for e in latest.values()):
             return max(e["observed_at_ms"] for e in latest.values())
@@ -96,13 +97,11 @@ def run(bootstrap: str, trials: int, partitions: int, rate: int) -> dict[str, An
                     time.sleep(1.0 + (i * 0.137) % 0.5)  # onsets at every phase of a read
                     onset_ms = time.time() * 1000
                     consumer.stall()
-                    ev = reader.wait_for(_events(reader, group, onset_ms, ok=False), 20)
+                    ev = reader.wait_for(_events(group, onset_ms, ok=False), 20)
                     received.append(ev["_received_ms"] - onset_ms)
                     observed.append(ev["observed_at_ms"] - onset_ms)
                     err = reader.wait_for(
-                        lambda e, t=onset_ms: (
-                            _events(reader, group, t)(e) and e["status"] in ERROR_LEVEL
-                        ),
+                        lambda e, t=onset_ms: _events(group, t)(e) and e["status"] in ERROR_LEVEL,
                         timeout_s=20,
                     )
                     err_received.append(err["_received_ms"] - onset_ms)
@@ -120,7 +119,7 @@ def run(bootstrap: str, trials: int, partitions: int, rate: int) -> dict[str, An
             pipe.stop()
     false_alarms = [
         e
-        for e in reader.select(_events(reader, group, first_ms, ok=False))
+        for e in reader.select(_events(group, first_ms, ok=False))
         if not any(o <= e["observed_at_ms"] <= ok for o, ok in windows)
         and e["observed_at_ms"] <= last_ms
     ]

@@ -179,8 +179,13 @@ class Producing:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stops producing once what was sent is delivered (again: nothing)."""
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
 
     def _run(self) -> None:
         from bench.support.harness import producer

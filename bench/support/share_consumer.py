@@ -1,6 +1,6 @@
 """A real share consumer for the tests and benchmarks: Kafka's own Java ConsoleShareConsumer
-(KIP-932), started through ``deploy/local/kafka.sh tool`` for one topic and share group; and
-a producer at a steady rate to feed it.
+(KIP-932), started through ``deploy/local/kafka.sh tool`` for one topic and share group (fed
+by ``bench.support.scaler_harness.Producing``).
 
 confluent-kafka (2.12) has no share consumer, so the tests drive Kafka's. ``kafka.sh tool``
 ``exec``s the JVM, so the process started here *is* the consumer: SIGSTOP stalls it (it
@@ -17,8 +17,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-
-from confluent_kafka import Producer
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SH = ROOT / "deploy" / "local" / "kafka.sh"
@@ -90,39 +88,6 @@ class ShareConsumer:
 
     def __enter__(self) -> ShareConsumer:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class Producing:
-    """``rate`` records a second on each of ``partitions``, on a thread, until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
-        self.topic, self.partitions, self.rate = topic, partitions, rate
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        i, started = 0, time.monotonic()
-        while not self._stop.is_set():
-            for part in range(self.partitions):
-                self.producer.produce(self.topic, f"task-{i}".encode(), partition=part)
-            i += 1
-            self.producer.poll(0)
-            # paced against the start, so a slow loop catches up instead of drifting
-            time.sleep(max(0.0, started + i / self.rate - time.monotonic()))
-        self.producer.flush(10)
-
-    def __enter__(self) -> Producing:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(15)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.support.harness import LagReader, PipelineProcess, create_topic
-from bench.support.scaler_harness import Client, ScalerProcess, ref, scrape
-from bench.support.share_consumer import Producing, ShareConsumer
+from bench.support.scaler_harness import Client, Producing, ScalerProcess, ref, scrape
+from bench.support.share_consumer import ShareConsumer
 from pipeline.commands.status import read_latest
 from pipeline.serve.mcp.reading import lag_status
 from schemas import validate
