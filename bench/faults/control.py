@@ -180,7 +180,9 @@ def admin_api_faults(
             leader = cluster.partitions[("kafka", topic, 0)]["leader_id"]
             after = _transfer(topic, (leader + 1) % 3, now_ms=cleared_ms)
             h.send(after)
-            out_after = _outcomes_for(h, {after["id"]}, 60.0)
+            # Both ids: outcomes are keyed by action id, so the two sit on different
+            # partitions and a read that stops at the second need not have reached the first.
+            out_after = _outcomes_for(h, {during["id"], after["id"]}, 60.0)
             mine = [o for o in out_after if o["action_id"] in (during["id"], after["id"])]
             # The actuator's own clock on the outcome ("at"): when it finished, not when this
             # reader happened to see it.
