@@ -40,6 +40,12 @@ from actuators.workers.handling import (
 from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.obeying import Obeying
 from actuators.workers.outcomes import OutcomeReporter
+from actuators.workers.processes import (
+    ProcessRunner,
+    pickled_handler,
+    resolve_processes,
+    store_spec,
+)
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_timing
 from runtime import tracing
 from schemas import Verifier, load_verifier
@@ -92,6 +98,8 @@ class Engine(abc.ABC):
         progress_topic: str = PROGRESS,
         control_replay_s: float = 60.0,
         group_protocol: str | None = None,
+        executor: str | None = None,
+        processes: int | None = None,
     ) -> None:
         # the argument, else LAGPILOT_WORKER_GROUP_PROTOCOL, else classic (group_protocol.py)
         self.group_protocol = resolve_group_protocol(group_protocol)
@@ -117,12 +125,16 @@ class Engine(abc.ABC):
         self._extra = extra
         self._signing_key = signing_key if signing_key is not None else load_verifier()
         tracing.setup(f"lagpilot-{self.kind}")  # only if OTEL_* ask for traces
+        # the argument, else LAGPILOT_WORKER_EXECUTOR, else threads; None: threads (processes.py)
+        n_processes = resolve_processes(executor, processes)
+        if n_processes is not None:
+            pickled_handler(handler)  # refused before the store is opened
         self.dedupe, self._owns_store = resolve_store(dedupe, group)
         self._tally = Tally()  # the lanes count every message: no shared lock per message
         # what a lane runs for each message; an async def handler's lanes are event loop tasks
         asynchronous = is_async_handler(handler)
         runner = AsyncHandlerRunner if asynchronous else HandlerRunner
-        self._process = runner(
+        self._process: HandlerRunner | ProcessRunner = runner(
             handler,
             group=group,
             store=self.dedupe,
@@ -131,6 +143,19 @@ class Engine(abc.ABC):
             on_failure=on_failure,
             tally=self._tally,
         )
+        self._processes: ProcessRunner | None = None
+        if n_processes is not None:  # process mode: a lane waits for a worker process
+            self._processes = self._process = ProcessRunner(
+                handler,  # type: ignore[arg-type]  # an async one was refused above
+                group=group,
+                store=store_spec(self.dedupe),
+                processes=n_processes,
+                max_attempts=max_attempts,
+                retry_backoff_s=retry_backoff_s,
+                on_failure=on_failure,
+                tally=self._tally,
+                name=f"lagpilot-{self.kind}-{group}",
+            )
         self._dispatcher = LaneExecutor(
             self._process,
             max_workers=max_workers or MAX_WORKERS,
@@ -217,6 +242,8 @@ class Engine(abc.ABC):
         self.stop()
 
     def _connect(self) -> None:
+        if self._processes is not None:
+            self._processes.start()  # first: a handler they cannot import fails the start
         self._control = ControlReader(
             self.bootstrap,
             self.control_topic,
@@ -339,6 +366,8 @@ class Engine(abc.ABC):
             if self._progress is not None:
                 self._progress.stop()  # its last report releases the partitions
             self._dispatcher.shutdown()
+            if self._processes is not None:  # after the partitions closed: see its close()
+                self._processes.close()
             if self._control is not None:
                 self._control.close()
             if self._reporter is not None:
