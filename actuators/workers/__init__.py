@@ -24,6 +24,7 @@ from actuators.workers.dedupe_pg import PostgresDedupeStore
 from actuators.workers.lanes import lane_for
 from actuators.workers.metrics import WorkerMetrics, serve_metrics
 from actuators.workers.pool import PoolWorker
+from actuators.workers.processes import WorkerProcessError
 from actuators.workers.producer import RateCounter, RateProducer
 from actuators.workers.progress import PartitionProgress, ProgressReporter, progress_event
 from actuators.workers.tracker import OffsetTracker
@@ -47,6 +48,7 @@ __all__ = [
     "SQLiteDedupeStore",
     "Worker",
     "WorkerMetrics",
+    "WorkerProcessError",
     "idempotency_key",
     "lane_for",
     "progress_event",

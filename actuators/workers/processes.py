@@ -66,6 +66,9 @@ EXECUTOR_ENV = "LAGPILOT_WORKER_EXECUTOR"
 PROCESSES_ENV = "LAGPILOT_WORKER_PROCESSES"
 THREADS, PROCESSES = "threads", "processes"
 EXECUTORS = (THREADS, PROCESSES)
+#: a worker process is sent more once fewer than this many of its messages are unanswered:
+#: it always has its next message at hand, while the lanes' new ones gather into one send
+AHEAD = 2
 #: how long a worker process may take to import the handler's module and open the store
 START_TIMEOUT_S = 60.0
 #: how long closing waits for each worker process to exit before it is killed
@@ -184,6 +187,9 @@ class _Slot:
         self.unanswered: dict[int, _Job] = {}  # by seq, in the order first sent
         self.proc: BaseProcess | None = None
         self.conn: Connection | None = None
+        self.ahead = 0  # messages sent to the process and not answered yet
+        self.sends = 0  # pipe writes of messages (under ``sending``)
+        self.sent = 0  # messages in them
 
 
 class ProcessRunner:
@@ -224,6 +230,10 @@ class ProcessRunner:
     def pids(self) -> list[int | None]:
         """The worker processes' ids, one per slot (None while one is being started)."""
         return [s.proc.pid if s.proc is not None else None for s in self._slots]
+
+    def batching(self) -> tuple[int, int]:
+        """(pipe writes, messages sent in them) so far, over every worker process."""
+        return sum(s.sends for s in self._slots), sum(s.sent for s in self._slots)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -312,26 +322,31 @@ class ProcessRunner:
                 log.exception("on_failure raised for %r", message)
 
     def _flush(self, slot: _Slot) -> None:
-        """Send the slot's outbox, batched: the caller that takes the pipe sends what every
-        lane queued meanwhile in one write, and checks again after letting go, so nothing
-        queued is left behind while no one holds the pipe."""
+        """Send the slot's outbox in one write once fewer than ``AHEAD`` of its process's
+        messages are unanswered: what the lanes queue while it runs one goes together, and
+        it never waits for the pipe (its next message is already there). Whoever holds the pipe
+        sends; each caller checks again after letting go, so nothing sendable is left
+        behind while no one holds it (the answers thread calls this after every answer)."""
         while slot.sending.acquire(blocking=False):
             try:
                 while True:
                     with slot.lock:
+                        if slot.ahead >= AHEAD or not slot.outbox:
+                            break
                         batch, slot.outbox = slot.outbox, []
-                    if not batch:
-                        break
+                        slot.ahead += len(batch)
                     assert slot.conn is not None
                     try:
                         slot.conn.send(batch)
+                        slot.sends += 1
+                        slot.sent += len(batch)
                     except OSError:
                         # the process died: these are unanswered, and its restart sends them
                         break
             finally:
                 slot.sending.release()
             with slot.lock:
-                if not slot.outbox:
+                if slot.ahead >= AHEAD or not slot.outbox:
                     return
 
     # -- answers and restarts (a thread per worker process) -------------------------------------
@@ -352,9 +367,13 @@ class ProcessRunner:
             _, seq, counts, failure = answer
             with slot.lock:
                 job = slot.unanswered.pop(seq, None)
+                slot.ahead -= 1
+                more = bool(slot.outbox)
             if job is not None:
                 job.counts, job.failure = counts, failure
                 job.done.set()
+            if more:
+                self._flush(slot)
 
     def _revive(self, slot: _Slot) -> None:
         """The slot's process died: report it, start another, send it the unanswered messages
@@ -383,6 +402,7 @@ class ProcessRunner:
                     with slot.lock:
                         slot.outbox.clear()  # every queued message is among the unanswered
                         resend = [j.payload for j in slot.unanswered.values()]
+                        slot.ahead = len(resend)
                     if resend:
                         conn.send(resend)
             except (WorkerProcessError, OSError) as exc:

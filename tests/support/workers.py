@@ -34,6 +34,7 @@ class Msg:
     _partition: int = 0
     _key: bytes | None = None
     _error: KafkaError | None = None
+    _value: bytes | None = None
 
     def topic(self) -> str:
         return self._topic
@@ -49,6 +50,12 @@ class Msg:
 
     def headers(self) -> list[tuple[str, bytes]] | None:
         return None
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, -1)  # TIMESTAMP_NOT_AVAILABLE
 
     def error(self) -> KafkaError | None:
         return self._error

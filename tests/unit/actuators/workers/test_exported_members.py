@@ -23,6 +23,8 @@ def test_all_names_are_exported_and_documented() -> None:
         "metrics",
         "obeying",
         "pool",
+        "process_child",
+        "processes",
         "producer",
         "outcomes",
         "progress",
