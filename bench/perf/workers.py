@@ -48,6 +48,8 @@ from confluent_kafka import Consumer, Producer
 from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
 from bench.support import broker
+from bench.support.cpu_bound import SMOKE as CPU_SMOKE
+from bench.support.cpu_bound import run_cpu_bound
 from bench.support.harness import create_topic
 from bench.support.results import run_stamp, write_result
 from schemas.keys import DECIDE, Keyring, SigningKey
@@ -325,6 +327,8 @@ def main() -> None:
     if args.buffered:
         settings["max_buffered_per_partition"] = args.buffered
     result = run(bootstrap, args.messages, args.naive_messages, settings, modes)
+    # CPU-bound handlers: process mode vs. threads vs. naive (bench/support/cpu_bound.py)
+    result |= run_cpu_bound(bootstrap, **(CPU_SMOKE if args.smoke else {}))
     result = write_result(args.out, result, stamp)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
 
