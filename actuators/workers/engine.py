@@ -40,6 +40,7 @@ from actuators.workers.handling import (
 from actuators.workers.lanes import LaneExecutor, TopicPart
 from actuators.workers.obeying import Obeying
 from actuators.workers.outcomes import OutcomeReporter
+from actuators.workers.process_lanes import ProcessLaneExecutor
 from actuators.workers.processes import (
     ProcessRunner,
     pickled_handler,
@@ -163,6 +164,10 @@ class Engine(abc.ABC):
             name=f"lagpilot-{self.kind}-{group}",
             asynchronous=asynchronous,
         )
+        if self._processes is not None:  # its lanes go on from the worker processes' answers
+            self._dispatcher = ProcessLaneExecutor(
+                self._processes, default_lanes=lanes, name=f"lagpilot-{self.kind}-{group}"
+            )
         self._stop = threading.Event()
         self._closing = False  # shutting down: every partition released, none reported
         self._thread: threading.Thread | None = None

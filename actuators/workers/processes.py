@@ -5,10 +5,10 @@ interpreter lock, and a worker runs one message at a time however many lanes it 
 process mode (``executor="processes"``) the poll loop, the lanes, the commits and the control
 commands stay in the worker's process, unchanged; each lane's running message is sent to one
 of ``processes`` worker processes, which runs it (the handler, its retries, ``ctx.once_sql``
-on its own connection to the dedupe store) and answers. The lane waits for the answer, so a
-message counts as finished (and its offset may be committed) only once its worker process
-finished it, exactly as when a thread runs it; halts, spreads, hand-offs and revocations act
-on the lanes as they always do.
+on its own connection to the dedupe store) and answers. The lane goes on only from the answer
+(process_lanes.py), so a message counts as finished (and its offset may be committed) only
+once its worker process finished it, exactly as when a thread runs it; halts, spreads,
+hand-offs and revocations act on the lanes as they always do.
 
 A key always goes to the same worker process (``lane_for(key)`` over the processes), and a
 lane sends a key's next message only after the previous one finished, so a key's messages
@@ -37,7 +37,8 @@ import os
 import pickle
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -164,16 +165,14 @@ def store_spec(store: DedupeStore) -> StoreSpec:
 
 @dataclass(eq=False)
 class _Job:
-    """A message sent to a worker process, and its answer."""
+    """A message sent to a worker process, and what to call when it is answered."""
 
     seq: int
     message: Any
     payload: Payload
-    done: threading.Event = field(default_factory=threading.Event)
-    counts: dict[str, int] = field(default_factory=dict)
-    failure: BaseException | None = None
+    done: Callable[[], object]  # on the answers thread, once its process finished it
+    released: Callable[[], object] | None = None  # when closing abandons it unanswered
     deaths: int = 0  # times its process died while it was the one running
-    abandoned: bool = False  # the runner closed first: no answer will come
 
 
 class _Slot:
@@ -287,14 +286,28 @@ class ProcessRunner:
                 slot.unanswered.clear()
                 slot.outbox.clear()
             for job in jobs:
-                job.abandoned = True
-                job.done.set()
+                if job.released is not None:
+                    job.released()
             if slot.conn is not None:
                 slot.conn.close()
 
-    # -- a lane's call -------------------------------------------------------------------------
+    # -- a lane's calls ------------------------------------------------------------------------
+
+    def send(self, message: Any, done: Callable[[], object]) -> None:
+        """Run the handler on ``message`` in its key's worker process; ``done()`` is called
+        (on this runner's answers thread, after the counters and ``on_failure``) once it
+        finished there, and never if the runner closes first."""
+        self._send(message, done, None)
 
     def __call__(self, message: Any) -> None:
+        """``send``, waiting for the answer (or for ``close``) on the calling thread."""
+        answered = threading.Event()
+        self._send(message, answered.set, answered.set)
+        answered.wait()
+
+    def _send(
+        self, message: Any, done: Callable[[], object], released: Callable[[], object] | None
+    ) -> None:
         if not self._started or self._closed:
             raise WorkerProcessError(
                 f"{message!r} reached the process runner while it is not running "
@@ -303,23 +316,29 @@ class ProcessRunner:
             )
         slot = self._slots[lane_for(message.key(), message.offset(), len(self._slots))]
         seq = next(self._seq)
-        job = _Job(seq, message, payload(seq, message))
+        job = _Job(seq, message, payload(seq, message), done, released)
         with slot.lock:
             slot.unanswered[seq] = job
             slot.outbox.append(job.payload)
         if self._closed:  # closed meanwhile: close() may have collected before this was added
+            if released is not None:
+                released()
             return
         self._flush(slot)
-        job.done.wait()
-        if job.abandoned:
-            return
-        for name, n in job.counts.items():
+
+    def _settle(self, job: _Job, counts: dict[str, int], failure: BaseException | None) -> None:
+        """A message finished in its process (or was given up on): count, report, go on."""
+        for name, n in counts.items():
             self._tally.count(name, n)
-        if job.failure is not None and self._on_failure is not None:
+        if failure is not None and self._on_failure is not None:
             try:
-                self._on_failure(message, job.failure)
+                self._on_failure(job.message, failure)
             except Exception:
-                log.exception("on_failure raised for %r", message)
+                log.exception("on_failure raised for %r", job.message)
+        try:
+            job.done()
+        except Exception:
+            log.exception("going on after %r raised", job.message)
 
     def _flush(self, slot: _Slot) -> None:
         """Send the slot's outbox in one write once fewer than ``AHEAD`` of its process's
@@ -370,8 +389,7 @@ class ProcessRunner:
                 slot.ahead -= 1
                 more = bool(slot.outbox)
             if job is not None:
-                job.counts, job.failure = counts, failure
-                job.done.set()
+                self._settle(job, counts, failure)
             if more:
                 self._flush(slot)
 
@@ -426,13 +444,12 @@ class ProcessRunner:
             slot.unanswered.pop(job.seq, None)
         log.warning("giving up on %r: its worker process died %d times running it",
                     job.message, job.deaths)  # fmt: skip
-        job.counts = {"failed": 1}
-        job.failure = WorkerProcessError(
+        failure = WorkerProcessError(
             f"worker process {pid} died (exit code {code}) running this message, "
             f"{job.deaths} times",
             retriable=False,
         )
-        job.done.set()
+        self._settle(job, {"failed": 1}, failure)
 
     def _launch(self, slot: _Slot) -> tuple[BaseProcess, Connection]:
         ours, theirs = self._ctx.Pipe(duplex=True)

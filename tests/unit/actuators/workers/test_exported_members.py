@@ -24,6 +24,7 @@ def test_all_names_are_exported_and_documented() -> None:
         "obeying",
         "pool",
         "process_child",
+        "process_lanes",
         "processes",
         "producer",
         "outcomes",

@@ -17,6 +17,7 @@ import pytest
 from actuators.workers import MemoryDedupeStore, SQLiteDedupeStore, Worker
 from actuators.workers.handling import Tally
 from actuators.workers.process_child import StoreSpec
+from actuators.workers.process_lanes import ProcessLaneExecutor
 from actuators.workers.processes import (
     EXECUTOR_ENV,
     PROCESSES_ENV,
@@ -35,7 +36,7 @@ from tests.support.worker_processes import (
     effects,
     fail,
 )
-from tests.support.workers import Msg
+from tests.support.workers import Msg, wait_until
 
 KEY = b"unit-test-signing-key-0123456789"
 
@@ -281,3 +282,43 @@ def test_a_process_that_cannot_open_the_store_fails_the_start(db: Path) -> None:
     runner, _tally = _runner(compute_and_record, db, 1, store=unreachable)
     with pytest.raises(WorkerProcessError, match="could not start: OperationalError"):
         runner.start()
+
+
+# -- ProcessLaneExecutor: the lanes going on from the answers ------------------------------------
+
+
+def test_process_lanes_commit_only_what_the_processes_finished_and_obey_a_halt(db: Path) -> None:
+    runner, tally = _runner(functools.partial(compute_and_record, work_s=0.002), db)
+    runner.start()
+    lanes = ProcessLaneExecutor(runner, default_lanes=4, name="t")
+    try:
+        seq: dict[bytes, int] = {}
+
+        def batch(start: int, n: int) -> list[Msg]:
+            out = []
+            for offset in range(start, start + n):
+                for partition in (0, 1):
+                    key = f"k{offset % 7}".encode()
+                    seq[key] = seq.get(key, -1) + 1
+                    out.append(Msg(offset, _partition=partition, _key=key,
+                                   _value=str(seq[key]).encode()))  # fmt: skip
+            return out
+
+        assert lanes.submit_many(batch(0, 100)) == 0
+        wait_until(lambda: lanes.positions() == {("t", 0): 100, ("t", 1): 100}, 30)
+        assert len(effects(db)) == 200  # the position moved only over finished messages
+        lanes.halt()
+        lanes.submit_many(batch(100, 20))
+        time.sleep(1.0)
+        assert lanes.positions() == {("t", 0): 100, ("t", 1): 100}  # nothing started
+        assert len(effects(db)) == 200
+        lanes.resume()
+        wait_until(lambda: lanes.positions() == {("t", 0): 120, ("t", 1): 120}, 30)
+        assert lanes.close([("t", 0)], 10) == {("t", 0): 120}
+    finally:
+        runner.close()
+    order: dict[tuple[int, str], list[int]] = {}
+    for _t, partition, _o, key, value, *_rest in effects(db):
+        order.setdefault((partition, key), []).append(int(value))
+    assert all(s == sorted(s) for s in order.values())  # each key in offset order
+    assert tally.snapshot()["processed"] == 240

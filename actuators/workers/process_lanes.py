@@ -1,0 +1,56 @@
+"""The lanes of a worker in process mode: ``LaneExecutor``'s routing, order, commits and
+closing, with each lane's turn run on the answers of a ``ProcessRunner`` instead of a thread.
+
+A lane's message is sent to its worker process and the lane is left there; when the answer
+comes, the runner's answers thread finishes the message as a lane thread would
+(``_finished``: the processed prefix advances, the key may move on) and sends the lane's
+next message. A thread blocked per running message would cost a thread wake-up and a fight
+for the interpreter lock per message, in the process whose CPU the worker processes share.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from actuators.workers.lanes import LaneExecutor, TopicPart
+from actuators.workers.processes import ProcessRunner
+
+log = logging.getLogger(__name__)
+
+
+class _AtOnce:
+    """The lanes' "thread pool" in process mode: a lane's turn starts on the calling thread
+    (the poll thread or an answers thread), where it only sends a message."""
+
+    threads = 0
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        fn(*args)
+
+    def pending(self) -> int:
+        return 0  # no lane ever waits for a thread
+
+    def shutdown(self) -> None:
+        return None  # the runner's close() ends the worker processes
+
+
+class ProcessLaneExecutor(LaneExecutor):
+    """``LaneExecutor`` whose lanes run in ``runner``'s worker processes."""
+
+    def __init__(self, runner: ProcessRunner, *, default_lanes: int, name: str) -> None:
+        super().__init__(runner, max_workers=1, default_lanes=default_lanes, name=name)
+        self._runner = runner
+        self._pool = _AtOnce()  # type: ignore[assignment]
+        self._lane = self._send
+
+    def _send(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+        self._runner.send(message, functools.partial(self._answered, tp, epoch, lane, message))
+
+    def _answered(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+        """On the runner's answers thread: the message finished; the lane goes on."""
+        nxt = self._finished(tp, epoch, lane, message)
+        if nxt is not None:
+            self._send(tp, epoch, lane, nxt)
