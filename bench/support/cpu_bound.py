@@ -25,6 +25,7 @@ key's message handled after a later one of the same key. Target:
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import resource
 import tempfile
@@ -126,6 +127,38 @@ def summarize(logs: Path, expected: int) -> dict[str, Any]:
     }
 
 
+class CpuMeter:
+    """CPU seconds over a window: this process's (all its threads), its live children's
+    (the worker processes), and the whole host's busy time (``/proc/stat``), so a result
+    says how many cores a mode got and how many the rest of the host took meanwhile."""
+
+    TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, float, float]:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = 0.0
+        for proc in multiprocessing.active_children():
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                children += (int(fields[11]) + int(fields[12])) * self.TICK_S
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+        cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        host_busy = (sum(cpu) - cpu[3] - cpu[4]) * self.TICK_S  # all but idle and iowait
+        return own.ru_utime + own.ru_stime, children, host_busy
+
+    def cores(self, span_s: float) -> dict[str, float]:
+        """Cores used since the meter started, over ``span_s`` seconds of wall time."""
+        own, children, host = (b - a for a, b in zip(self._start, self._read(), strict=True))
+        ours = own + children
+        span_s = max(span_s, 1e-9)
+        return {"cores_used": round(ours / span_s, 2),
+                "host_cores_busy_others": round(max(host - ours, 0.0) / span_s, 2)}  # fmt: skip
+
+
 def _wait(done: Any, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not done() and time.monotonic() < deadline:
@@ -139,19 +172,24 @@ def run_naive(bootstrap: str, topic: str, n: int, group: str, handler: Any, logs
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
     c.subscribe([topic])
     handled = 0
+    meter: CpuMeter | None = None
+    started = 0.0
     try:
         deadline = time.monotonic() + 600
         while handled < n and time.monotonic() < deadline:
             batch = c.consume(num_messages=min(500, n - handled), timeout=0.5)
             for m in batch:
                 if m.error() is None:
+                    if meter is None:
+                        meter, started = CpuMeter(), time.monotonic()
                     handler(m, None)
                     handled += 1
             if batch:
                 c.commit(asynchronous=True)
+        cores = meter.cores(time.monotonic() - started) if meter is not None else {}
     finally:
         c.close()
-    return summarize(logs, n)
+    return summarize(logs, n) | cores
 
 
 def run_worker(bootstrap: str, topic: str, n: int, mode: str, handler: Any, logs: Path,
@@ -168,12 +206,17 @@ def run_worker(bootstrap: str, topic: str, n: int, mode: str, handler: Any, logs
     worker.start()
     cpu_start = resource.getrusage(resource.RUSAGE_SELF)
     try:
+        # the window of the cores used: from the first handled message to the last
+        _wait(lambda: worker.stats().get("processed", 0) > 0 or worker.error is not None, 120)
+        meter, started = CpuMeter(), time.monotonic()
         _wait(lambda: worker.stats().get("processed", 0) >= n or worker.error is not None, 600)
+        cores = meter.cores(time.monotonic() - started)
         cpu_end = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         worker.stop()
-    out = summarize(logs, n)
+    out = summarize(logs, n) | cores
     cpu_s = (cpu_end.ru_utime - cpu_start.ru_utime) + (cpu_end.ru_stime - cpu_start.ru_stime)
+    # the worker's own process: poll loop and lanes (and in process mode, the pipes)
     out["worker_cpu_us_per_msg"] = round(cpu_s / max(out["handled"], 1) * 1e6, 1)
     out["error"] = repr(worker.error) if worker.error is not None else None
     return out
@@ -243,6 +286,12 @@ def run_cpu_bound(
         "cpu_bound_process_ratio": round(process / naive, 2),
         "cpu_bound_threads_ratio": round(threads / naive, 2),
         "cpu_bound_target": {"cpu_bound_process_ratio": round(TARGET_SHARE_OF_CPUS * cpus, 2)},
+    }
+    # cores each mode got, and what the rest of the host took meanwhile: on a shared host,
+    # one busy neighbour core halves what two worker processes can add over one consumer
+    out["cpu_bound_cores_used"] = {m: run.get("cores_used") for m, run in runs.items()}
+    out["cpu_bound_host_cores_busy_others"] = {
+        m: run.get("host_cores_busy_others") for m, run in runs.items()
     }
     for field in ("lost", "duplicates", "order_violations"):
         out[f"cpu_bound_{field}"] = {mode: run[field] for mode, run in runs.items()}
