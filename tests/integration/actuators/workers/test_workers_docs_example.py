@@ -1,5 +1,5 @@
-"""The minimal worker in docs/workers.md, and its async handler twin, run as written: they
-process, commit, and stop on SIGTERM, each message's effect written once."""
+"""The minimal worker in docs/workers.md, its async handler twin and its process-mode twin,
+run as written: they process, commit, and stop on SIGTERM, each message's effect written once."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ DOC = Path(__file__).resolve().parents[4] / "docs" / "workers.md"
 
 def example(n: int) -> str:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) >= 2, "docs/workers.md lost its examples (the minimal and the async one)"
+    assert len(blocks) >= 3, "docs/workers.md lost its examples (minimal, async, processes)"
     return blocks[n]
 
 
-@pytest.mark.parametrize("n", [0, 1], ids=["minimal", "async"])
+@pytest.mark.parametrize("n", [0, 1, 2], ids=["minimal", "async", "processes"])
 def test_the_documented_worker_runs(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path, n: int
 ) -> None:
@@ -41,6 +41,8 @@ def test_the_documented_worker_runs(
     script.write_text(example(n))
     if n == 1:
         assert "async def handle" in example(n)  # the async example, not another copy
+    if n == 2:
+        assert 'executor="processes"' in example(n)
     dedupe = tmp_path / "dedupe.sqlite"
     env = {
         **os.environ,
