@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from queue import SimpleQueue
 from typing import Any
 
 from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
@@ -144,7 +146,8 @@ def _shippable(exc: BaseException) -> BaseException:
 def child_main(conn: Connection, settings: ChildSettings) -> None:
     """A worker process: run the messages it is sent in the order they arrive, one at a time,
     answering each. A key always comes to the same process, one message at a time, so its
-    messages run in offset order. ``None`` on the pipe (or the pipe closing) ends it."""
+    messages run in offset order. ``None`` on the pipe (or the pipe closing) ends it after
+    the message it runs."""
     # Ctrl-C reaches the whole process group: the parent shuts the workers down in order
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -165,21 +168,38 @@ def child_main(conn: Connection, settings: ChildSettings) -> None:
         tally=counts,
     )
     conn.send((READY, os.getpid()))
+    inbox: SimpleQueue[list[Payload] | None] = SimpleQueue()
+    stopping = threading.Event()
+    threading.Thread(target=_read, args=(conn, inbox, stopping), daemon=True).start()
     queue: deque[Payload] = deque()
     try:
-        while True:
-            # take what has arrived (blocking only when there is nothing to run), so a
-            # parent sending a batch never waits for this process to finish a message
-            while not queue or conn.poll():
-                batch = conn.recv()
+        while not stopping.is_set():
+            if not queue:
+                batch = inbox.get()
                 if batch is None:
                     return
                 queue.extend(batch)
+                continue
             seq, *fields = queue.popleft()
             runner(ShippedMessage(*fields))
             failure = _shippable(failures.pop()) if failures else None
             conn.send((DONE, seq, counts.take(), failure))
-    except (EOFError, OSError):
+    except OSError:
         return  # the parent is gone
     finally:
         store.close()
+
+
+def _read(
+    conn: Connection, inbox: SimpleQueue[list[Payload] | None], stop: threading.Event
+) -> None:
+    """Take every batch off the pipe as it arrives, so the parent's write never waits for a
+    message to finish here (a batch of large payloads would fill the pipe). ``None``, or
+    the pipe closing, stops the process after the message it runs."""
+    try:
+        while (batch := conn.recv()) is not None:
+            inbox.put(batch)
+    except (EOFError, OSError):
+        pass
+    stop.set()
+    inbox.put(None)
