@@ -308,12 +308,14 @@ class ProcessRunner:
     def _send(
         self, message: Any, done: Callable[[], object], released: Callable[[], object] | None
     ) -> None:
-        if not self._started or self._closed:
+        if not self._started:
             raise WorkerProcessError(
-                f"{message!r} reached the process runner while it is not running "
-                "(before start or after close)",
-                retriable=True,
+                f"{message!r} reached the process runner before start()", retriable=True
             )
+        if self._closed:  # abandoned, as every unanswered message is when closing
+            if released is not None:
+                released()
+            return
         slot = self._slots[lane_for(message.key(), message.offset(), len(self._slots))]
         seq = next(self._seq)
         job = _Job(seq, message, payload(seq, message), done, released)

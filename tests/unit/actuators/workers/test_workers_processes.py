@@ -273,8 +273,14 @@ def test_close_stops_the_processes_and_releases_a_waiting_lane(db: Path) -> None
     assert not lane.is_alive()
     assert not proc.is_alive()
     assert "processed" not in tally.snapshot()  # abandoned, never counted as done
-    with pytest.raises(WorkerProcessError, match="not running"):
-        runner(Msg(1, _key=b"k"))
+    runner(Msg(1, _key=b"k"))  # after close: abandoned at once, never waits
+    assert "processed" not in tally.snapshot()
+
+
+def test_a_message_before_start_is_refused(db: Path) -> None:
+    runner, _tally = _runner(compute_and_record, db, 1)
+    with pytest.raises(WorkerProcessError, match="before start"):
+        runner(Msg(0, _key=b"k"))
 
 
 def test_a_process_that_cannot_open_the_store_fails_the_start(db: Path) -> None:
