@@ -43,8 +43,15 @@ from typing import Any
 import orjson
 from quixstreams.sources import Source
 
+from pipeline.read.backlog import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    BufferBudget,
+    OutputGate,
+    backlog_records,
+    behind_s,
+)
 from pipeline.read.coalesce import Coalescer
-from pipeline.read.counters import CounterChannel
+from pipeline.read.counters import GAUGE_PREFIX, CounterChannel
 from pipeline.read.health import HealthFactory, HealthFold
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
@@ -152,6 +159,8 @@ class CommitsConfig:
     align_timeout_s: float = 1.0
     #: how often share groups are read (s; 0: not read): ``pipeline.read.share_positions``
     share_groups_interval_s: float = 0.0
+    #: the bound on the bytes the reader's queues hold (``pipeline.read.backlog``)
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
 
     @property
     def poll_timeout_s(self) -> float:
@@ -178,6 +187,7 @@ class CommitsConfig:
             # fetch per few records: that spares the broker's CPU, and a record waits at
             # most FETCH_WAIT_MS more
             "fetch.min.bytes": FETCH_MIN_BYTES,
+            **BufferBudget(self.max_buffered_bytes).reader_consumer(),
         }
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
@@ -313,6 +323,8 @@ class CommitsLoop:
         self.offsets_partitions = 1
         self.scans: list[MembershipScan] = []  # start-up membership scans still running
         self.stats: Counter[str] = Counter()
+        self.gate = OutputGate(BufferBudget(self.cfg.max_buffered_bytes))
+        self.last_record_ms = 0  # the broker's time of the last record read
         self.sampler_errors: dict[str, int] = {}  # the sampler's, by kind, as of its last tick
         self.run_id = uuid.uuid4().hex[:12]  # the counters begin again with each run
         # wall ms up to which every commit record has been read and forwarded: a sample
@@ -353,9 +365,12 @@ class CommitsLoop:
         """One poll: its records into the buffer and group health, then whatever is due
         (group health's events, samples, a flush, the counters)."""
         resend = self.resend_due()
+        self.hold_back()
         started_ms = int(time.time() * 1000)
         msgs = self.consumer.consume(num_messages=POLL_MAX, timeout=self.cfg.poll_timeout_s)
         now_ms = int(time.time() * 1000)
+        if msgs and not msgs[-1].error():
+            self.last_record_ms = msgs[-1].timestamp()[1]
         reports = read_poll(
             msgs,
             self.buffer,
@@ -402,6 +417,37 @@ class CommitsLoop:
         if time.monotonic() >= self.next_counters_s:
             self.next_counters_s = time.monotonic() + COUNTERS_EVERY_S
             self.send_counters()
+
+    def hold_back(self) -> None:
+        """Pauses reading while the producer holds more undelivered than its share of
+        ``max_buffered_bytes``, and resumes once it drained (``OutputGate``). The loop goes
+        on polling while paused: the group keeps the reader, and the backlog waits on the
+        broker instead of in memory."""
+        was = self.gate.paused
+        paused = self.gate.update(self.source.undelivered())
+        if paused or was:
+            parts = self.consumer.assignment()
+            if parts:
+                (self.consumer.pause if paused else self.consumer.resume)(parts)
+        if paused:
+            self.source.serve_deliveries(0.01)  # deliveries drain the queue
+        if paused and not was:
+            log.warning(
+                "the commits reader pauses: %d bytes wait for delivery (bound %d, "
+                "LAGPILOT_MAX_BUFFERED_BYTES); it resumes once they are delivered",
+                self.gate.queued_bytes(self.source.undelivered()),
+                self.cfg.max_buffered_bytes,
+            )
+
+    def input_backlog(self) -> int:
+        """Records of the assigned offsets partitions not read yet (the fetches' cached ends)."""
+        from confluent_kafka import TopicPartition
+
+        ends = {}
+        for partition, at in (self.positions.positions(self.consumer) or {}).items():
+            tp = TopicPartition(self.cfg.offsets_topic, partition)
+            ends[partition] = (at, self.consumer.get_watermark_offsets(tp, cached=True)[1])
+        return backlog_records(ends)
 
     def resend_due(self) -> bool:
         """Queues known commits again when due: all of them ``resend_first_s`` after start,
@@ -482,6 +528,7 @@ class CommitsLoop:
     # -- out -----------------------------------------------------------------------------
 
     def produce(self, key: str, value: bytes, timestamp: int) -> None:
+        self.gate.sent(len(value))
         self.source.produce(key=key, value=value, timestamp=timestamp)
 
     def flush(self, samples: Sequence[Tick] = (), commit: bool = False) -> None:
@@ -574,7 +621,19 @@ class CommitsLoop:
 
     def send_counters(self) -> None:
         """This run's totals, and its sampler's (``sampler|<where>:<kind>``), to Prometheus."""
-        totals = dict(self.stats)
+        totals: dict[str, float] = dict(self.stats)
+        try:
+            backlog = self.input_backlog()
+        except Exception as exc:  # the consumer is closing, or not assigned yet
+            log.debug("input backlog: %s", exc)
+            backlog = 0
+        now_ms = int(time.time() * 1000)
+        totals[GAUGE_PREFIX + "input_backlog_records"] = backlog
+        totals[GAUGE_PREFIX + "input_behind_seconds"] = behind_s(
+            now_ms, self.last_record_ms, backlog
+        )
+        totals[GAUGE_PREFIX + "input_paused"] = int(self.gate.paused)
+        totals["input_pauses"] = self.gate.pauses
         for kind, n in self.sampler_errors.items():
             totals[f"sampler|{kind}"] = n
         self.source.counters.send(self.run_id, totals)
@@ -607,6 +666,14 @@ class CommitsSource(Source):
         # lands on one offsets partition, read by this source
         self.health = health
         self.counters = CounterChannel()  # made here, in the main process, before the spawn
+
+    def undelivered(self) -> int:
+        """Messages produced and not yet acknowledged (librdkafka's queue, in flight too)."""
+        producer: Any = getattr(self.producer, "_producer", self.producer)
+        return len(producer)
+
+    def serve_deliveries(self, timeout_s: float) -> None:
+        self.producer.poll(timeout_s)
 
     def _start_sampler(self, offsets_partitions: int) -> SampledTicks | None:
         """Starts the watermark sampler in a process of its own (``sampler_process``).
