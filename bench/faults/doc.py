@@ -1,4 +1,4 @@
-"""docs/reliability.md from bench/results/faults.json and bench/results/soak.json
+"""docs/reliability.md from bench/results/faults.json and the soak's results (``SOAK_JSON``)
 (``python -m bench.faults`` writes the page, and ``python -m bench.perf.soak`` rewrites it
 when it writes the committed soak.json; ``--render`` rewrites the page alone): no figure on
 the page comes from anywhere else."""
@@ -67,14 +67,18 @@ def _commits(result: dict[str, Any]) -> list[str]:
 
 
 def render_soak(soak: dict[str, Any] | None) -> list[str]:
-    """The page's soak section, from ``bench/results/soak.json`` (``make bench-soak``)."""
+    """The page's soak section, from ``SOAK_JSON`` (``make bench-soak`` writes it)."""
     lines = ["", "## Soak", ""]
     if soak is None:
-        return [*lines, "Not run yet: `make bench-soak` writes `bench/results/soak.json`.", ""]
+        return [
+            *lines,
+            "Not run yet: `make bench-soak` writes its results (`soak.json` in `bench/results`).",
+            "",
+        ]
     shape = soak["shape"]
     met = soak["targets_met"]
     lines += [
-        f"From `bench/results/soak.json` ({soak.get('commit')}, {soak.get('measured_at')}): "
+        f"From `soak.json` in `bench/results` ({soak.get('commit')}, {soak.get('measured_at')}): "
         f"{cell(soak['minutes'])} minutes, {shape['topics'] * shape['partitions']:,} partitions "
         f"x {shape['groups']} groups, {soak['commits_per_s']:,} commits/s, worker progress from "
         f"{shape['progress_groups']} groups, the shipped defaults and policy; an incident every "

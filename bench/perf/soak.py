@@ -23,7 +23,7 @@ the first starting after ``--warmup-s``. Windows are 10 minutes, less for short 
 (``soak_judge.windows``). Targets: RSS growth < 10 %, 0 false alarms, 0 missed, the last
 window's detection p99 <= the first's x 1.5 + 0.5 s.
 
-    .venv/bin/python -m bench.perf.soak [--minutes 60] [--out bench/results/soak.json]
+    .venv/bin/python -m bench.perf.soak [--minutes 60] [--out PATH]   # soak.json in bench/results
     .venv/bin/python -m bench.perf.soak --smoke        # ~1.5 minutes, a tiny load, one stall
 """
 

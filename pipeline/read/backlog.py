@@ -21,6 +21,11 @@ from typing import Any
 
 #: the default bound on the bytes the pipeline's queues hold (``LAGPILOT_MAX_BUFFERED_BYTES``)
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
+#: a replica this far behind (s) says so (``input_state`` events, ``lagpilot status``,
+#: ``lagpilot doctor``): its lag figures are that old
+BEHIND_S = 5.0
+#: its ``input_state`` goes out this often (ms), and at once when ``behind`` changes
+INPUT_STATE_EVERY_MS = 5_000
 #: below this many records left to read, the reader counts as caught up (one poll's worth)
 CAUGHT_UP_RECORDS = 5000
 #: librdkafka's own floor for a consumer's prefetch queue (KiB)
@@ -121,3 +126,20 @@ def behind_s(now_ms: int, last_record_ms: int, backlog: int) -> float:
     if backlog <= CAUGHT_UP_RECORDS or last_record_ms <= 0:
         return 0.0
     return max(0.0, (now_ms - last_record_ms) / 1000.0)
+
+
+def input_state(
+    replica: str, now_ms: int, behind: float, backlog: int, paused: bool, max_bytes: int
+) -> dict[str, Any]:
+    """The ``input_state`` event (``schemas/input_state.v1.json``)."""
+    return {
+        "event": "input_state",
+        "v": 1,
+        "replica": replica,
+        "observed_at_ms": now_ms,
+        "behind": behind >= BEHIND_S,
+        "behind_s": round(behind, 3),
+        "backlog_records": int(backlog),
+        "paused": paused,
+        "max_buffered_bytes": max_bytes,
+    }

@@ -45,10 +45,12 @@ from quixstreams.sources import Source
 
 from pipeline.read.backlog import (
     DEFAULT_MAX_BUFFERED_BYTES,
+    INPUT_STATE_EVERY_MS,
     BufferBudget,
     OutputGate,
     backlog_records,
     behind_s,
+    input_state,
 )
 from pipeline.read.coalesce import Coalescer
 from pipeline.read.counters import GAUGE_PREFIX, CounterChannel
@@ -66,6 +68,7 @@ from schemas import topics
 log = logging.getLogger(__name__)
 
 HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
+INPUT_KEY_PREFIX = "input_state|"
 FETCH_WAIT_MS = 10
 FETCH_MIN_BYTES = 64 * 1024
 #: a poll takes at most this many records (fewer: the reader may be at the end)
@@ -325,6 +328,8 @@ class CommitsLoop:
         self.stats: Counter[str] = Counter()
         self.gate = OutputGate(BufferBudget(self.cfg.max_buffered_bytes))
         self.last_record_ms = 0  # the broker's time of the last record read
+        self.was_behind = False
+        self.input_state_at_ms = 0
         self.sampler_errors: dict[str, int] = {}  # the sampler's, by kind, as of its last tick
         self.run_id = uuid.uuid4().hex[:12]  # the counters begin again with each run
         # wall ms up to which every commit record has been read and forwarded: a sample
@@ -619,6 +624,28 @@ class CommitsLoop:
             owners = {"event": "owners", "v": 1, "topic": topic, "owners": health.owners(topic)}
             self.produce(topic, orjson.dumps(owners), now_ms)
 
+    def publish_input_state(self, now_ms: int, behind: float, backlog: int) -> None:
+        """This replica's ``input_state`` (to ``lagpilot.lag`` through the model), every
+        ``INPUT_STATE_EVERY_MS`` and at once when it falls behind or catches up; nothing
+        before its first assignment (it reads nothing yet)."""
+        if self.positions.assigned is None:
+            return
+        replica = self.cfg.instance_id or self.run_id
+        ev = input_state(replica, now_ms, behind, backlog, self.gate.paused,
+                         self.cfg.max_buffered_bytes)  # fmt: skip
+        if ev["behind"] == self.was_behind and now_ms < self.input_state_at_ms:
+            return
+        if ev["behind"] != self.was_behind:
+            log.warning(
+                "the commits reader is %s (%.1f s, %d records unread)",
+                "behind" if ev["behind"] else "caught up again",
+                behind,
+                backlog,
+            )
+        self.was_behind = bool(ev["behind"])
+        self.input_state_at_ms = now_ms + INPUT_STATE_EVERY_MS
+        self.produce(INPUT_KEY_PREFIX + replica, orjson.dumps(ev), now_ms)
+
     def send_counters(self) -> None:
         """This run's totals, and its sampler's (``sampler|<where>:<kind>``), to Prometheus."""
         totals: dict[str, float] = dict(self.stats)
@@ -628,10 +655,10 @@ class CommitsLoop:
             log.debug("input backlog: %s", exc)
             backlog = 0
         now_ms = int(time.time() * 1000)
+        behind = behind_s(now_ms, self.last_record_ms, backlog)
         totals[GAUGE_PREFIX + "input_backlog_records"] = backlog
-        totals[GAUGE_PREFIX + "input_behind_seconds"] = behind_s(
-            now_ms, self.last_record_ms, backlog
-        )
+        totals[GAUGE_PREFIX + "input_behind_seconds"] = behind
+        self.publish_input_state(now_ms, behind, backlog)
         totals[GAUGE_PREFIX + "input_paused"] = int(self.gate.paused)
         totals["input_pauses"] = self.gate.pauses
         for kind, n in self.sampler_errors.items():

@@ -130,3 +130,41 @@ def test_the_readers_prefetch_is_bounded_by_count_too_its_records_are_small() ->
     b = BufferBudget(256 * MIB)
     per_partition = b.reader_consumer()["queued.min.messages"]
     assert per_partition * 50 * (512 + 128) <= 256 * MIB // 4
+
+
+class BehindConsumer(PausingConsumer):
+    """Assigned partition 0, read to ``at``, its end at ``end``."""
+
+    def __init__(self, at: int, end: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.at, self.end = at, end
+
+    def position(self, tps: list[Any]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(tp.topic, tp.partition, self.at) for tp in tps]
+
+    def get_watermark_offsets(self, tp: Any, cached: bool = False) -> tuple[int, int]:
+        return 0, self.end
+
+
+def test_a_replica_behind_says_so_on_the_lag_topic_at_once_and_again_when_caught_up() -> None:
+    from schemas import validate
+
+    source = FakeSource()
+    consumer = BehindConsumer(at=10, end=10 + CAUGHT_UP_RECORDS + 1)
+    loop = CommitsLoop(source, consumer)  # type: ignore[arg-type]
+    loop.send_counters()
+    assert not source.produced  # not assigned yet: nothing to say
+    loop.positions.assigned = {0}
+    loop.last_record_ms = 1  # its last record is decades old
+    loop.send_counters()
+    [(key, ev, _)] = source.produced
+    validate(ev)
+    assert key == f"input_state|{loop.run_id}"
+    assert ev["behind"] and ev["backlog_records"] == CAUGHT_UP_RECORDS + 1
+    loop.send_counters()
+    assert len(source.produced) == 1  # unchanged: not again before its interval
+    consumer.at = consumer.end
+    loop.send_counters()
+    assert source.produced[-1][1]["behind"] is False  # caught up: at once
