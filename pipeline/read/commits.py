@@ -45,18 +45,15 @@ from quixstreams.sources import Source
 
 from pipeline.read.backlog import (
     DEFAULT_MAX_BUFFERED_BYTES,
-    INPUT_STATE_EVERY_MS,
     BufferBudget,
-    OutputGate,
-    backlog_records,
-    behind_s,
-    input_state,
 )
 from pipeline.read.coalesce import Coalescer
-from pipeline.read.counters import GAUGE_PREFIX, CounterChannel
+from pipeline.read.counters import CounterChannel
 from pipeline.read.health import HealthFactory, HealthFold
+from pipeline.read.input_watch import INPUT_KEY_PREFIX, InputWatch
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
+from pipeline.read.positions import ReadPositions
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
 from pipeline.read.share_positions import SharePoller, group_partition, release_report
 from pipeline.read.topic_ids import TopicIdResolver
@@ -68,7 +65,6 @@ from schemas import topics
 log = logging.getLogger(__name__)
 
 HEALTH_KEY_PREFIX = "group_health|"  # a topic name never holds "|": no topic's key
-INPUT_KEY_PREFIX = "input_state|"
 FETCH_WAIT_MS = 10
 FETCH_MIN_BYTES = 64 * 1024
 #: a poll takes at most this many records (fewer: the reader may be at the end)
@@ -197,104 +193,6 @@ class CommitsConfig:
         return Consumer({**conf, "logger": CLIENT_LOG})
 
 
-class ReadPositions:
-    """Which partitions the reader is assigned, and how far it has read them."""
-
-    def __init__(self, cfg: CommitsConfig) -> None:
-        self.offsets_topic = cfg.offsets_topic
-        self.progress_topic = cfg.progress_topic
-        self.auto_offset_reset = cfg.auto_offset_reset
-        self.assigned: set[int] | None = None  # offsets partitions; None until assigned
-        self.assigned_progress: set[int] = set()  # lagpilot.progress partitions
-        # committed offsets at assignment per (topic, partition), looked up lazily
-        self.starts: dict[tuple[str, int], int] = {}
-
-    @property
-    def owned(self) -> frozenset[int]:
-        """The offsets partitions assigned (none before the first assignment)."""
-        return frozenset(self.assigned or ())
-
-    def offsets_parts(self, partitions: Any) -> set[int]:
-        return {tp.partition for tp in partitions if tp.topic == self.offsets_topic}
-
-    def progress_parts(self, partitions: Any) -> set[int]:
-        return {tp.partition for tp in partitions if tp.topic == self.progress_topic}
-
-    def assign(self, partitions: Any) -> None:
-        self.assigned = (self.assigned or set()) | self.offsets_parts(partitions)
-        self.assigned_progress |= self.progress_parts(partitions)
-        for tp in partitions:
-            self.starts.pop((tp.topic, tp.partition), None)
-
-    def revoke(self, partitions: Any) -> None:
-        self.assigned = (self.assigned or set()) - self.offsets_parts(partitions)
-        self.assigned_progress -= self.progress_parts(partitions)
-
-    def caught_up(self, consumer: Any) -> bool:
-        """Has this reader reached the end of every offsets partition it is assigned, as
-        of the last fetch responses (the high watermark, or the last stable offset of
-        a read_committed consumer)? Not before the first assignment: then nothing is read.
-
-        A partition read from its committed offset that has nothing new has no position
-        (nothing consumed): there the committed offset, looked up once, stands in."""
-        if self.assigned is None:
-            return False
-        from confluent_kafka import TopicPartition
-
-        tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self.assigned)]
-        if self.progress_topic:
-            tps += [TopicPartition(self.progress_topic, p) for p in self.assigned_progress]
-        for tp in consumer.position(tps) if tps else []:
-            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
-            if hi < 0:
-                return False  # no fetch response yet
-            at = tp.offset if tp.offset >= 0 else self.start_offset(consumer, tp, lo, hi)
-            if at < hi:
-                return False
-        return True
-
-    def positions(self, consumer: Any) -> dict[int, int] | None:
-        """This reader's position on each offsets partition it is assigned (where reading
-        began, for one it has consumed nothing from yet); None before the first
-        assignment."""
-        if self.assigned is None:
-            return None
-        from confluent_kafka import TopicPartition
-
-        tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self.assigned)]
-        out = {}
-        for tp in consumer.position(tps) if tps else []:
-            if tp.offset >= 0:
-                out[tp.partition] = tp.offset
-            else:
-                low, high = consumer.get_watermark_offsets(tp, cached=True)
-                out[tp.partition] = self.start_offset(consumer, tp, low, high)
-        return out
-
-    def start_offset(self, consumer: Any, at: Any, low: int, high: int) -> int:
-        """Where reading a partition began, for one nothing has been consumed from (its
-        position is unknown then): its committed offset; else (a new group) the log start
-        when it reads from the earliest, and when it reads from the latest the end its
-        fetches have seen (``high``, the cached high watermark: what was there when it
-        reset is skipped, not to be read; -1001 before the first fetch response). A
-        reader started at the end of partitions nobody commits to would otherwise wait
-        for their old records forever, and drop every sample."""
-        key = (at.topic, at.partition)
-        if key not in self.starts:
-            from confluent_kafka import TopicPartition
-
-            try:
-                [tp] = consumer.committed([TopicPartition(*key)], timeout=5)
-                self.starts[key] = tp.offset
-            except Exception as exc:  # ask again on the next loop
-                log.debug("committed offset of %s: %s", key, exc)
-                return -1
-        start = self.starts[key]
-        if start >= 0:
-            return start
-        return high if self.auto_offset_reset == "latest" else max(low, 0)
-
-
 class CommitsLoop:
     """One run of the commits source in its process: its consumer, buffers and clocks.
 
@@ -326,10 +224,8 @@ class CommitsLoop:
         self.offsets_partitions = 1
         self.scans: list[MembershipScan] = []  # start-up membership scans still running
         self.stats: Counter[str] = Counter()
-        self.gate = OutputGate(BufferBudget(self.cfg.max_buffered_bytes))
-        self.last_record_ms = 0  # the broker's time of the last record read
-        self.was_behind = False
-        self.input_state_at_ms = 0
+        # the bound on what the reader holds, and what it says of itself
+        self.input = InputWatch(self.cfg, consumer, source, self.positions)
         self.sampler_errors: dict[str, int] = {}  # the sampler's, by kind, as of its last tick
         self.run_id = uuid.uuid4().hex[:12]  # the counters begin again with each run
         # wall ms up to which every commit record has been read and forwarded: a sample
@@ -370,12 +266,12 @@ class CommitsLoop:
         """One poll: its records into the buffer and group health, then whatever is due
         (group health's events, samples, a flush, the counters)."""
         resend = self.resend_due()
-        self.hold_back()
+        self.input.hold_back()
         started_ms = int(time.time() * 1000)
         msgs = self.consumer.consume(num_messages=POLL_MAX, timeout=self.cfg.poll_timeout_s)
         now_ms = int(time.time() * 1000)
         if msgs and not msgs[-1].error():
-            self.last_record_ms = msgs[-1].timestamp()[1]
+            self.input.last_record_ms = msgs[-1].timestamp()[1]
         reports = read_poll(
             msgs,
             self.buffer,
@@ -422,37 +318,6 @@ class CommitsLoop:
         if time.monotonic() >= self.next_counters_s:
             self.next_counters_s = time.monotonic() + COUNTERS_EVERY_S
             self.send_counters()
-
-    def hold_back(self) -> None:
-        """Pauses reading while the producer holds more undelivered than its share of
-        ``max_buffered_bytes``, and resumes once it drained (``OutputGate``). The loop goes
-        on polling while paused: the group keeps the reader, and the backlog waits on the
-        broker instead of in memory."""
-        was = self.gate.paused
-        paused = self.gate.update(self.source.undelivered())
-        if paused or was:
-            parts = self.consumer.assignment()
-            if parts:
-                (self.consumer.pause if paused else self.consumer.resume)(parts)
-        if paused:
-            self.source.serve_deliveries(0.01)  # deliveries drain the queue
-        if paused and not was:
-            log.warning(
-                "the commits reader pauses: %d bytes wait for delivery (bound %d, "
-                "LAGPILOT_MAX_BUFFERED_BYTES); it resumes once they are delivered",
-                self.gate.queued_bytes(self.source.undelivered()),
-                self.cfg.max_buffered_bytes,
-            )
-
-    def input_backlog(self) -> int:
-        """Records of the assigned offsets partitions not read yet (the fetches' cached ends)."""
-        from confluent_kafka import TopicPartition
-
-        ends = {}
-        for partition, at in (self.positions.positions(self.consumer) or {}).items():
-            tp = TopicPartition(self.cfg.offsets_topic, partition)
-            ends[partition] = (at, self.consumer.get_watermark_offsets(tp, cached=True)[1])
-        return backlog_records(ends)
 
     def resend_due(self) -> bool:
         """Queues known commits again when due: all of them ``resend_first_s`` after start,
@@ -533,7 +398,7 @@ class CommitsLoop:
     # -- out -----------------------------------------------------------------------------
 
     def produce(self, key: str, value: bytes, timestamp: int) -> None:
-        self.gate.sent(len(value))
+        self.input.gate.sent(len(value))
         self.source.produce(key=key, value=value, timestamp=timestamp)
 
     def flush(self, samples: Sequence[Tick] = (), commit: bool = False) -> None:
@@ -624,43 +489,14 @@ class CommitsLoop:
             owners = {"event": "owners", "v": 1, "topic": topic, "owners": health.owners(topic)}
             self.produce(topic, orjson.dumps(owners), now_ms)
 
-    def publish_input_state(self, now_ms: int, behind: float, backlog: int) -> None:
-        """This replica's ``input_state`` (to ``lagpilot.lag`` through the model), every
-        ``INPUT_STATE_EVERY_MS`` and at once when it falls behind or catches up; nothing
-        before its first assignment (it reads nothing yet)."""
-        if self.positions.assigned is None:
-            return
-        replica = self.cfg.instance_id or self.run_id
-        ev = input_state(replica, now_ms, behind, backlog, self.gate.paused,
-                         self.cfg.max_buffered_bytes)  # fmt: skip
-        if ev["behind"] == self.was_behind and now_ms < self.input_state_at_ms:
-            return
-        if ev["behind"] != self.was_behind:
-            log.warning(
-                "the commits reader is %s (%.1f s, %d records unread)",
-                "behind" if ev["behind"] else "caught up again",
-                behind,
-                backlog,
-            )
-        self.was_behind = bool(ev["behind"])
-        self.input_state_at_ms = now_ms + INPUT_STATE_EVERY_MS
-        self.produce(INPUT_KEY_PREFIX + replica, orjson.dumps(ev), now_ms)
-
     def send_counters(self) -> None:
         """This run's totals, and its sampler's (``sampler|<where>:<kind>``), to Prometheus."""
         totals: dict[str, float] = dict(self.stats)
-        try:
-            backlog = self.input_backlog()
-        except Exception as exc:  # the consumer is closing, or not assigned yet
-            log.debug("input backlog: %s", exc)
-            backlog = 0
         now_ms = int(time.time() * 1000)
-        behind = behind_s(now_ms, self.last_record_ms, backlog)
-        totals[GAUGE_PREFIX + "input_backlog_records"] = backlog
-        totals[GAUGE_PREFIX + "input_behind_seconds"] = behind
-        self.publish_input_state(now_ms, behind, backlog)
-        totals[GAUGE_PREFIX + "input_paused"] = int(self.gate.paused)
-        totals["input_pauses"] = self.gate.pauses
+        gauges, event = self.input.state(now_ms, self.cfg.instance_id or self.run_id)
+        totals.update(gauges)
+        if event is not None:
+            self.produce(INPUT_KEY_PREFIX + event["replica"], orjson.dumps(event), now_ms)
         for kind, n in self.sampler_errors.items():
             totals[f"sampler|{kind}"] = n
         self.source.counters.send(self.run_id, totals)

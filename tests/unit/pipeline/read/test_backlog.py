@@ -110,7 +110,7 @@ def test_the_loop_pauses_its_partitions_while_output_waits_and_keeps_polling() -
     polls = [[commit("g", "t", 0, 5, 1_000)] for _ in range(4)]
     consumer = PausingConsumer(polls=polls)
     loop = CommitsLoop(source, consumer)  # type: ignore[arg-type]
-    loop.gate.sent(MIB)
+    loop.input.gate.sent(MIB)
     source.queued = 10  # 10 MiB undelivered: past the 4 MiB mark
     loop.poll_once()
     assert consumer.paused and not consumer.resumed
@@ -157,7 +157,7 @@ def test_a_replica_behind_says_so_on_the_lag_topic_at_once_and_again_when_caught
     loop.send_counters()
     assert not source.produced  # not assigned yet: nothing to say
     loop.positions.assigned = {0}
-    loop.last_record_ms = 1  # its last record is decades old
+    loop.input.last_record_ms = 1  # its last record is decades old
     loop.send_counters()
     [(key, ev, _)] = source.produced
     validate(ev)
