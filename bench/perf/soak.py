@@ -94,6 +94,8 @@ class StatusReader:
                 "group.id": f"soak-{uuid.uuid4().hex}",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
+                # the topic appears once the pipeline starts: look for it again soon
+                "topic.metadata.refresh.interval.ms": 2000,
             }
         )
         self._t = threading.Thread(target=self._run, daemon=True)
