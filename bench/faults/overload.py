@@ -41,10 +41,10 @@ from pipeline.read.backlog import DEFAULT_MAX_BUFFERED_BYTES
 
 TOPICS, PARTITIONS, GROUPS = 10, 50, 20  # 500 partitions x 20 groups
 STEADY_RATE = 5_000
-OVERLOAD_RATE = 200_000
+OVERLOAD_RATE = 90_000
 STEADY_S = 30.0
 OVERLOAD_S = 60.0
-RECOVERY_WAIT_S = 240.0
+RECOVERY_WAIT_S = 300.0
 CAP_CORES = 0.15
 #: the overload must be at least this many times what the replica's reader took
 MIN_FACTOR = 2.0
@@ -260,6 +260,13 @@ def overloaded_replica(
             "lost_group_log_lines": lost_lines[:10],
             "group_kept": len(set(ids)) == 1 and not lost_lines,
             "recover_s": round(recovered_at - t_end, 1) if recovered_at else None,
+            # what reading the overload's backlog takes at the reader's own pace, less the
+            # steady rate it keeps reading meanwhile: no reader catches up sooner
+            "catch_up_floor_s": (
+                round((offered - read_rate) * overload_s / (read_rate - STEADY_RATE), 1)
+                if read_rate and read_rate > STEADY_RATE
+                else None
+            ),
             "alive_at_end": pipe.proc.poll() is None,
             "rss_series": [
                 {

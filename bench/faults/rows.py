@@ -354,7 +354,8 @@ def overload_row(bootstrap: str, tmp: Path) -> dict[str, Any]:
         f"behind up to {got['max_behind_s']:.1f} s and {got['max_backlog_records']:,} records, "
         f"reported: {cell(got['behind_reported'])}; reader paused {got['pauses']} time(s); "
         f"group kept: {cell(got['group_kept'])} ({len(got['member_ids'])} member id(s) in "
-        f"{got['member_id_checks']} checks); caught up {cell(got['recover_s'])} s after"
+        f"{got['member_id_checks']} checks); caught up {cell(got['recover_s'])} s after (reading "
+        f"the backlog at its own pace takes {cell(got['catch_up_floor_s'])} s)"
     )
     if got["lost_group_log_lines"]:
         why += f"; lost the group: {got['lost_group_log_lines'][0]}"
