@@ -99,14 +99,31 @@ def render_soak(soak: dict[str, Any] | None) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for v in soak["incidents"]:
-        target = "/".join(str(v["target"][k]) for k in ("group", "topic", "partition"))
+        target = "/".join(
+            str(v["target"][k]) for k in ("group", "topic", "partition") if k in v["target"]
+        )
         lines.append(
             f"| {v['kind']} | {target} | {cell(v['detected_after_s'])} | {cell(v['action'])} "
             f"| {cell(v['recovered'])} ({cell(v['recovered_after_end_s'])}) |"
         )
     if soak.get("smoke") or soak["minutes"] < 60:
         lines += ["", f"A {cell(soak['minutes'])}-minute run, not the hour the targets ask for."]
-    return [*lines, ""]
+    return [*lines, *SOAK_HOW, ""]
+
+
+SOAK_HOW = [
+    "",
+    "How it runs: consumers are simulated in arrays but commit through the broker's",
+    "`OffsetCommit` (every partition of every group each second) and report progress in",
+    "the SDK's format; no actuator runs, so the policy's actions are recorded, not applied.",
+    "A cell (group, topic, partition, or a group's summary) judged not OK outside every",
+    "incident (from its injection until 60 s after it ended) is a false alarm; an incident",
+    "not seen within its length plus 30 s is missed. RSS is the pipeline's",
+    "process tree, every 10 s; its growth compares the medians of the first window after",
+    "the warm-up (5 min) and the last (10 min each, shorter for short runs). Targets: growth",
+    "< 10 %, 0 false alarms, 0 missed, the last window's detection p99 <= the first's x 1.5",
+    "+ 0.5 s. Regenerate: `make bench-soak` (an hour; `SOAK_MINUTES=10` for a look).",
+]
 
 
 def render_doc(result: dict[str, Any], soak: dict[str, Any] | None = None) -> str:

@@ -230,13 +230,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rng.choice(load.topics),
                     rng.randrange(load.partitions),
                 )
-                inc = Incident(
-                    kind,
-                    time.time(),
-                    None,
-                    cells_of(load, kind, *where),
-                    {"group": where[0], "topic": where[1], "partition": where[2]},
-                )
+                named = {"group": where[0], "topic": where[1], "partition": where[2]}
+                keys = {"stall": ("group",), "hotspot": ("topic", "partition")}
+                target = {k: named[k] for k in keys.get(kind, ("topic",))}
+                inc = Incident(kind, time.time(), None, cells_of(load, kind, *where), target)
                 inject(load, kind, *where, on=True)
                 incidents.append(inc)
                 current = (inc, where)
