@@ -82,3 +82,24 @@ def test_detection_p99_per_window_and_the_held_target():
         "missed_incidents": True,
         "detection_p99_held": True,
     }
+
+
+def test_the_pages_soak_section_comes_from_the_results_and_says_when_it_is_short():
+    from bench.faults.doc import render_soak
+
+    assert "Not run yet" in "\n".join(render_soak(None))
+    soak = {
+        "commit": "abc", "measured_at": "t", "minutes": 10, "commits_per_s": 20_000,
+        "shape": {"topics": 20, "partitions": 50, "groups": 20, "progress_groups": 2},
+        "rss_growth_pct": 1.5, "rss_first_mib": 400.0, "rss_last_mib": 406.0,
+        "false_alarms": 0, "missed_incidents": 0, "incidents_injected": 1,
+        "detection_p99_s": 1.2, "detection_p99_first_s": 1.2, "detection_p99_last_s": None,
+        "targets_met": {"rss_growth": True},
+        "incidents": [{"kind": "stall", "target": {"group": "g01"}, "detected_after_s": 1.2,
+                       "action": None, "recovered": True, "recovered_after_end_s": 3.0}],
+    }  # fmt: skip
+    text = "\n".join(render_soak(soak))
+    assert "1,000 partitions x 20 groups, 20,000 commits/s" in text
+    assert "| 1.5 (400 / 406) | 0 | 0 of 1 | 1.2 / 1.2 / - |" in text
+    assert "| stall | g01 | 1.2 | - | yes (3) |" in text
+    assert "A 10-minute run, not the hour" in text
