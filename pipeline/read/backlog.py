@@ -30,12 +30,6 @@ INPUT_STATE_EVERY_MS = 5_000
 CAUGHT_UP_RECORDS = 5000
 #: librdkafka's own floor for a consumer's prefetch queue (KiB)
 MIN_QUEUE_KIB = 1024
-#: what one prefetched record costs librdkafka beyond its bytes (its message and op
-#: structures): its byte limit counts payloads only, so a queue of small records (an
-#: offset commit is ~100 bytes) is bounded by a count as well
-RECORD_OVERHEAD_BYTES = 512
-#: the offsets partitions a reader is planned for (Kafka's default; fewer only lowers it)
-PLANNED_PARTITIONS = 50
 
 
 @dataclass(frozen=True)
@@ -55,11 +49,6 @@ class BufferBudget:
         quarter = self.max_buffered_bytes // 4
         return {
             "queued.max.messages.kbytes": self._kib(0.25),
-            # librdkafka keeps up to this many records per partition (default 100,000: at
-            # 50 partitions, 5 M small records, ~1 GiB of structures, whatever the bytes)
-            "queued.min.messages": max(
-                100, quarter // (RECORD_OVERHEAD_BYTES + 128) // PLANNED_PARTITIONS
-            ),
             # one fetch response is at most this: the prefetch bound holds within one fetch
             "fetch.max.bytes": max(1024 * 1024, min(50 * 1024 * 1024, quarter // 2)),
         }
