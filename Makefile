@@ -216,7 +216,8 @@ bench-workers: install
 bench-faults: install
 	$(PY) -m bench.faults
 
-# an hour by default (SOAK_MINUTES=10 for a shorter look; the committed soak.json is an hour)
+# an hour by default (SOAK_MINUTES=10 for a shorter look; the committed soak.json is an hour).
+# Starts and stops its own broker on port 28092 (a __consumer_offsets of its own commits).
 SOAK_MINUTES ?= 60
 bench-soak: install
 	SOAK_MINUTES=$(SOAK_MINUTES) $(PY) -m bench.perf.soak

@@ -19,9 +19,11 @@ detected_after_s, action, recovered), ``false_alarms`` (non-OK statuses of cells
 incident explains), ``missed_incidents``, detection p99 overall and over the incidents of
 the first and the last window, and ``rss_growth_pct`` of the pipeline's process tree
 (sampled every ``RSS_EVERY_S``): the last window's median against the first window's,
-the first starting after ``--warmup-s``. Windows are 10 minutes, less for short runs
-(``soak_judge.windows``). Targets: RSS growth < 10 %, 0 false alarms, 0 missed, the last
-window's detection p99 <= the first's x 1.5 + 0.5 s.
+the first starting after ``--warmup-s``. It starts a broker of its own (port
+``OWN_BROKER_PORT``, its own run folder, stopped at the end), so its ``__consumer_offsets``
+holds its own commits alone, unless ``--bootstrap`` names one. Windows are 10 minutes,
+less for short runs (``soak_judge.windows``). Targets: RSS growth < 10 %, 0 false alarms,
+0 missed, the last window's detection p99 <= the first's x 1.5 + 0.5 s.
 
     .venv/bin/python -m bench.perf.soak [--minutes 60] [--out PATH]   # soak.json in bench/results
     .venv/bin/python -m bench.perf.soak --smoke        # ~1.5 minutes, a tiny load, one stall
@@ -65,6 +67,8 @@ from bench.support.soak_load import SoakLoad
 from bench.support.swarm import ensure_topic
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the soak's own broker (stopped at the end), unless --bootstrap names one
+OWN_BROKER_PORT = 28092
 RSS_EVERY_S = 10.0
 HOT_FACTOR = 8.0  # a hotspot's or a flood's produce rate, x the usual; consumers do 5x
 KINDS = ("stall", "hotspot", "flood")
@@ -177,8 +181,7 @@ def inject(load: SoakLoad, kind: str, group: str, topic: str, partition: int, on
         load.set_multiplier([(topic, p) for p in range(load.partitions)], HOT_FACTOR if on else 1.0)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    bootstrap = broker.bootstrap(args.bootstrap)
+def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     run_id = f"soak-{uuid.uuid4().hex[:6]}"
     rng = random.Random(args.seed)
     load = SoakLoad(
@@ -314,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         help="no incident starts later than this before the end",
     )
     ap.add_argument("--seed", type=int, default=47)
-    ap.add_argument("--bootstrap", default=None)
+    ap.add_argument(
+        "--bootstrap",
+        default=None,
+        help=f"a running broker (default: one of its own on port {OWN_BROKER_PORT})",
+    )
     ap.add_argument("--smoke", action="store_true", help="~1.5 minutes, tiny load, one stall")
     ap.add_argument("--out", type=Path, default=SOAK_JSON)
     args = ap.parse_args(argv)
@@ -324,7 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         args.warmup_s, args.window_s = 20.0, 30.0
         args.first_incident_s, args.incident_s, args.recover_s = 35.0, 15.0, 35.0
     stamp = run_stamp()
-    result = write_result(args.out, run(args) | {"smoke": args.smoke}, stamp)
+    if args.bootstrap:
+        got = run(args, broker.bootstrap(args.bootstrap))
+    else:  # a fresh broker: its __consumer_offsets holds this run's commits alone
+        with broker.own_broker(OWN_BROKER_PORT) as own:
+            got = run(args, own.bootstrap)
+    result = write_result(args.out, got | {"smoke": args.smoke}, stamp)
     if args.out.resolve() == SOAK_JSON.resolve():
         write_page()  # docs/reliability.md's soak section is written from this file
         print(f"rewrote {RELIABILITY_MD}")
