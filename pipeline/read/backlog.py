@@ -24,6 +24,9 @@ DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
 #: a replica this far behind (s) says so (``input_state`` events, ``lagpilot status``,
 #: ``lagpilot doctor``): its lag figures are that old
 BEHIND_S = 5.0
+#: ...and says it caught up once below that for this long (ms): a reader at its limit
+#: reads in bursts, and would otherwise say "behind" and "caught up" every few seconds
+CAUGHT_UP_HOLD_MS = 10_000
 #: its ``input_state`` goes out this often (ms), and at once when ``behind`` changes
 INPUT_STATE_EVERY_MS = 5_000
 #: below this many records left to read, the reader counts as caught up (one poll's worth)
@@ -117,16 +120,31 @@ def behind_s(now_ms: int, last_record_ms: int, backlog: int) -> float:
     return max(0.0, (now_ms - last_record_ms) / 1000.0)
 
 
+def still_behind(was: bool, behind: float, below_since_ms: int, now_ms: int) -> bool:
+    """Whether the reader counts as behind: from ``BEHIND_S`` on, until it has been below
+    that since ``below_since_ms`` for ``CAUGHT_UP_HOLD_MS``."""
+    if behind >= BEHIND_S:
+        return True
+    return was and now_ms - below_since_ms < CAUGHT_UP_HOLD_MS
+
+
 def input_state(
-    replica: str, now_ms: int, behind: float, backlog: int, paused: bool, max_bytes: int
+    replica: str,
+    now_ms: int,
+    behind: float,
+    backlog: int,
+    paused: bool,
+    max_bytes: int,
+    is_behind: bool | None = None,
 ) -> dict[str, Any]:
-    """The ``input_state`` event (``schemas/input_state.v1.json``)."""
+    """The ``input_state`` event (``schemas/input_state.v1.json``); ``is_behind`` as
+    ``still_behind`` judged it (default: ``behind`` against ``BEHIND_S``)."""
     return {
         "event": "input_state",
         "v": 1,
         "replica": replica,
         "observed_at_ms": now_ms,
-        "behind": behind >= BEHIND_S,
+        "behind": behind >= BEHIND_S if is_behind is None else is_behind,
         "behind_s": round(behind, 3),
         "backlog_records": int(backlog),
         "paused": paused,

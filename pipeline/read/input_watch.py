@@ -12,12 +12,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pipeline.read.backlog import (
+    BEHIND_S,
     INPUT_STATE_EVERY_MS,
     BufferBudget,
     OutputGate,
     backlog_records,
     behind_s,
     input_state,
+    still_behind,
 )
 from pipeline.read.counters import GAUGE_PREFIX
 from pipeline.read.positions import ReadPositions
@@ -40,6 +42,7 @@ class InputWatch:
         self.gate = OutputGate(BufferBudget(cfg.max_buffered_bytes))
         self.last_record_ms = 0  # the broker's time of the last record read
         self.was_behind = False
+        self.below_since_ms = 0  # since when behind_s is under BEHIND_S
         self.state_at_ms = 0  # the next input_state is due then (or when behind changes)
 
     def hold_back(self) -> None:
@@ -91,8 +94,11 @@ class InputWatch:
         }
         if self.positions.assigned is None:
             return gauges, None
+        if behind >= BEHIND_S or not self.below_since_ms:
+            self.below_since_ms = now_ms if behind < BEHIND_S else 0
+        is_behind = still_behind(self.was_behind, behind, self.below_since_ms, now_ms)
         ev = input_state(replica, now_ms, behind, backlog, self.gate.paused,
-                         self.cfg.max_buffered_bytes)  # fmt: skip
+                         self.cfg.max_buffered_bytes, is_behind)  # fmt: skip
         if ev["behind"] == self.was_behind and now_ms < self.state_at_ms:
             return gauges, None
         if ev["behind"] != self.was_behind:

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from pipeline.read.backlog import (
+    CAUGHT_UP_HOLD_MS,
     CAUGHT_UP_RECORDS,
     BufferBudget,
     OutputGate,
     backlog_records,
     behind_s,
+    still_behind,
 )
 from pipeline.read.commit_table import CommitTable
 from pipeline.read.commits import CommitsConfig, CommitsLoop
@@ -159,4 +161,14 @@ def test_a_replica_behind_says_so_on_the_lag_topic_at_once_and_again_when_caught
     assert len(source.produced) == 1  # unchanged: not again before its interval
     consumer.at = consumer.end
     loop.send_counters()
+    assert len(source.produced) == 1  # below the mark: caught up only once it stays there
+    loop.input.below_since_ms -= CAUGHT_UP_HOLD_MS
+    loop.send_counters()
     assert source.produced[-1][1]["behind"] is False  # caught up: at once
+
+
+def test_behind_holds_until_the_reader_stayed_caught_up_a_while() -> None:
+    assert still_behind(False, 6.0, 0, 1_000) is True
+    assert still_behind(False, 1.0, 0, 1_000) is False
+    assert still_behind(True, 1.0, 1_000, 1_000 + CAUGHT_UP_HOLD_MS - 1) is True  # a lull
+    assert still_behind(True, 1.0, 1_000, 1_000 + CAUGHT_UP_HOLD_MS) is False
