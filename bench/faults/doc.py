@@ -11,11 +11,10 @@ from typing import Any
 import orjson
 
 from bench.support.fault_load import RECOVER_TARGET_S
+from bench.support.results import RELIABILITY_MD, RESULTS_DIR
 
-ROOT = Path(__file__).resolve().parents[2]
-SOAK_JSON = ROOT / "bench" / "results" / "soak.json"
-FAULTS_JSON = ROOT / "bench" / "results" / "faults.json"
-RELIABILITY_MD = ROOT / "docs" / "reliability.md"
+SOAK_JSON = RESULTS_DIR / "soak.json"
+FAULTS_JSON = RESULTS_DIR / "faults.json"
 
 
 def read_soak(path: Path = SOAK_JSON) -> dict[str, Any] | None:
