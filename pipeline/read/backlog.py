@@ -31,6 +31,8 @@ CAUGHT_UP_HOLD_MS = 10_000
 INPUT_STATE_EVERY_MS = 5_000
 #: below this many records left to read, the reader counts as caught up (one poll's worth)
 CAUGHT_UP_RECORDS = 5000
+#: one fetch response of the reader is at most this part of its prefetch share
+FETCH_SHARE = 32
 #: librdkafka's own floor for a consumer's prefetch queue (KiB)
 MIN_QUEUE_KIB = 1024
 
@@ -52,8 +54,12 @@ class BufferBudget:
         quarter = self.max_buffered_bytes // 4
         return {
             "queued.max.messages.kbytes": self._kib(0.25),
-            # one fetch response is at most this: the prefetch bound holds within one fetch
-            "fetch.max.bytes": max(1024 * 1024, min(50 * 1024 * 1024, quarter // 2)),
+            # the queue's bound is checked before a fetch, and one response may pass it: a
+            # response is compressed, and offset commits (similar keys, one layout)
+            # decompress many times over, each record with librdkafka's own structures
+            # beside it; small responses keep the overshoot a small part of the bound
+            "fetch.max.bytes": max(1024 * 1024, quarter // FETCH_SHARE),
+            "max.partition.fetch.bytes": max(64 * 1024, quarter // FETCH_SHARE // 8),
         }
 
     def model_consumer(self) -> dict[str, Any]:
