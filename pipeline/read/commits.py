@@ -59,7 +59,6 @@ from pipeline.read.share_positions import SharePoller, group_partition, release_
 from pipeline.read.topic_ids import TopicIdResolver
 from pipeline.read.watermarks import HighWatermarkSource, Tick
 from runtime.cli import CLIENT_LOG, watch_client_logs
-from runtime.malloc import limit_arenas
 from runtime.procs import die_with_parent
 from schemas import topics
 
@@ -583,7 +582,6 @@ class CommitsSource(Source):
 
     def run(self) -> None:
         die_with_parent()  # a kill -9 of the pipeline must not leave this reader running
-        limit_arenas()  # what a backlog read at full speed allocates is given back after
         # Quix's producer runs in this process: its client log lines are detail here
         watch_client_logs()
         self._wait_for_model()

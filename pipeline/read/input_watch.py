@@ -23,7 +23,6 @@ from pipeline.read.backlog import (
 )
 from pipeline.read.counters import GAUGE_PREFIX
 from pipeline.read.positions import ReadPositions
-from runtime.malloc import trim
 
 if TYPE_CHECKING:
     from pipeline.read.commits import CommitsConfig
@@ -108,8 +107,6 @@ class InputWatch:
                 behind,
                 backlog,
             )
-        if self.was_behind and not ev["behind"]:
-            trim()  # the backlog is read: its buffers go back to the system
         self.was_behind = bool(ev["behind"])
         self.state_at_ms = now_ms + INPUT_STATE_EVERY_MS
         return gauges, ev
