@@ -131,7 +131,8 @@ def render_doc(result: dict[str, Any], soak: dict[str, Any] | None = None) -> st
     lines = [
         "# Reliability: faults survived",
         "",
-        "Written by `make bench-faults` (`bench/faults/`) from `bench/results/faults.json`;",
+        "Written by `make bench-faults` (`bench/faults/`) from `bench/results/faults.json`",
+        "(the soak's section by `make bench-soak` from its own results, `soak.json` beside it);",
         "do not edit by hand. Targets: lost 0, duplicate side effects 0, duplicate actions 0,",
         f"stuck throttles 0, recovery within {RECOVER_TARGET_S:g} s of the fault clearing.",
         f"Rows measured: {result['measured']} of {result['of']}; a row marked *not measured*",
