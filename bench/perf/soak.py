@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,11 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
         "not_recovered": sum(1 for v in verdicts if not v["recovered"]),
         "false_alarms": len(alarms),
         "false_alarm_cells": sorted({"/".join(map(str, e.cell)) for e in alarms})[:20],
+        # which groups and statuses: a progress group's alarms with none elsewhere point at
+        # its reports (the harness) rather than the pipeline
+        "false_alarms_by_group": dict(Counter(e.cell[0] for e in alarms).most_common()),
+        "false_alarms_by_status": dict(Counter(e.status for e in alarms)),
+        "progress_group_names": load.groups[: load.progress_groups],
         "lag_events_read": reader.events,
         "actions": len(actions),
         "rss_samples": [{"t_s": t, "rss_mib": round(b / 2**20, 1)} for t, b in rss],
