@@ -12,7 +12,7 @@ TESTS ?=
 export PYTHON := $(abspath $(PY))
 
 .PHONY: install prometheus-tools postgres-tools jaeger-tools broker-jars kafka-tools broker-up broker-down broker-status test test-unit test-kafka-4.1 lint run demo \
-        bench-decode bench-detection bench-share-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-workers clean
+        bench-decode bench-detection bench-share-detection bench-ingest bench-model bench-metrics bench-scale bench-list-offsets bench-actuation bench-war-story bench-incidents bench-keda bench-timelag bench-faults bench-soak bench-workers clean
 
 install: $(VENV)/.installed prometheus-tools postgres-tools
 
@@ -215,6 +215,12 @@ bench-workers: install
 # Starts and stops its own broker on port 23092 (never the one `make broker-up` runs).
 bench-faults: install
 	$(PY) -m bench.faults
+
+# an hour by default (SOAK_MINUTES=10 for a shorter look; the committed soak.json is an hour).
+# Starts and stops its own broker on port 28092 (a __consumer_offsets of its own commits).
+SOAK_MINUTES ?= 60
+bench-soak: install
+	SOAK_MINUTES=$(SOAK_MINUTES) $(PY) -m bench.perf.soak
 
 clean: broker-down
 	rm -rf $(VENV) deploy/local/.cache deploy/local/.run .pytest_cache .mypy_cache .ruff_cache

@@ -34,8 +34,9 @@ from pipeline.model.model_op import LagOperator, lag_key
 from pipeline.model.publish import LagEvents
 from pipeline.model.truth import ReadLimits, RecordTimeReader
 from pipeline.observe.metrics import PipelineMetrics
+from pipeline.read.backlog import BufferBudget
 from pipeline.read.commits import CommitsConfig, CommitsSource
-from pipeline.read.counters import CounterChannel, RunTotals
+from pipeline.read.counters import GAUGE_PREFIX, CounterChannel, RunTotals
 from pipeline.read.sampling import make_selector
 from pipeline.read.watermarks import HighWatermarkSource
 from pipeline.settings import Settings
@@ -68,6 +69,10 @@ class SourceStats:
         self.totals = RunTotals()
 
     def fold(self, run: str, totals: dict[str, float]) -> None:
+        gauges = {k: v for k, v in totals.items() if k.startswith(GAUGE_PREFIX)}
+        for stat, value in gauges.items():
+            self.metrics.input_gauge(stat.removeprefix(GAUGE_PREFIX), value)
+        totals = {k: v for k, v in totals.items() if k not in gauges}
         for stat, delta in self.totals.increase(run, totals).items():
             self._count(stat, delta)
 
@@ -91,6 +96,8 @@ class SourceStats:
             m.own_group_filtered.inc(delta)
         elif stat == "read_errors":
             m.bad_messages.labels("read").inc(delta)
+        elif stat == "input_pauses":
+            m.input_pauses.inc(delta)
         elif stat == "share_position":
             m.share_positions.inc(delta)
         elif stat == "share_read_errors":
@@ -153,6 +160,7 @@ def build_app(
 ) -> tuple[Application, LagOperator]:
     """The Application, and its lag operator (the status command and tests read it)."""
     connection, client_extra = quix_connection(settings.broker_config())
+    budget = BufferBudget(settings.max_buffered_bytes)
     app = Application(
         broker_address=connection,
         consumer_group=settings.consumer_group,
@@ -161,8 +169,12 @@ def build_app(
         state_dir=settings.state_dir,
         processing_guarantee="at-least-once",
         consumer_poll_timeout=0.05,
-        producer_extra_config={"linger.ms": 2, **client_extra},
-        consumer_extra_config={**client_extra, **settings.consumer_config()},
+        producer_extra_config={"linger.ms": 2, **budget.producer(), **client_extra},
+        consumer_extra_config={
+            **budget.model_consumer(),
+            **client_extra,
+            **settings.consumer_config(),
+        },
         loglevel="WARNING",
         on_consumer_error=_skip_and_count(metrics, "read"),
         on_processing_error=_skip_and_count(metrics, "process"),
@@ -216,6 +228,7 @@ def build_app(
             auto_offset_reset="earliest",
             model_group=settings.consumer_group,
             share_groups_interval_s=settings.share_groups_interval_ms / 1000,
+            max_buffered_bytes=settings.max_buffered_bytes,
         ),
         sampler=sampler,
         # group health is the model's, kept in the reader's process (it reads the records);

@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.model.config import LagConfig
 from pipeline.model.group_health import HealthConfig
 from pipeline.model.progress import ProgressConfig
+from pipeline.read.backlog import DEFAULT_MAX_BUFFERED_BYTES
 from runtime import env as env_values
 from schemas import ConfigError
 from schemas import topics as topic_names
@@ -45,6 +46,10 @@ class Settings:
     # they precede (a replica that does not sample their topic sends them at this pace)
     commit_flush_ms: int = 250
     sample_interval_ms: int = 250
+    # the bytes the pipeline's queues may hold (prefetched records, undelivered batches);
+    # a replica fed more than it models pauses its reader at this bound and says it is
+    # behind (lagpilot_input_behind_seconds) instead of growing (pipeline/read/backlog.py)
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     # every share group's state (KIP-932: start offset and the broker's lag per
     # share-partition) is read this often; 0: share groups are not read
     # (pipeline/read/share_positions.py)
@@ -172,6 +177,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "session_timeout_ms": (3_000, 300_000),
     "commit_flush_ms": (1, 5_000),
     "sample_interval_ms": (20, 60_000),
+    "max_buffered_bytes": (16 * 1024 * 1024, 16 * 1024**3),
     "share_groups_interval_ms": (0, 600_000),
     "metadata_refresh_ms": (100, 3_600_000),
     "window_s": (1, 3_600),

@@ -16,7 +16,9 @@ Measured here:
 - 6a, 1,000,000 fuzzed ``__consumer_offsets`` records through the decoder
   (``bench/faults/decoder.py``); 6b, 20,000 of them in a real offsets topic read by the
   running pipeline around true commits (``bench/faults/garbage.py``; full run only);
-- 7, bad control input on the real broker (``bench/faults/control.py``).
+- 7, bad control input on the real broker (``bench/faults/control.py``);
+- 11, one replica fed several times what it holds for a minute
+  (``bench/faults/overload.py``; full run only).
 
 Each row is measured and judged in ``bench/faults/rows.py``; this module picks the rows,
 runs them and writes the JSON and the doc. The broker: this benchmark starts its own
@@ -39,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from bench.faults.doc import cell, render_doc
+from bench.faults.doc import cell, read_soak, render_doc
 from bench.faults.rows import (
     NOT_MEASURED,
     ORDER,
@@ -51,6 +53,7 @@ from bench.faults.rows import (
     decoder_row,
     garbage_row,
     network_row,
+    overload_row,
     process_kill_row,
     row,
 )
@@ -92,6 +95,7 @@ def run(
         makers["process_kill"] = lambda t: process_kill_row(bootstrap, t, kill_events)
         makers["cluster_leader_kill"] = cluster_row
         makers["network_cut"] = network_row
+        makers["replica_overload"] = lambda t: overload_row(bootstrap, t)
         for fault in NOT_MEASURED:
             makers.pop(fault, None)
     if broker is not None:
@@ -149,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.render:
-        args.doc.write_text(render_doc(orjson.loads(args.out.read_bytes())))
+        args.doc.write_text(render_doc(orjson.loads(args.out.read_bytes()), read_soak()))
         print(f"wrote {args.doc} from {args.out}")
         return 0
     stamp = run_stamp()
@@ -175,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["smoke"] = args.smoke
     result = write_result(args.out, result, stamp)
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(render_doc(result))
+    args.doc.write_text(render_doc(result, read_soak()))
     for r in result["rows"]:
         state = "not measured" if not r["measured"] else f"targets met: {cell(r['targets_met'])}"
         print(f"{r['fault']:<22} {state}  {r['why'][:150]}")

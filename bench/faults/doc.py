@@ -1,11 +1,30 @@
-"""docs/reliability.md from bench/results/faults.json (``python -m bench.faults`` writes both; its
-``--render`` rewrites the page alone): no figure on the page comes from anywhere else."""
+"""docs/reliability.md from bench/results/faults.json and the soak's results (``SOAK_JSON``)
+(``python -m bench.faults`` writes the page, and ``python -m bench.perf.soak`` rewrites it
+when it writes the committed soak.json; ``--render`` rewrites the page alone): no figure on
+the page comes from anywhere else."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import orjson
+
 from bench.support.fault_load import RECOVER_TARGET_S
+from bench.support.results import RELIABILITY_MD, RESULTS_DIR
+
+SOAK_JSON = RESULTS_DIR / "soak.json"
+FAULTS_JSON = RESULTS_DIR / "faults.json"
+
+
+def read_soak(path: Path = SOAK_JSON) -> dict[str, Any] | None:
+    """The committed soak's results, or None before the first ``make bench-soak``."""
+    return orjson.loads(path.read_bytes()) if path.exists() else None
+
+
+def write_page(doc: Path = RELIABILITY_MD) -> None:
+    """Rewrite the page from the committed faults.json and soak.json."""
+    doc.write_text(render_doc(orjson.loads(FAULTS_JSON.read_bytes()), read_soak()))
 
 
 def cell(value: Any) -> str:
@@ -46,12 +65,74 @@ def _commits(result: dict[str, Any]) -> list[str]:
     return [f"Measured by more than one commit of this branch: {'; '.join(parts)}."]
 
 
-def render_doc(result: dict[str, Any]) -> str:
-    """docs/reliability.md, written from the JSON: no figure in it comes from anywhere else."""
+def render_soak(soak: dict[str, Any] | None) -> list[str]:
+    """The page's soak section, from ``SOAK_JSON`` (``make bench-soak`` writes it)."""
+    lines = ["", "## Soak", ""]
+    if soak is None:
+        return [
+            *lines,
+            "Not run yet: `make bench-soak` writes its results (`soak.json` in `bench/results`).",
+            "",
+        ]
+    shape = soak["shape"]
+    met = soak["targets_met"]
+    lines += [
+        f"From `soak.json` in `bench/results` ({soak.get('commit')}, {soak.get('measured_at')}): "
+        f"{cell(soak['minutes'])} minutes, {shape['topics'] * shape['partitions']:,} partitions "
+        f"x {shape['groups']} groups, {soak['commits_per_s']:,} commits/s, worker progress from "
+        f"{shape['progress_groups']} groups, the shipped defaults and policy; an incident every "
+        "few minutes in turn: a stall, a hotspot, a flood (`bench/perf/soak.py`).",
+        "",
+        "| RSS growth % (first / last window MiB) | false alarms | missed incidents | "
+        "detection p99 s (all / first / last window) | targets met |",
+        "|---|---|---|---|---|",
+        f"| {cell(soak['rss_growth_pct'])} ({cell(soak['rss_first_mib'])} / "
+        f"{cell(soak['rss_last_mib'])}) | {soak['false_alarms']} | "
+        f"{soak['missed_incidents']} of {soak['incidents_injected']} | "
+        f"{cell(soak['detection_p99_s'])} / {cell(soak['detection_p99_first_s'])} / "
+        f"{cell(soak['detection_p99_last_s'])} | "
+        + ", ".join(f"{k} {cell(v)}" for k, v in met.items())
+        + " |",
+        "",
+        "| incident | target | detected after s | first action | recovered (s after its end) |",
+        "|---|---|---|---|---|",
+    ]
+    for v in soak["incidents"]:
+        target = "/".join(
+            str(v["target"][k]) for k in ("group", "topic", "partition") if k in v["target"]
+        )
+        lines.append(
+            f"| {v['kind']} | {target} | {cell(v['detected_after_s'])} | {cell(v['action'])} "
+            f"| {cell(v['recovered'])} ({cell(v['recovered_after_end_s'])}) |"
+        )
+    if soak.get("smoke") or soak["minutes"] < 60:
+        lines += ["", f"A {cell(soak['minutes'])}-minute run, not the hour the targets ask for."]
+    return [*lines, *SOAK_HOW, ""]
+
+
+SOAK_HOW = [
+    "",
+    "How it runs: consumers are simulated in arrays but commit through the broker's",
+    "`OffsetCommit` (every partition of every group each second) and report progress in",
+    "the SDK's format; no actuator runs, so the policy's actions are recorded, not applied.",
+    "A cell (group, topic, partition, or a group's summary) judged not OK outside every",
+    "incident (from its injection until 60 s after it ended) is a false alarm; an incident",
+    "not seen within its length plus 30 s is missed. RSS is the pipeline's",
+    "process tree, every 10 s; its growth compares the medians of the first window after",
+    "the warm-up (5 min) and the last (10 min each, shorter for short runs). Targets: growth",
+    "< 10 %, 0 false alarms, 0 missed, the last window's detection p99 <= the first's x 1.5",
+    "+ 0.5 s. Regenerate: `make bench-soak` (an hour; `SOAK_MINUTES=10` for a look).",
+]
+
+
+def render_doc(result: dict[str, Any], soak: dict[str, Any] | None = None) -> str:
+    """docs/reliability.md, written from the JSON: no figure in it comes from anywhere else
+    (the rows from ``faults.json``, the soak section from ``soak.json``)."""
     lines = [
         "# Reliability: faults survived",
         "",
-        "Written by `make bench-faults` (`bench/faults/`) from `bench/results/faults.json`;",
+        "Written by `make bench-faults` (`bench/faults/`) from `bench/results/faults.json`",
+        "(the soak's section by `make bench-soak` from its own results, `soak.json` beside it);",
         "do not edit by hand. Targets: lost 0, duplicate side effects 0, duplicate actions 0,",
         f"stuck throttles 0, recovery within {RECOVER_TARGET_S:g} s of the fault clearing.",
         f"Rows measured: {result['measured']} of {result['of']}; a row marked *not measured*",
@@ -149,6 +230,17 @@ def render_doc(result: dict[str, Any]) -> str:
         "  call) reads, on a fresh control topic, one real throttle and then each bad event;",
         "  each must get an outcome other than `applied`, and the backend must have seen",
         "  exactly one call (the real throttle; its replay is a `duplicate`).",
+        "- **11, an overloaded replica**: `bench/faults/overload.py`. The scale benchmark's",
+        "  generator writes real `OffsetCommit` records into an offsets topic of the run's own",
+        "  that one `lagpilot run` replica (policy off, shipped defaults, its process tree held",
+        "  to a fraction of a core by a cgroup) reads: 30 s at a rate it holds, then 60 s at",
+        "  several times what its reader takes, then the held rate again. Every second: the",
+        "  tree's RSS (its growth over the steady median must stay under",
+        "  `LAGPILOT_MAX_BUFFERED_BYTES`, 256 MiB by default), `lagpilot_input_behind_seconds`",
+        "  and `_backlog_records` (the replica must say it is behind); every 5 s the reader's",
+        "  member id from the broker (one id throughout, and no lost-member line in its log:",
+        "  the group was kept). Recovery: from the overload's end until the reader is caught",
+        "  up and samples are modelled again. No policy runs, so no action can be duplicated.",
         "",
         "Found by this benchmark and fixed (each with a test):",
         "",
@@ -196,6 +288,6 @@ def render_doc(result: dict[str, Any]) -> str:
         "Regenerate: `make bench-faults` (about 12 minutes; it starts and stops its own brokers",
         "on ports 23092, 26092 (3 nodes) and 27092 (with proxies on 27192 and 27194), and kills",
         "only those). One row again: `python -m bench.faults --only network_cut` keeps the others.",
-        "",
+        *render_soak(soak),
     ]
     return "\n".join(lines)

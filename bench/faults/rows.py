@@ -4,7 +4,7 @@ A row says whether the system recovered, how long it took after the fault cleare
 messages, duplicate side effects and actions, stuck throttles, whether a person was needed,
 whether every target was met, and why, from what the fault's own module measured
 (``bench.faults``' ``broker``, ``cluster``, ``network``, ``process``, ``control``,
-``decoder`` and ``garbage``). The rows 2 and 3 start brokers of
+``decoder``, ``garbage`` and ``overload``). The rows 2 and 3 start brokers of
 their own. ``ORDER`` is the table's order; which rows run, and the file they go to, is
 ``python -m bench.faults``'s (``bench/faults/__main__.py``).
 """
@@ -19,6 +19,7 @@ from bench.faults import control as fault_control
 from bench.faults import decoder as fault_decoder
 from bench.faults import garbage as fault_garbage
 from bench.faults import network as fault_network
+from bench.faults import overload as fault_overload
 from bench.faults import process as fault_process
 from bench.faults.broker import broker_kill
 from bench.faults.doc import cell
@@ -34,6 +35,7 @@ PROCESS_KILL_TITLE = (
 )
 CLUSTER_TITLE = "2. 3 brokers: __consumer_offsets leader, then controller, killed and restarted"
 NETWORK_TITLE = "3. network cut pipeline-broker, then workers-broker, 15 s each"
+OVERLOAD_TITLE = "11. one replica fed several times what it holds, for 60 s"
 NOT_MEASURED: dict[str, tuple[str, str]] = {}
 
 
@@ -330,12 +332,59 @@ def garbage_row(bootstrap: str, tmp: Path, garbage: int) -> dict[str, Any]:
     )
 
 
+def overload_row(bootstrap: str, tmp: Path) -> dict[str, Any]:
+    got = fault_overload.overloaded_replica(bootstrap, tmp)
+    mib = 2**20
+    recovered = got["recover_s"] is not None and got["alive_at_end"]
+    several = (got["overload_factor"] or 0) >= fault_overload.MIN_FACTOR
+    ok = (
+        recovered
+        and got["recover_s"] <= RECOVER_TARGET_S
+        and got["within_bound"]
+        and got["group_kept"]
+        and got["behind_reported"]
+        and several
+    )
+    why = (
+        f"{got['offered_per_s']:,} commits/s offered for {got['overload_s']:g} s, the reader "
+        f"took {cell(got['read_per_s_during_overload'])}/s (x{cell(got['overload_factor'])}; "
+        f"tree capped at {cell(got['cpu_cap_cores'])} core); RSS {got['steady_rss_bytes'] // mib} "
+        f"MiB steady, peak {got['peak_rss_bytes'] // mib} MiB (+{got['rss_growth_bytes'] // mib} "
+        f"MiB, bound {got['max_buffered_bytes'] // mib} MiB: within {cell(got['within_bound'])}); "
+        f"behind up to {got['max_behind_s']:.1f} s and {got['max_backlog_records']:,} records, "
+        f"reported: {cell(got['behind_reported'])}; reader paused {got['pauses']} time(s); "
+        f"group kept: {cell(got['group_kept'])} ({len(got['member_ids'])} member id(s) in "
+        f"{got['member_id_checks']} checks); caught up {cell(got['recover_s'])} s after (reading "
+        f"the backlog at its own pace takes {cell(got['catch_up_floor_s'])} s)"
+    )
+    if got["lost_group_log_lines"]:
+        why += f"; lost the group: {got['lost_group_log_lines'][0]}"
+    if not several:
+        why += "; the overload was not several times what the replica read"
+    return row(
+        "replica_overload",
+        OVERLOAD_TITLE,
+        recovered=recovered,
+        recover_s=got["recover_s"],
+        lost=None,  # commits are coalesced by design: what counts is being caught up
+        duplicate_side_effects=0,  # the policy is off: no action, no side effect
+        duplicate_actions=0,
+        stuck_throttles=0,
+        needed_a_person=not got["alive_at_end"],
+        targets_met=ok,
+        why=why,
+        details=got,
+    )
+
+
 ORDER = ["broker_kill", "cluster_leader_kill", "network_cut", "process_kill",
-         "admin_api_faults", "decoder_fuzz", "garbage_topic", "bad_control_input"]  # fmt: skip
+         "admin_api_faults", "decoder_fuzz", "garbage_topic", "bad_control_input",
+         "replica_overload"]  # fmt: skip
 TITLES = {
     "broker_kill": BROKER_KILL_TITLE,
     "cluster_leader_kill": CLUSTER_TITLE,
     "network_cut": NETWORK_TITLE,
     "process_kill": PROCESS_KILL_TITLE,
     "garbage_topic": GARBAGE_TITLE,
+    "replica_overload": OVERLOAD_TITLE,
 } | {fault: title for fault, (title, _) in NOT_MEASURED.items()}

@@ -30,6 +30,9 @@ __all__ = ["git_commit", "run_stamp", "write_result"]
 ROOT = Path(__file__).resolve().parents[2]
 #: what the benchmarks write themselves: their results, and the faults' table of rows
 WRITTEN_BY_BENCHMARKS = ("bench/results", "docs/reliability.md")
+RESULTS_DIR = ROOT / "bench" / "results"
+#: the page the faults' rows and the soak are written to (``bench.faults.doc``)
+RELIABILITY_MD = ROOT / "docs" / "reliability.md"
 
 
 def git_commit(root: Path = ROOT) -> str | None:

@@ -37,7 +37,7 @@ from schemas import topics
 #: (tests/unit/deploy/test_compose.py keeps the two equal).
 TOPIC_EVENTS: dict[str, tuple[str, ...]] = {
     topics.WATERMARKS: ("watermarks", "commits", "owners"),
-    topics.LAG: ("partition_lag", "group_lag", "group_health"),
+    topics.LAG: ("partition_lag", "group_lag", "group_health", "input_state"),
     topics.CONTROL: ("action",),
     topics.OUTCOMES: ("outcome", "verification", "worker_outcome", "request_verdict", "intent"),
     topics.PRODUCERS: ("producer_rates",),

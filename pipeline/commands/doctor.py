@@ -103,6 +103,7 @@ def evaluate(f: Facts) -> list[Row]:
             "partitions and leaders",
             "lagpilot topics",
             "clock skew",
+            "pipeline input",
         )
         return broker + [Row(n, SKIP, "broker not reached") for n in skipped] + rows
     version = f.broker_version or f"version unknown ({f.version_error})"
@@ -123,7 +124,30 @@ def evaluate(f: Facts) -> list[Row]:
     out.append(_partitions_row(f))
     out.append(_topics_row(f))
     out.append(_skew_row(f))
+    out.append(_inputs_row(f))
     return out + rows
+
+
+def _inputs_row(f: Facts) -> Row:
+    """Whether every pipeline replica reads __consumer_offsets as fast as it is written."""
+    name = "pipeline input"
+    if f.inputs is None:
+        return Row(name, SKIP, f"lagpilot.lag not read: {f.inputs_error}")
+    if not f.inputs:
+        return Row(name, SKIP, "no pipeline replica published its input state lately "
+                               "(none running, or a version before input_state)")  # fmt: skip
+    behind = {r: ev for r, ev in f.inputs.items() if ev.get("behind")}
+    if not behind:
+        return Row(name, OK, f"{len(f.inputs)} replica(s) caught up with __consumer_offsets")
+    worst = max(behind.values(), key=lambda ev: ev["behind_s"])
+    paused = " (reading paused at LAGPILOT_MAX_BUFFERED_BYTES)" if worst.get("paused") else ""
+    return Row(
+        name,
+        WARN,
+        f"{len(behind)} of {len(f.inputs)} replica(s) behind: {worst['replica']} by "
+        f"{worst['behind_s']:.1f} s, {worst['backlog_records']:,} records unread{paused}",
+        "add pipeline replicas or CPU (docs/runbook.md: When lagpilot itself lags)",
+    )
 
 
 def _offsets_row(f: Facts) -> Row:

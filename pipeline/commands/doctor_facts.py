@@ -53,6 +53,9 @@ class Facts:
     skew_s: float | None = None
     skew_rtt_s: float | None = None
     skew_error: str | None = None
+    # the latest ``input_state`` of each pipeline replica (None: lagpilot.lag not read)
+    inputs: dict[str, dict[str, Any]] | None = None
+    inputs_error: str | None = None
 
 
 def gather(
@@ -71,7 +74,26 @@ def gather(
     _gather_version(f, kafka, timeout_s)
     _gather_broker(f, md, kafka, timeout_s)
     _gather_skew(f, kafka, timeout_s)
+    _gather_inputs(f, kafka, timeout_s)
     return f
+
+
+#: how far back the doctor reads lagpilot.lag for the replicas' input states (s): more
+#: than one of their intervals (pipeline.read.backlog.INPUT_STATE_EVERY_MS)
+INPUTS_SINCE_S = 12.0
+
+
+def _gather_inputs(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> None:
+    """What each pipeline replica last said of its own reader (``input_state`` events)."""
+    from pipeline.commands.status import read_latest
+
+    inputs: dict[str, dict[str, Any]] = {}
+    try:
+        read_latest(f.bootstrap, INPUTS_SINCE_S, None, timeout_s, dict(kafka), inputs)
+    except Exception as exc:  # no lag topic yet, or not readable: said in the row
+        f.inputs_error = str(exc).split("\n")[0][:200]
+        return
+    f.inputs = inputs
 
 
 def _gather_version(f: Facts, kafka: Mapping[str, str], timeout_s: float) -> None:

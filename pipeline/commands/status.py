@@ -39,9 +39,11 @@ def read_latest(
     group: str | None = None,
     timeout_s: float = 10.0,
     kafka: dict[str, str] | None = None,
+    inputs: Latest | None = None,
 ) -> tuple[Latest, Latest, Latest]:
     """Latest ``group_lag`` per group|topic, ``partition_lag`` per group|topic|partition and
-    ``group_health`` per group."""
+    ``group_health`` per group; with ``inputs``, the latest ``input_state`` per replica
+    goes there (what each pipeline replica says of its own reader)."""
     consumer = reader(bootstrap, kafka or {}, "status", eof=True)
     try:
         lag = partitions_at_end(
@@ -52,6 +54,10 @@ def read_latest(
         health: dict[str, dict[str, Any]] = {}
         for msg, ev in until_end(consumer, positions_since(consumer, lag, since_s, timeout_s),
                                  timeout_s, poll_s=0.5):  # fmt: skip
+            if ev.get("event") == "input_state":
+                if inputs is not None:
+                    inputs[str(ev["replica"])] = ev
+                continue
             if group and ev.get("group") != group:
                 continue
             key = (msg.key() or b"").decode()
@@ -133,9 +139,25 @@ LEGEND = (
 )
 
 
+def behind_lines(inputs: Latest | None) -> list[str]:
+    """A line per pipeline replica that says it is behind (its figures are that old)."""
+    out = []
+    for replica, ev in sorted((inputs or {}).items()):
+        if ev.get("behind"):
+            paused = "; reading paused at LAGPILOT_MAX_BUFFERED_BYTES" if ev.get("paused") else ""
+            out.append(
+                f"pipeline replica {replica} is BEHIND: {ev['behind_s']:.1f} s, "
+                f"{ev['backlog_records']:,} __consumer_offsets records unread{paused} "
+                "(its lag figures are that old; docs/runbook.md: When lagpilot itself lags)"
+            )
+    return out
+
+
 def render(summaries: Latest, partitions: Latest, health: Latest | None = None,
-           hidden: int = 0) -> str:  # fmt: skip
-    lines = [
+           hidden: int = 0, inputs: Latest | None = None) -> str:  # fmt: skip
+    behind = behind_lines(inputs)
+    lines = [*behind, *([""] if behind else [])]
+    lines += [
         f"{'GROUP':<28} {'TYPE':<8} {'TOPIC':<28} {'STATUS':<7} {'LAG':>10} {'TIME LAG s':>10} "
         f"{'RATE/s':>9} {'PARTS':>5}"
     ]
@@ -187,9 +209,10 @@ def render(summaries: Latest, partitions: Latest, health: Latest | None = None,
     return "\n".join(lines)
 
 
-def as_json(summaries: Latest, partitions: Latest, health: Latest | None = None) -> str:
+def as_json(summaries: Latest, partitions: Latest, health: Latest | None = None,
+            inputs: Latest | None = None) -> str:  # fmt: skip
     """One JSON document for scripts: the events as they are on the topic, each group
-    health event with the table's ``consuming`` beside it."""
+    health event with the table's ``consuming`` beside it, and the replicas' ``inputs``."""
     doc = {
         "groups": sorted(summaries.values(), key=lambda s: (s["group"], s["topic"])),
         "partitions": sorted(
@@ -199,6 +222,7 @@ def as_json(summaries: Latest, partitions: Latest, health: Latest | None = None)
             {**h, "consuming": consuming(h["group"], summaries)}
             for h in sorted((health or {}).values(), key=lambda h: h["group"])
         ],
+        "inputs": [ev for _, ev in sorted((inputs or {}).items())],
     }
     return orjson.dumps(doc).decode()
 
@@ -246,16 +270,17 @@ def _status(args: Any) -> int:
     connect(args.bootstrap, args.kafka, args.connect_timeout_s, topic=topics.LAG)
     show_partitions = args.partitions or bool(args.group) or args.json
     while True:
+        inputs: Latest = {}
         summaries, partitions, health = read_latest(
-            args.bootstrap, args.since_s, args.group, args.connect_timeout_s, args.kafka
+            args.bootstrap, args.since_s, args.group, args.connect_timeout_s, args.kafka, inputs
         )
         everything = args.all or bool(args.group)  # a group asked for by name is shown
         summaries, partitions, health, hidden = shown(
             summaries, partitions, health, everything=everything
         )
         parts = partitions if show_partitions else {}
-        text = (as_json(summaries, parts, health) if args.json
-                else render(summaries, parts, health, hidden))  # fmt: skip
+        text = (as_json(summaries, parts, health, inputs) if args.json
+                else render(summaries, parts, health, hidden, inputs))  # fmt: skip
         if not args.watch:
             print(text)
             return 0

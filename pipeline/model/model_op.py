@@ -215,6 +215,8 @@ class LagOperator:
             if self.on_group_health is not None:
                 self.on_group_health(value)
             return [value]
+        if event == "input_state":  # the reader's own state: published as is
+            return [value]
         if self.watches is not None and not self.watches(key):
             return []  # another deployment's topic
         if event == "owners":
@@ -412,9 +414,11 @@ def _due(last_ms: np.ndarray, now_ms: int, interval_ms: int, phase: np.ndarray) 
 
 def lag_key(event: dict[str, Any]) -> str:
     """Key of an event on ``lagpilot.lag``: ``group|topic``, ``group|topic|partition``, or
-    the group for ``group_health``."""
+    the group for ``group_health``, ``input_state|replica`` for ``input_state``."""
     if event.get("event") == "group_health":
         return str(event["group"])
+    if event.get("event") == "input_state":
+        return f"input_state|{event['replica']}"
     if event.get("event") == "partition_lag":
         return f"{event['group']}|{event['topic']}|{event['partition']}"
     return f"{event['group']}|{event['topic']}"

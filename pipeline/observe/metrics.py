@@ -201,6 +201,27 @@ class PipelineMetrics:
             "Seconds since this replica last modelled a watermark sample.",
             registry=r,
         )
+        self.input_backlog = Gauge(
+            "lagpilot_input_backlog_records",
+            "__consumer_offsets records this replica's reader has not read yet.",
+            registry=r,
+        )
+        self.input_behind = Gauge(
+            "lagpilot_input_behind_seconds",
+            "Age of the last __consumer_offsets record read while a backlog waits (0: caught "
+            "up). Above a few seconds the replica is behind: its lag figures are that old.",
+            registry=r,
+        )
+        self.input_paused = Gauge(
+            "lagpilot_input_paused",
+            "1 while the reader is paused at LAGPILOT_MAX_BUFFERED_BYTES (output undelivered).",
+            registry=r,
+        )
+        self.input_pauses = Counter(
+            "lagpilot_input_pauses_total",
+            "Times the reader paused at LAGPILOT_MAX_BUFFERED_BYTES.",
+            registry=r,
+        )
         self.group_members = Gauge(
             "lagpilot_group_members",
             "Members of each consumer group (group health).",
@@ -312,6 +333,16 @@ class PipelineMetrics:
                 self.share_group.remove(group, topic)
         if keep:
             self._share_seen[topic] = keep
+
+    def input_gauge(self, name: str, value: float) -> None:
+        """One of the reader's gauges (``pipeline.read.counters.GAUGE_PREFIX``)."""
+        gauge = {
+            "input_backlog_records": self.input_backlog,
+            "input_behind_seconds": self.input_behind,
+            "input_paused": self.input_paused,
+        }.get(name)
+        if gauge is not None:
+            gauge.set(value)
 
     def sample_modelled(self, sampled_at_ms: int) -> None:
         now = time.time()

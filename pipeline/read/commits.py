@@ -43,11 +43,17 @@ from typing import Any
 import orjson
 from quixstreams.sources import Source
 
+from pipeline.read.backlog import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    BufferBudget,
+)
 from pipeline.read.coalesce import Coalescer
 from pipeline.read.counters import CounterChannel
 from pipeline.read.health import HealthFactory, HealthFold
+from pipeline.read.input_watch import INPUT_KEY_PREFIX, InputWatch
 from pipeline.read.membership_scan import MembershipScan
 from pipeline.read.poll import apply_scans, read_poll
+from pipeline.read.positions import ReadPositions
 from pipeline.read.sampler_process import PendingSamples, SampledTicks
 from pipeline.read.share_positions import SharePoller, group_partition, release_report
 from pipeline.read.topic_ids import TopicIdResolver
@@ -152,6 +158,8 @@ class CommitsConfig:
     align_timeout_s: float = 1.0
     #: how often share groups are read (s; 0: not read): ``pipeline.read.share_positions``
     share_groups_interval_s: float = 0.0
+    #: the bound on the bytes the reader's queues hold (``pipeline.read.backlog``)
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
 
     @property
     def poll_timeout_s(self) -> float:
@@ -178,108 +186,11 @@ class CommitsConfig:
             # fetch per few records: that spares the broker's CPU, and a record waits at
             # most FETCH_WAIT_MS more
             "fetch.min.bytes": FETCH_MIN_BYTES,
+            **BufferBudget(self.max_buffered_bytes).reader_consumer(),
         }
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
         return Consumer({**conf, "logger": CLIENT_LOG})
-
-
-class ReadPositions:
-    """Which partitions the reader is assigned, and how far it has read them."""
-
-    def __init__(self, cfg: CommitsConfig) -> None:
-        self.offsets_topic = cfg.offsets_topic
-        self.progress_topic = cfg.progress_topic
-        self.auto_offset_reset = cfg.auto_offset_reset
-        self.assigned: set[int] | None = None  # offsets partitions; None until assigned
-        self.assigned_progress: set[int] = set()  # lagpilot.progress partitions
-        # committed offsets at assignment per (topic, partition), looked up lazily
-        self.starts: dict[tuple[str, int], int] = {}
-
-    @property
-    def owned(self) -> frozenset[int]:
-        """The offsets partitions assigned (none before the first assignment)."""
-        return frozenset(self.assigned or ())
-
-    def offsets_parts(self, partitions: Any) -> set[int]:
-        return {tp.partition for tp in partitions if tp.topic == self.offsets_topic}
-
-    def progress_parts(self, partitions: Any) -> set[int]:
-        return {tp.partition for tp in partitions if tp.topic == self.progress_topic}
-
-    def assign(self, partitions: Any) -> None:
-        self.assigned = (self.assigned or set()) | self.offsets_parts(partitions)
-        self.assigned_progress |= self.progress_parts(partitions)
-        for tp in partitions:
-            self.starts.pop((tp.topic, tp.partition), None)
-
-    def revoke(self, partitions: Any) -> None:
-        self.assigned = (self.assigned or set()) - self.offsets_parts(partitions)
-        self.assigned_progress -= self.progress_parts(partitions)
-
-    def caught_up(self, consumer: Any) -> bool:
-        """Has this reader reached the end of every offsets partition it is assigned, as
-        of the last fetch responses (the high watermark, or the last stable offset of
-        a read_committed consumer)? Not before the first assignment: then nothing is read.
-
-        A partition read from its committed offset that has nothing new has no position
-        (nothing consumed): there the committed offset, looked up once, stands in."""
-        if self.assigned is None:
-            return False
-        from confluent_kafka import TopicPartition
-
-        tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self.assigned)]
-        if self.progress_topic:
-            tps += [TopicPartition(self.progress_topic, p) for p in self.assigned_progress]
-        for tp in consumer.position(tps) if tps else []:
-            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
-            if hi < 0:
-                return False  # no fetch response yet
-            at = tp.offset if tp.offset >= 0 else self.start_offset(consumer, tp, lo, hi)
-            if at < hi:
-                return False
-        return True
-
-    def positions(self, consumer: Any) -> dict[int, int] | None:
-        """This reader's position on each offsets partition it is assigned (where reading
-        began, for one it has consumed nothing from yet); None before the first
-        assignment."""
-        if self.assigned is None:
-            return None
-        from confluent_kafka import TopicPartition
-
-        tps = [TopicPartition(self.offsets_topic, p) for p in sorted(self.assigned)]
-        out = {}
-        for tp in consumer.position(tps) if tps else []:
-            if tp.offset >= 0:
-                out[tp.partition] = tp.offset
-            else:
-                low, high = consumer.get_watermark_offsets(tp, cached=True)
-                out[tp.partition] = self.start_offset(consumer, tp, low, high)
-        return out
-
-    def start_offset(self, consumer: Any, at: Any, low: int, high: int) -> int:
-        """Where reading a partition began, for one nothing has been consumed from (its
-        position is unknown then): its committed offset; else (a new group) the log start
-        when it reads from the earliest, and when it reads from the latest the end its
-        fetches have seen (``high``, the cached high watermark: what was there when it
-        reset is skipped, not to be read; -1001 before the first fetch response). A
-        reader started at the end of partitions nobody commits to would otherwise wait
-        for their old records forever, and drop every sample."""
-        key = (at.topic, at.partition)
-        if key not in self.starts:
-            from confluent_kafka import TopicPartition
-
-            try:
-                [tp] = consumer.committed([TopicPartition(*key)], timeout=5)
-                self.starts[key] = tp.offset
-            except Exception as exc:  # ask again on the next loop
-                log.debug("committed offset of %s: %s", key, exc)
-                return -1
-        start = self.starts[key]
-        if start >= 0:
-            return start
-        return high if self.auto_offset_reset == "latest" else max(low, 0)
 
 
 class CommitsLoop:
@@ -313,6 +224,8 @@ class CommitsLoop:
         self.offsets_partitions = 1
         self.scans: list[MembershipScan] = []  # start-up membership scans still running
         self.stats: Counter[str] = Counter()
+        # the bound on what the reader holds, and what it says of itself
+        self.input = InputWatch(self.cfg, consumer, source, self.positions)
         self.sampler_errors: dict[str, int] = {}  # the sampler's, by kind, as of its last tick
         self.run_id = uuid.uuid4().hex[:12]  # the counters begin again with each run
         # wall ms up to which every commit record has been read and forwarded: a sample
@@ -353,9 +266,12 @@ class CommitsLoop:
         """One poll: its records into the buffer and group health, then whatever is due
         (group health's events, samples, a flush, the counters)."""
         resend = self.resend_due()
+        self.input.hold_back()
         started_ms = int(time.time() * 1000)
         msgs = self.consumer.consume(num_messages=POLL_MAX, timeout=self.cfg.poll_timeout_s)
         now_ms = int(time.time() * 1000)
+        if msgs and not msgs[-1].error():
+            self.input.last_record_ms = msgs[-1].timestamp()[1]
         reports = read_poll(
             msgs,
             self.buffer,
@@ -482,6 +398,7 @@ class CommitsLoop:
     # -- out -----------------------------------------------------------------------------
 
     def produce(self, key: str, value: bytes, timestamp: int) -> None:
+        self.input.gate.sent(len(value))
         self.source.produce(key=key, value=value, timestamp=timestamp)
 
     def flush(self, samples: Sequence[Tick] = (), commit: bool = False) -> None:
@@ -574,7 +491,12 @@ class CommitsLoop:
 
     def send_counters(self) -> None:
         """This run's totals, and its sampler's (``sampler|<where>:<kind>``), to Prometheus."""
-        totals = dict(self.stats)
+        totals: dict[str, float] = dict(self.stats)
+        now_ms = int(time.time() * 1000)
+        gauges, event = self.input.state(now_ms, self.cfg.instance_id or self.run_id)
+        totals.update(gauges)
+        if event is not None:
+            self.produce(INPUT_KEY_PREFIX + event["replica"], orjson.dumps(event), now_ms)
         for kind, n in self.sampler_errors.items():
             totals[f"sampler|{kind}"] = n
         self.source.counters.send(self.run_id, totals)
@@ -607,6 +529,14 @@ class CommitsSource(Source):
         # lands on one offsets partition, read by this source
         self.health = health
         self.counters = CounterChannel()  # made here, in the main process, before the spawn
+
+    def undelivered(self) -> int:
+        """Messages produced and not yet acknowledged (librdkafka's queue, in flight too)."""
+        producer: Any = getattr(self.producer, "_producer", self.producer)
+        return len(producer)
+
+    def serve_deliveries(self, timeout_s: float) -> None:
+        self.producer.poll(timeout_s)
 
     def _start_sampler(self, offsets_partitions: int) -> SampledTicks | None:
         """Starts the watermark sampler in a process of its own (``sampler_process``).

@@ -20,6 +20,8 @@ import queue
 from collections.abc import Mapping
 from typing import Any
 
+#: a stat named with this prefix is a gauge (its value as it is now), not a total
+GAUGE_PREFIX = "gauge|"
 #: totals waiting in the queue at most; a full queue drops the new totals (they are
 #: cumulative: the next ones carry them)
 MAX_QUEUED = 16

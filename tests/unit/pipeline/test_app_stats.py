@@ -79,3 +79,12 @@ def _run_recording(pump: Any, channel: CounterChannel, errors: list[BaseExceptio
         pump(channel)
     except BaseException as exc:  # the test reports it
         errors.append(exc)
+
+
+def test_the_readers_gauges_are_set_to_their_value_not_added_up():
+    m = PipelineMetrics()
+    stats = SourceStats(m)
+    for behind in (12.5, 3.0):
+        stats.fold("a", {"gauge|input_behind_seconds": behind, "gauge|input_backlog_records": 9})
+    assert m.input_behind._value.get() == 3.0
+    assert m.input_backlog._value.get() == 9

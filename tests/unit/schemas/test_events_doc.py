@@ -61,6 +61,7 @@ def test_outcome_examples_are_present() -> None:
         "group_lag",
         "offset_deleted",
         "group_health",
+        "input_state",
         "owners",
         "worker_outcome",
         "producer_rates",

@@ -18,6 +18,7 @@ from pipeline.commands.doctor import (
     render,
 )
 from pipeline.decide.policy_config import PolicyConfig
+from pipeline.read.backlog import input_state
 from runtime.cli import EX_CONFIG, EX_FAILED, EX_NOPERM, EX_UNAVAILABLE, CommandError
 from schemas import Mode
 
@@ -39,6 +40,7 @@ def healthy(**kw: object) -> Facts:
         policy=ACTING,
         skew_s=0.004,
         skew_rtt_s=0.002,
+        inputs={"r0": input_state("r0", 1, 0.0, 0, False, 256 << 20)},
     )
     return replace(f, **kw)  # type: ignore[arg-type]
 
@@ -138,3 +140,15 @@ def test_the_broker_row_names_the_version_or_why_it_is_unknown() -> None:
     row = by_check(evaluate(healthy(version_error="ApiVersions failed: timed out")))
     assert row["broker"].status == OK  # reachable is what the deployment needs
     assert "version unknown (ApiVersions failed: timed out)" in row["broker"].detail
+
+
+def test_a_replica_behind_its_input_warns_with_how_far_and_the_fix() -> None:
+    behind = input_state("r1", 1, 42.0, 900_000, True, 256 << 20)
+    row = by_check(evaluate(healthy(inputs={"r0": healthy().inputs["r0"], "r1": behind})))[
+        "pipeline input"
+    ]
+    assert row.status == WARN
+    assert "1 of 2 replica(s) behind: r1 by 42.0 s, 900,000 records unread" in row.detail
+    assert "paused" in row.detail and "replicas" in row.fix
+    quiet = by_check(evaluate(healthy(inputs={})))["pipeline input"]
+    assert quiet.status == SKIP  # nothing said lately: not a verdict either way

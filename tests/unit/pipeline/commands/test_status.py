@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from pipeline.commands.status import as_json, render, shown
+from pipeline.read.backlog import input_state
 
 
 def _summary(group: str, topic: str, tl: float, status: str = "WARN") -> dict[str, Any]:
@@ -103,3 +104,18 @@ def test_a_healthy_group_that_consumes_nothing_says_so() -> None:
     doc = orjson.loads(as_json(summaries, {}, health))
     assert {h["group"]: h["consuming"] for h in doc["group_health"]} == {
         "fine": "all", "half": "some", "stopped": "none"}  # fmt: skip
+
+
+def test_a_replica_behind_is_named_first_and_one_caught_up_is_not() -> None:
+    inputs = {
+        "r0": input_state("r0", 1, 0.0, 0, False, 256 << 20),
+        "r1": input_state("r1", 1, 12.5, 950_000, True, 256 << 20),
+    }
+    text = render({}, {}, None, 0, inputs)
+    first = text.splitlines()[0]
+    assert first.startswith("pipeline replica r1 is BEHIND: 12.5 s, 950,000")
+    assert "paused" in first and "r0" not in text
+    assert [ev["replica"] for ev in orjson.loads(as_json({}, {}, None, inputs))["inputs"]] == [
+        "r0",
+        "r1",
+    ]

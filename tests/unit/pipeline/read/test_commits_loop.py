@@ -63,12 +63,20 @@ class FakeSource:
     counters: FakeCounters = field(default_factory=FakeCounters)
     produced: list[tuple[str, Any, int]] = field(default_factory=list)
     flushes: int = 0
+    queued: int = 0  # messages the producer holds undelivered
+    served: int = 0
 
     def produce(self, key: str, value: bytes, timestamp: int) -> None:
         self.produced.append((key, orjson.loads(value), timestamp))
 
     def flush(self) -> None:
         self.flushes += 1
+
+    def undelivered(self) -> int:
+        return self.queued
+
+    def serve_deliveries(self, timeout_s: float) -> None:
+        self.served += 1
 
 
 def _loop(*polls: list[Msg], health: HealthFold | None = None) -> tuple[CommitsLoop, Any, Any]:
