@@ -3,7 +3,7 @@
 Two ``lagpilot run`` replicas share one consumer group (each with its own state folder),
 under row 1's load (``bench.support.fault_load``: a steady swarm, no incident). The replica
 that models the swarm's topic (its samples are keyed by topic, so one replica holds them:
-the one whose /metrics carries the swarm's group) is killed with SIGKILL, its sampler too,
+the one whose /metrics carries the swarm's group lag) is killed with SIGKILL, its sampler too,
 and nothing restarts it. The survivor must take its partitions over and publish the
 swarm's lag again within ``DETECTION_TARGET_S`` of the kill, with no false alarm: no status
 other than OK and no action of the pipeline's for a swarm that never lagged.
@@ -29,12 +29,18 @@ SESSION_TIMEOUT_MS = 6_000  # the least a broker accepts by default (group.min.s
 
 
 def _models(pipe: PipelineProcess, group: str) -> bool:
+    """Whether ``pipe``'s model holds ``group``'s lag (group health, kept by the replica
+    reading the group's offsets partition, may name it on another replica)."""
     try:
         url = f"http://127.0.0.1:{pipe.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as r:
-            return f'group="{group}"' in r.read().decode()
+            text = r.read().decode()
     except OSError:
         return False
+    label = f'group="{group}"'
+    return any(
+        ln.startswith("lagpilot_group_lag_offsets{") and label in ln for ln in text.splitlines()
+    )
 
 
 def replica_kill(bootstrap: str, workdir: Path, run_s: float = 45.0) -> dict[str, Any]:
