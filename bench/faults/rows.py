@@ -319,7 +319,8 @@ def replica_kill_row(bootstrap: str, tmp: Path) -> dict[str, Any]:
         f"{got.get('replicas_modelling_the_swarm')}) SIGKILLed, not restarted; the survivor "
         f"modelled the swarm {cell(got.get('survivor_models_the_swarm_after_s'))} s after the "
         f"kill; false alarms {false_alarms} (statuses other than OK: "
-        f"{got['not_ok_statuses'] or 0}, pipeline actions {got['pipeline_actions']})"
+        f"{got['not_ok_statuses'] or 0}, pipeline actions {got['pipeline_actions']}; in the "
+        f"10 s of load before the kill: {got['not_ok_before_fault']} not OK)"
     )
     out = load_row("replica_kill", REPLICA_KILL_TITLE, got, what)
     met = (

@@ -317,6 +317,8 @@ def under_load(
     # what the pipeline said of the swarm's group once the fault began: a steady swarm
     # (no hot partition) gives it no cause for a status other than OK, nor for an action
     alarms = [e for e in lag if e.get("status") != "OK" and e["observed_at_ms"] >= started_ms]
+    # the same, in the 10 s of load before the fault: what the load alone raises on this host
+    baseline = [e for e in lag if e.get("status") != "OK" and e["observed_at_ms"] < started_ms]
     for clear, probe in zip(clears, probes, strict=True):
         up_ms = clear["at_ms"]
         after = [e["_received_ms"] for e in lag if e["observed_at_ms"] > up_ms]
@@ -361,6 +363,7 @@ def under_load(
         "pipeline_actions": sum(1 for a in actions if a not in ours),
         "not_ok_lag_events": len(alarms),
         "not_ok_statuses": dict(Counter(str(e.get("status")) for e in alarms)),
+        "not_ok_before_fault": len(baseline),
         "not_ok_examples": [
             {
                 k: e.get(k)
