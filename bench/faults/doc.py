@@ -26,6 +26,8 @@ def _missed(row: dict[str, Any]) -> str:
         return ""
     missed = [f"{k} {row[k]}" for k in ("lost", "duplicate_side_effects", "duplicate_actions",
               "stuck_throttles") if row[k]]  # fmt: skip
+    if row.get("false_alarms"):  # a row that judges them (8a)
+        missed.append(f"false alarms {row['false_alarms']}")
     if row["recover_s"] is not None and row["recover_s"] > RECOVER_TARGET_S:
         missed.append(f"recovery {row['recover_s']} s")
     if not row["recovered"]:
