@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+from pipeline.state_dir import check_state_dir, state_write_error
 from runtime import tracing
 from runtime.backoff import backoff_s
 from runtime.cli import (
@@ -153,12 +154,19 @@ def _run(args: Any) -> int:
         log.info("metrics on :%d/metrics, health on /healthz and /readyz", server.port)
     log.info("starting with %s, policy mode %s", describe(settings), policy_config.mode.value)
     try:
+        check_state_dir(settings.state_dir)  # before the broker: a fix needs no broker
         wait_for_broker(settings.bootstrap, dict(settings.kafka), args.connect_timeout_s)
         if policy is not None:  # a halt kept from before this pipeline's state existed
             policy.adopt_kept_halts(settings.broker_config(), settings.control_topic)
         run_until_stopped(build_app, settings, metrics, policy)
     except KeyboardInterrupt:
         pass
+    except Exception as exc:
+        # a store that cannot be written ends the run: said as the directory and its fix
+        err = state_write_error(exc, settings.state_dir)
+        if err is None:
+            raise
+        raise err from exc
     finally:
         if server is not None:
             server.stop()

@@ -224,6 +224,7 @@ def build_app(
             consumer_group=f"{settings.consumer_group}.offsets",
             offsets_topic=settings.offsets_topic,
             instance_id=f"{settings.instance_id}-offsets" if settings.instance_id else "",
+            session_timeout_ms=settings.session_timeout_ms,
             flush_ms=settings.commit_flush_ms,
             auto_offset_reset="earliest",
             model_group=settings.consumer_group,

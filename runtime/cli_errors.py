@@ -19,6 +19,7 @@ EX_FAILED = 1
 EX_USAGE = 64
 EX_NOINPUT = 66
 EX_UNAVAILABLE = 69
+EX_CANTCREAT = 73
 EX_TEMPFAIL = 75
 EX_NOPERM = 77
 EX_CONFIG = 78
@@ -31,6 +32,8 @@ EXIT_CODES: dict[int, str] = {
     EX_USAGE: "bad command line: unknown option, missing or malformed argument",
     EX_NOINPUT: "a topic lagpilot reads is missing (is the pipeline running?)",
     EX_UNAVAILABLE: "broker or Redpanda Admin API unreachable",
+    EX_CANTCREAT: "the state directory cannot be written (read-only, full, not a directory): "
+    "the message names it and the fix",
     EX_TEMPFAIL: "a publish timed out or failed retriably: try again",
     EX_NOPERM: "authentication failed or an ACL denies the operation",
     EX_CONFIG: "configuration error: a setting, the policy file, TLS files or the signing key",

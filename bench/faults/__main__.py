@@ -17,8 +17,11 @@ Measured here:
   (``bench/faults/decoder.py``); 6b, 20,000 of them in a real offsets topic read by the
   running pipeline around true commits (``bench/faults/garbage.py``; full run only);
 - 7, bad control input on the real broker (``bench/faults/control.py``);
-- 11, one replica fed several times what it holds for a minute
-  (``bench/faults/overload.py``; full run only).
+- 8a, one of two pipeline replicas SIGKILLed (``bench/faults/replicas.py``), 8b, the
+  actuator cut from the broker for 20 s (``bench/faults/actuator_cut.py``, its own broker
+  on port 27392 and a proxy on 27396), 8c, the state directory read-only, then full
+  (``bench/faults/state_dir.py``, a tmpfs it mounts: root only), 8d, one replica fed
+  several times what it holds for a minute (``bench/faults/overload.py``); full run only.
 
 Each row is measured and judged in ``bench/faults/rows.py``; this module picks the rows,
 runs them and writes the JSON and the doc. The broker: this benchmark starts its own
@@ -46,6 +49,7 @@ from bench.faults.rows import (
     NOT_MEASURED,
     ORDER,
     TITLES,
+    actuator_cut_row,
     admin_row,
     broker_kill_row,
     cluster_row,
@@ -55,7 +59,9 @@ from bench.faults.rows import (
     network_row,
     overload_row,
     process_kill_row,
+    replica_kill_row,
     row,
+    state_dir_row,
 )
 from bench.support.broker import OwnBroker, own_broker
 from bench.support.fault_load import RECOVER_TARGET_S
@@ -96,6 +102,9 @@ def run(
         makers["cluster_leader_kill"] = cluster_row
         makers["network_cut"] = network_row
         makers["replica_overload"] = lambda t: overload_row(bootstrap, t)
+        makers["replica_kill"] = lambda t: replica_kill_row(bootstrap, t)
+        makers["actuator_cut"] = actuator_cut_row
+        makers["state_dir"] = lambda t: state_dir_row(bootstrap, t)
         for fault in NOT_MEASURED:
             makers.pop(fault, None)
     if broker is not None:
@@ -139,6 +148,33 @@ def run(
     }
 
 
+def append_run(
+    path: Path, result: dict[str, Any], stamp: dict[str, Any], only: set[str] | None
+) -> None:
+    """Add this run's measured rows (``only``'s, when given) to ``path``'s ``runs``, each run
+    with its own stamp; the file's counts say in how many runs each row met its targets."""
+    kept = orjson.loads(path.read_bytes())["runs"] if path.exists() else []
+    rows = [r for r in result["rows"] if r["measured"] and (only is None or r["fault"] in only)]
+    run_rows = []
+    for r in rows:
+        d = r.get("details") or {}
+        run_rows.append(
+            {k: r[k] for k in ("fault", "targets_met", "recovered", "recover_s", "lost",
+                               "duplicate_side_effects", "duplicate_actions", "stuck_throttles")}
+            | {"clears": d.get("clears"), "pipeline_rebuilds": d.get("pipeline_rebuilds"),
+               "actuator_warnings": d.get("actuator_warnings"), "why": r["why"]}
+        )  # fmt: skip
+    runs = [*kept, stamp | {"rows": run_rows}]
+    met: dict[str, list[int]] = {}
+    for run_ in runs:
+        for r in run_["rows"]:
+            met.setdefault(r["fault"], [0, 0])
+            met[r["fault"]][0] += bool(r["targets_met"])
+            met[r["fault"]][1] += 1
+    summary = {k: f"{m} of {n}" for k, (m, n) in met.items()}
+    write_result(path, {"targets_met_in_runs": summary, "runs": runs}, stamp)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a run of well under a minute")
@@ -146,6 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "faults.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument("--render", action="store_true", help="only rewrite --doc from --out")
+    parser.add_argument(
+        "--runs-out",
+        type=Path,
+        help="also append the rows this run measured, with the run's own stamp, to this "
+        "file's list of runs: a row run N times (--only, N invocations) keeps every run",
+    )
     parser.add_argument(
         "--only",
         help=f"comma-separated rows to measure again ({', '.join(ORDER)}); the others are "
@@ -180,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = write_result(args.out, result, stamp)
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(render_doc(result, read_soak()))
+    if args.runs_out:
+        append_run(args.runs_out, result, stamp, params.get("only"))
     for r in result["rows"]:
         state = "not measured" if not r["measured"] else f"targets met: {cell(r['targets_met'])}"
         print(f"{r['fault']:<22} {state}  {r['why'][:150]}")

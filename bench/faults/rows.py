@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.faults import actuator_cut as fault_actuator_cut
 from bench.faults import cluster as fault_cluster
 from bench.faults import control as fault_control
 from bench.faults import decoder as fault_decoder
@@ -21,6 +22,8 @@ from bench.faults import garbage as fault_garbage
 from bench.faults import network as fault_network
 from bench.faults import overload as fault_overload
 from bench.faults import process as fault_process
+from bench.faults import replicas as fault_replicas
+from bench.faults import state_dir as fault_state_dir
 from bench.faults.broker import broker_kill
 from bench.faults.doc import cell
 from bench.support.broker import OwnBroker, own_broker
@@ -35,7 +38,10 @@ PROCESS_KILL_TITLE = (
 )
 CLUSTER_TITLE = "2. 3 brokers: __consumer_offsets leader, then controller, killed and restarted"
 NETWORK_TITLE = "3. network cut pipeline-broker, then workers-broker, 15 s each"
-OVERLOAD_TITLE = "11. one replica fed several times what it holds, for 60 s"
+OVERLOAD_TITLE = "8d. one replica fed several times what it holds, for 60 s"
+REPLICA_KILL_TITLE = "8a. one of two pipeline replicas SIGKILLed under load"
+ACTUATOR_CUT_TITLE = "8b. the actuator cut from the broker (network) for 20 s while actions are due"
+STATE_DIR_TITLE = "8c. the pipeline's state directory read-only at start, then full mid-run"
 NOT_MEASURED: dict[str, tuple[str, str]] = {}
 
 
@@ -298,6 +304,97 @@ def process_kill_row(bootstrap: str, tmp: Path, n: int) -> dict[str, Any]:
     )
 
 
+def replica_kill_row(bootstrap: str, tmp: Path) -> dict[str, Any]:
+    got = fault_replicas.replica_kill(bootstrap, tmp)
+    waits = got["recover_s"]
+    detection = waits["detection_s"]
+    false_alarms = got["not_ok_lag_events"] + got["pipeline_actions"]
+    what = (
+        f"2 replicas in one group (session {got['session_timeout_ms'] / 1000:g} s); replica "
+        f"{got.get('killed_replica')} (modelling the swarm: replicas "
+        f"{got.get('replicas_modelling_the_swarm')}) SIGKILLed, not restarted; the survivor "
+        f"modelled the swarm {cell(got.get('survivor_models_the_swarm_after_s'))} s after the "
+        f"kill; false alarms {false_alarms} (statuses other than OK: "
+        f"{got['not_ok_statuses'] or 0}, pipeline actions {got['pipeline_actions']}; in the "
+        f"10 s of load before the kill: {got['not_ok_before_fault']} not OK)"
+    )
+    out = load_row("replica_kill", REPLICA_KILL_TITLE, got, what)
+    met = (
+        out["targets_met"]
+        and detection is not None
+        and detection <= fault_replicas.DETECTION_TARGET_S
+        and false_alarms == 0
+    )
+    if detection is None or detection > fault_replicas.DETECTION_TARGET_S:
+        out["why"] += f"; detection target {fault_replicas.DETECTION_TARGET_S:g} s missed"
+    return out | {"targets_met": met, "false_alarms": false_alarms}
+
+
+def actuator_cut_row(tmp: Path) -> dict[str, Any]:
+    got = fault_actuator_cut.cut_actuator(tmp)
+    late = [v for v in got["release_late_s"].values()]
+    on_time = all(v is not None and v <= got["release_late_target_s"] for v in late)
+    recovered = got["recover_s"] is not None and got["actuator_alive"]
+    ok = (
+        recovered
+        and got["recover_s"] <= RECOVER_TARGET_S
+        and on_time
+        and got["duplicate_actions"] == got["applied_after_expiry"] == 0
+        and got["expired_applied"] == 0
+        and got["stuck_throttles"] == 0
+    )
+    r = got["results"]
+    why = (
+        f"cut {got['cut_s']} s by a proxy holding every byte of the actuator's (consumer, "
+        f"transactional producer, quota client); the throttle sent during the cut (twice) "
+        f"applied {cell(got['recover_s'])} s after the heal: {r['due']}; the one that "
+        f"expired during the cut: {r['expires']}; releases late past max(lease end, heal) "
+        f"(s): {got['release_late_s']} (target {got['release_late_target_s']:g}); applied "
+        f"after expiry {got['applied_after_expiry']}"
+    )
+    return row(
+        "actuator_cut",
+        ACTUATOR_CUT_TITLE,
+        recovered=recovered,
+        recover_s=got["recover_s"],
+        lost=0 if r["due"].count("applied") == 1 else 1,
+        duplicate_side_effects=0,
+        duplicate_actions=got["duplicate_actions"],
+        stuck_throttles=got["stuck_throttles"],
+        needed_a_person=not got["actuator_alive"],
+        targets_met=ok,
+        why=why,
+        details=got,
+    )
+
+
+def state_dir_row(bootstrap: str, tmp: Path) -> dict[str, Any]:
+    try:
+        ro = fault_state_dir.read_only_at_start(bootstrap, tmp)
+    except fault_state_dir.CannotMount as exc:
+        return row("state_dir", STATE_DIR_TITLE, measured=False,
+                   why=f"not measured here: the row mounts a tmpfs of its own ({exc}); run "
+                   "it as root on a host that allows mounts")  # fmt: skip
+    full = fault_state_dir.full_mid_run(bootstrap, tmp)
+    said_well = all(
+        d["exit_code"] == 73 and d["names_the_directory"] and d["names_the_fix"] for d in (ro, full)
+    )
+    what = (
+        f"a tmpfs of {full['state_fs_bytes'] // 2**20} MiB as the state directory. Read-only "
+        f'at start: exit {ro["exit_code"]} after {ro["exited_after_s"]} s, "{ro["said"]}". '
+        f"Filled mid-run ({full.get('filler_bytes', 0):,} bytes): exit {full.get('exit_code')} "
+        f'after {full.get("exited_after_s")} s, "{full.get("said", "")}"; restarted on the '
+        f"same state once emptied, words of damage in its log: "
+        f"{full['corrupt_words_after_restart'] or 'none'}"
+    )
+    out = load_row("state_dir", STATE_DIR_TITLE, full, what)
+    clean = not full["corrupt_words_after_restart"] and not ro["traceback"]
+    return out | {
+        "targets_met": bool(out["targets_met"] and said_well and clean),
+        "details": out["details"] | {"read_only_at_start": ro},
+    }
+
+
 def garbage_row(bootstrap: str, tmp: Path, garbage: int) -> dict[str, Any]:
     got = fault_garbage.garbage_topic(bootstrap, tmp, garbage=garbage, commits=400)
     counted = got["counted_skipped"] == got["expected_skipped"]
@@ -379,9 +476,12 @@ def overload_row(bootstrap: str, tmp: Path) -> dict[str, Any]:
 
 ORDER = ["broker_kill", "cluster_leader_kill", "network_cut", "process_kill",
          "admin_api_faults", "decoder_fuzz", "garbage_topic", "bad_control_input",
-         "replica_overload"]  # fmt: skip
+         "replica_kill", "actuator_cut", "state_dir", "replica_overload"]  # fmt: skip
 TITLES = {
     "broker_kill": BROKER_KILL_TITLE,
+    "replica_kill": REPLICA_KILL_TITLE,
+    "actuator_cut": ACTUATOR_CUT_TITLE,
+    "state_dir": STATE_DIR_TITLE,
     "cluster_leader_kill": CLUSTER_TITLE,
     "network_cut": NETWORK_TITLE,
     "process_kill": PROCESS_KILL_TITLE,

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ DOWN_S = 10.0
 RECOVER_TARGET_S = 30.0
 
 
-def _start_actuator(
+def start_actuator(
     bootstrap: str, control: str, outcomes: str, policy: Path, log: Path
 ) -> subprocess.Popen[bytes]:
     env = os.environ | {
@@ -92,11 +92,22 @@ def _send(bootstrap: str, topic: str, event: dict[str, Any], attempts: int = 4) 
 @dataclass
 class Scene:
     """What a fault sees: ``cleared(label)`` to call each time a fault clears (recovery is
-    measured from there), the running pipeline and the control topic."""
+    measured from there), the running pipeline (``pipe``, the first of ``replicas``: more
+    than one when the row runs replicas in one group), the control topic and the swarm's
+    group."""
 
     cleared: Callable[[str], None]
     pipe: PipelineProcess
     control: str
+    group: str = ""
+    replicas: list[PipelineProcess] = field(default_factory=list)
+
+    def kill_replica(self, victim: PipelineProcess) -> None:
+        """SIGKILL one replica (and its sampler); the others carry on without it."""
+        victim.kill(signal.SIGKILL)
+        self.replicas.remove(victim)
+        if self.pipe is victim:
+            self.pipe = self.replicas[0]
 
     def replace_pipeline(self) -> None:
         """SIGKILL the pipeline (and its sampler); start a replacement on the same state
@@ -106,6 +117,24 @@ class Scene:
         again = PipelineProcess(old.bootstrap, old.include, old.state_dir, **old.extra_env)
         again.group, again.log_path = old.group, old.log_path
         self.pipe = again.start()
+        self.replicas = [again if p is old else p for p in self.replicas]
+
+
+def _wait_any_modelling(pipes: list[PipelineProcess], timeout_s: float = 120) -> None:
+    """Until one of the replicas models the swarm's topic: its samples are keyed by topic,
+    so one replica alone holds them (the only one, when there is one)."""
+    if len(pipes) == 1:
+        wait_modelling(pipes[0], timeout_s)
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in pipes:
+            try:
+                wait_modelling(p, timeout_s=0.5)
+                return
+            except SystemExit:
+                continue
+    raise SystemExit(f"no replica modelled a sample:\n{pipes[0].log_tail()}")
 
 
 #: ``fault(scene)`` runs a fault and calls ``scene.cleared(label)`` each time one clears.
@@ -133,6 +162,9 @@ def under_load(
     run_id: str | None = None,
     hot_partition: int | None = None,
     replication: int = 1,
+    replicas: int = 1,
+    state_dir: Path | None = None,
+    pipeline_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The swarm, its workers, the pipeline (act) and the actuator on ``bootstrap``; ``fault``
     runs 10 s in; recovery is measured from each time it clears. The pipeline and the
@@ -140,7 +172,10 @@ def under_load(
     group is ``agent-workers-<run_id>``. ``hot_partition``: from 8 s in, heavy documents on
     that partition (an incident: the shipped policy spreads it over lanes). ``replication``: the
     replication factor of the swarm's, the control and the pipeline's topics (3 on a
-    3-node cluster, as one is run: a node's restart then moves leaders, not stops them)."""
+    3-node cluster, as one is run: a node's restart then moves leaders, not stops them).
+    ``replicas``: that many pipelines in one consumer group, each with its own state
+    folder; ``state_dir``: the (first) pipeline's state folder instead of one in
+    ``workdir``; ``pipeline_env``: more settings for every pipeline."""
     run_id = run_id or uuid.uuid4().hex[:6]
     cfg = SwarmConfig(
         bootstrap=bootstrap,
@@ -162,18 +197,29 @@ def under_load(
     policy = workdir / f"actuator-{run_id}.toml"
     policy.write_text('mode = "act"\n[allow]\nthrottle_client_ids = ["faults-*"]\n')
     os.environ.setdefault("LAGPILOT_SIGNING_KEY", DEMO_KEY)
-    pipe = PipelineProcess(
-        pipeline_bootstrap or bootstrap,
-        f"{cfg.topic}$",
-        workdir / f"state-{run_id}",
-        LAGPILOT_RUN_POLICY="true",
-        LAGPILOT_POLICY_FILE=str(DEFAULT_POLICY),
-        LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
-        LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
-        LAGPILOT_REPLICATION_FACTOR=str(replication),
-    ).start()
+    pipes: list[PipelineProcess] = []
+    for i in range(replicas):
+        p = PipelineProcess(
+            pipeline_bootstrap or bootstrap,
+            f"{cfg.topic}$",
+            (state_dir if i == 0 and state_dir else workdir / f"state-{run_id}-{i}"),
+            LAGPILOT_RUN_POLICY="true",
+            LAGPILOT_POLICY_FILE=str(DEFAULT_POLICY),
+            LAGPILOT_CONTROL_TOPIC=cfg.control_topic,
+            LAGPILOT_PARTITION_SNAPSHOT_INTERVAL_MS="500",
+            LAGPILOT_REPLICATION_FACTOR=str(replication),
+            # static membership, as deploy/k8s and deploy/compose run it (a StatefulSet's pod
+            # name): an app rebuilt after UNKNOWN_MEMBER_ID, or a replacement process, takes
+            # its partitions back at its join instead of waiting out the old member's session
+            LAGPILOT_INSTANCE_ID=f"faults-{run_id}-{i}",
+            **(pipeline_env or {}),
+        )
+        if pipes:
+            p.group = pipes[0].group  # replicas of one pipeline: one consumer group
+        pipes.append(p.start())
+    pipe = pipes[0]
     actuator_log = workdir / f"actuator-{run_id}.log"
-    actuator = _start_actuator(bootstrap, cfg.control_topic, outcomes, policy, actuator_log)
+    actuator = start_actuator(bootstrap, cfg.control_topic, outcomes, policy, actuator_log)
     reader = LagReader(bootstrap, {cfg.group}).start()
     rundir = workdir / run_id
     rundir.mkdir()
@@ -192,7 +238,7 @@ def under_load(
         _send(bootstrap, cfg.control_topic, probe)
 
     try:
-        wait_modelling(pipe)
+        _wait_any_modelling(pipes)
         swarm.start_workers()
         swarm.hold_production.set()  # until the fault has cleared and 10 s more
         producing = threading.Thread(target=swarm.run_producers, daemon=True)
@@ -202,11 +248,11 @@ def under_load(
         _send(bootstrap, cfg.control_topic, before)
         time.sleep(10.0)
         started_ms = int(time.time() * 1000)
-        scene = Scene(cleared, pipe, cfg.control_topic)
+        scene = Scene(cleared, pipe, cfg.control_topic, cfg.group, list(pipes))
         try:
             fault(scene)
         finally:
-            pipe = scene.pipe
+            pipe, pipes = scene.pipe, scene.replicas
             time.sleep(10.0)  # traffic after the last clear: what recovery is measured on
             swarm.hold_production.clear()
         result["fault_s"] = round((clears[-1]["at_ms"] - started_ms) / 1000, 2) if clears else None
@@ -214,7 +260,7 @@ def under_load(
         result["drained"] = swarm.wait_drained(120)
         time.sleep(8.0)  # the probe's lease (5 s) ends, and its release is retried within 5 s
         alive = {
-            "pipeline": pipe.proc is not None and pipe.proc.poll() is None,
+            "pipeline": all(p.proc is not None and p.proc.poll() is None for p in pipes),
             "actuator": actuator.poll() is None,
             "workers": all(t.is_alive() for t in swarm._threads),
         }
@@ -236,7 +282,8 @@ def under_load(
             result["actuator_log_tail"] = actuator_tail
         swarm.stop()
         reader.close()
-        pipe.stop()
+        for p in pipes:
+            p.stop()
         actuator.terminate()
         try:
             actuator.wait(30)
@@ -266,6 +313,12 @@ def under_load(
     )
     actions = Counter(a["id"] for a in read_topic(bootstrap, cfg.control_topic)
                       if a.get("event") == "action")  # fmt: skip
+    ours = {before["id"], *(p["id"] for p in probes)}
+    # what the pipeline said of the swarm's group once the fault began: a steady swarm
+    # (no hot partition) gives it no cause for a status other than OK, nor for an action
+    alarms = [e for e in lag if e.get("status") != "OK" and e["observed_at_ms"] >= started_ms]
+    # the same, in the 10 s of load before the fault: what the load alone raises on this host
+    baseline = [e for e in lag if e.get("status") != "OK" and e["observed_at_ms"] < started_ms]
     for clear, probe in zip(clears, probes, strict=True):
         up_ms = clear["at_ms"]
         after = [e["_received_ms"] for e in lag if e["observed_at_ms"] > up_ms]
@@ -307,6 +360,25 @@ def under_load(
         "actions_published": sum(actions.values()),
         "action_ids": len(actions),
         "published_again": sum(1 for n in actions.values() if n > 1),
+        "pipeline_actions": sum(1 for a in actions if a not in ours),
+        "not_ok_lag_events": len(alarms),
+        "not_ok_statuses": dict(Counter(str(e.get("status")) for e in alarms)),
+        "not_ok_before_fault": len(baseline),
+        "not_ok_examples": [
+            {
+                k: e.get(k)
+                for k in (
+                    "partition",
+                    "status",
+                    "lag_offsets",
+                    "time_lag_s",
+                    "last_commit_ms",
+                    "committed_offset",
+                )
+            }
+            | {"after_fault_start_s": round((e["observed_at_ms"] - started_ms) / 1000, 2)}
+            for e in alarms[:3]
+        ],
         "quotas_left": left,
         "stuck_throttles": sum(1 for v in left.values() if v is not None),
         "outcomes": dict(Counter(o["result"] for o in outs)),

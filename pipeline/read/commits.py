@@ -33,6 +33,7 @@ would feed our consumption back into our lag model.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
@@ -141,6 +142,9 @@ class CommitsConfig:
     own_prefix: str = topics.OWN_GROUP_PREFIX
     #: static membership of the reader's group ("": none)
     instance_id: str = ""
+    #: the reader's session in its group: the pipeline's own, so a replica's death hands
+    #: its offsets partitions on as soon as its other partitions
+    session_timeout_ms: int = 10_000
     #: the batching cadence of a busy buffer (ms)
     flush_ms: int = 50
     #: a buffer this full goes out at once
@@ -180,7 +184,8 @@ class CommitsConfig:
             "group.id": self.consumer_group,
             "enable.auto.commit": False,
             "auto.offset.reset": self.auto_offset_reset,
-            "session.timeout.ms": 10_000,
+            "session.timeout.ms": self.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, self.session_timeout_ms // 10),
             "fetch.wait.max.ms": FETCH_WAIT_MS,
             # a busy __consumer_offsets is fetched in responses of FETCH_MIN_BYTES, not one
             # fetch per few records: that spares the broker's CPU, and a record waits at
@@ -233,6 +238,7 @@ class CommitsLoop:
         self.read_through_ms = 0
         self.wanted_ms = 0  # the latest sample time held for alignment
         self.drop_logged_s = -60.0
+        self.error_logged_s: dict[int, float] = {}  # by error code: when it was last said
         self.resolve_at_ms = 0
         now = time.monotonic()
         self.next_commit_s = now + self.cfg.commit_every_s
@@ -272,6 +278,8 @@ class CommitsLoop:
         now_ms = int(time.time() * 1000)
         if msgs and not msgs[-1].error():
             self.input.last_record_ms = msgs[-1].timestamp()[1]
+        if any(m.error() is not None for m in msgs):
+            self.consumer_errors(msgs)
         reports = read_poll(
             msgs,
             self.buffer,
@@ -318,6 +326,43 @@ class CommitsLoop:
         if time.monotonic() >= self.next_counters_s:
             self.next_counters_s = time.monotonic() + COUNTERS_EVERY_S
             self.send_counters()
+
+    def consumer_errors(self, msgs: Sequence[Any]) -> None:
+        """Say what the consumer reported (the first of each kind a minute), and renew it
+        after a fatal error: a static member that its failed-over coordinator fenced
+        (librdkafka#3437) reads nothing more, and this replica's groups would go silent
+        until something else restarted the source."""
+        from confluent_kafka import KafkaError
+
+        fatal = None
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                continue
+            if err.fatal() or err.code() == KafkaError._FATAL:
+                fatal = err
+            now_s = time.monotonic()
+            if now_s - self.error_logged_s.get(err.code(), -60.0) >= 60.0:
+                self.error_logged_s[err.code()] = now_s
+                log.warning("the commits reader's consumer reports: %s", err.str())
+        if fatal is not None:
+            self.renew_consumer(fatal)
+
+    def renew_consumer(self, err: Any) -> None:
+        """A new consumer in the reader's group, under the same member id, reading on from
+        the committed offsets; the fenced one is closed on a thread of its own (its close
+        can wait on the coordinator) and left behind if it does not finish."""
+        log.warning(
+            "the commits reader's consumer failed (%s); a new one rejoins its group", err.str()
+        )
+        old = self.consumer
+        # nothing is this replica's until the new consumer is assigned (no on_revoke came)
+        self.positions.assigned, self.positions.assigned_progress = set(), set()
+        if self.ticks is not None:
+            self.ticks.own(self.positions.owned)
+        self.consumer = self.cfg.consumer(self.source.broker_config)
+        threading.Thread(target=old.close, name="fenced-reader-close", daemon=True).start()
+        self.subscribe()
 
     def resend_due(self) -> bool:
         """Queues known commits again when due: all of them ``resend_first_s`` after start,

@@ -1,6 +1,8 @@
 """``python -m bench.faults --smoke`` on the test broker: the decoder fuzz (10,000 records), bad
 control input and the Admin API faults (a 3 s outage, slow answers, a 307 loop) run, and the
-table says what they measured; rows not measured carry no figures."""
+table says what they measured; rows not measured carry no figures. The rows under load
+(1-4, 6b, 8a-8c) run in the full run only; of 8c, its cheap half (a read-only state
+directory at start) runs here."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
+
+from bench.faults import state_dir as fault_state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +49,23 @@ def test_faults_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert admin["duplicate_actions"] == 0 and admin["duplicate_side_effects"] == 0
     assert admin["violations"] == []
 
+    new_rows = {"replica_kill", "actuator_cut", "state_dir", "replica_overload"}
+    assert new_rows <= set(rows)  # the full run's rows are in the table, not measured here
+    assert all("not run in this (smoke) run" in rows[f]["why"] for f in new_rows)
     for r in result["rows"]:
         if not r["measured"]:
             assert r["recovered"] is None and r["lost"] is None and r["why"]
     faults_table = doc.read_text().split("\n## Soak")[0]  # the soak's tables follow
     assert faults_table.count("\n| ") == 1 + len(result["rows"])  # a header, a line per row
+
+
+def test_a_read_only_state_dir_stops_the_pipeline_in_one_line(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    try:
+        got = fault_state_dir.read_only_at_start(kafka_bootstrap, tmp_path)
+    except fault_state_dir.CannotMount as exc:  # the full run says so in its row too
+        pytest.skip(f"row 8c mounts a tmpfs of its own: {exc}")
+    assert got["exit_code"] == 73, got
+    assert got["names_the_directory"] and got["names_the_fix"], got["said"]
+    assert not got["traceback"]

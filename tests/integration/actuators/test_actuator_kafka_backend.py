@@ -17,13 +17,19 @@ from actuators.backends import KafkaBackend
 from bench.support import actuator_harness as T
 from bench.support.actuator_harness import KEY, Harness, by_id
 
-QUOTA = 100_000  # bytes/s
+#: The quota (bytes/s) sits far below what any producer here reaches unthrottled, so that
+#: "throttled" and "restored" stay apart on a busy 2-core host too: the comparison is
+#: against the unthrottled rate measured at the test's start, not a fixed expectation.
+QUOTA = 50_000
 VALUE = b"x" * 10_000
 WINDOW_S = 10.5  # just under Kafka's quota window of 11 x 1 s
-#: "Restored": a 1 s rate no throttled client reaches (its bursts are at most QUOTA x 10 s).
-#: Low enough that a producer on a busy 2-core host, whose unthrottled rate has measured
-#: 2.9-5 MB/s there, shows it twice over.
-RESTORED = 12 * QUOTA
+#: "Restored": a 1 s rate no throttled client reaches once it is held to the quota: a
+#: request of at most one batch (2 x VALUE) per throttle delay, so QUOTA plus a batch a
+#: second at most (only a new client bursts to QUOTA x 10 s, and none is measured here).
+RESTORED = 6 * QUOTA
+#: how long a released client may take to run above RESTORED again: the release reaches
+#: the broker, and the last throttle delay it gave the client runs out
+RESTORE_WITHIN_S = 10.0
 
 
 def now_ms() -> int:
@@ -116,6 +122,7 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
     with Meter(harness.bootstrap, topic, f"{client}-free").running() as free_meter:
         free_meter.rate(0.5)  # connect and warm up
         free = free_meter.rate(1.0)
+    # the baseline of this run: "restored" must be a rate this producer reaches twice over
     assert free > 2 * RESTORED, f"unthrottled rate {free:.0f} B/s is too low to show a throttle"
 
     # Kafka enforces a quota as an average over its rate window (quota.window.num = 11
@@ -141,7 +148,7 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
     ):
         meters = (released_meter, leased_meter)
         start, base = time.monotonic(), [0, 0]
-        for window in (1, 2):
+        for window in (1, 2, 3):
             time.sleep(WINDOW_S)
             now = time.monotonic()
             acked = [m.acked for m in meters]
@@ -151,7 +158,8 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
                 break
             # On a busy machine a broker can apply the quota a moment after the controller
             # acknowledged it (the applied outcome): the clients then burst unthrottled at
-            # first. One more full window, in the steady state, must be at the quota.
+            # first (and a quota of a few dozen batches a window shows that burst for two
+            # windows). A later full window, in the steady state, must be at the quota.
             start, base = now, acked
         for rate in rates:
             assert abs(rate - QUOTA) <= 0.2 * QUOTA, f"{rate:.0f} B/s under {QUOTA}"
@@ -164,11 +172,11 @@ def test_a_throttle_slows_a_real_producer_and_release_and_lease_end_restore_it(
         wait_result(harness, release["id"], "applied")
         assert backend.quotas.producer_rate("client-id", leased_client) == QUOTA  # lease holds
         assert backend.quotas.producer_rate("client-id", released_client) is None
-        assert restored_within(released_meter, 4.0)
+        assert restored_within(released_meter, RESTORE_WITHIN_S)
         released_meter.stop()  # unthrottled, it would take the CPU the other one needs
         wait_result(harness, renewal["id"], "released", timeout_s=45)
         assert backend.quotas.producer_rate("client-id", leased_client) is None
-        assert restored_within(leased_meter, 4.0)
+        assert restored_within(leased_meter, RESTORE_WITHIN_S)
 
 
 def restored_within(meter: Meter, seconds: float) -> bool:

@@ -274,6 +274,14 @@ def _fetch(url: str) -> tuple[int, str]:
         return 0, ""
 
 
+#: how long ``lagpilot run`` may take to say the broker went (see the test)
+SAID_WITHIN_S = 60.0
+
+
+def after_stop(log: Path, before: int) -> str:
+    return "\n".join(log.read_text().splitlines()[before:])
+
+
 def test_run_says_first_in_its_own_words_that_the_broker_went(
     sasl_broker: Callable[[], None], tmp_path: Path
 ) -> None:
@@ -297,7 +305,10 @@ def test_run_says_first_in_its_own_words_that_the_broker_went(
         sasl_broker()
         gone = time.monotonic()
         sentence = f"cannot reach the broker at {BOOTSTRAP}"
-        while sentence not in log.read_text() and time.monotonic() - gone < 30:
+        # A wait, not a speed claim: the sentence comes at the first client line after the
+        # broker went, which a busy 2-core host (the whole suite beside this test) delays
+        # by tens of seconds at times; it must come, and come first.
+        while sentence not in after_stop(log, before) and time.monotonic() - gone < SAID_WITHIN_S:
             time.sleep(0.2)
         time.sleep(1)
         after = log.read_text().splitlines()[before:]
@@ -311,7 +322,8 @@ def test_run_says_first_in_its_own_words_that_the_broker_went(
             proc.kill()
             proc.wait(timeout=10)
     said = next((i for i, line in enumerate(after) if sentence in line), None)
-    assert said is not None, after
+    # the whole log on a miss: an earlier sentence (said at most once a minute) shows there
+    assert said is not None, log.read_text()
     assert "WARNING lagpilot: " in after[said] and "retrying, /readyz is false" in after[said]
     # before it, nothing louder than INFO but lagpilot's own lines (e.g. the sampler's
     # "list_offsets failed (fenced_leader_epoch)" while the broker shuts down)

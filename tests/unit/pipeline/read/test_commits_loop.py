@@ -139,3 +139,30 @@ def test_the_settings_and_the_health_factory_pickle() -> None:
     assert cfg == CFG
     made = back()
     assert isinstance(made, GroupHealth) and made.cfg.storm_rebalances == 7
+
+
+def test_a_fatal_consumer_error_renews_the_consumer_and_a_transient_one_does_not(
+    monkeypatch: Any,
+) -> None:
+    """A static member fenced by its failed-over coordinator (librdkafka#3437) gets a fatal
+    error and reads nothing more: the loop replaces its consumer and subscribes it again;
+    a transient error (the coordinator away) only counts."""
+    from confluent_kafka import KafkaError
+
+    made: list[FakeConsumer] = []
+
+    def fresh(_cfg: CommitsConfig, _broker: dict[str, Any]) -> FakeConsumer:
+        made.append(FakeConsumer())
+        return made[-1]
+
+    monkeypatch.setattr(CommitsConfig, "consumer", fresh)
+    transient = Msg(None, None, err=KafkaError(KafkaError._TRANSPORT, "broker down"))
+    fenced = Msg(None, None, err=KafkaError(KafkaError._FATAL, "fenced", fatal=True))
+    loop, _, old = _loop([transient], [fenced])
+    loop.subscribe()
+    loop.poll_once()
+    assert loop.consumer is old and not made and loop.stats["read_errors"] == 1
+    loop.poll_once()
+    assert made and loop.consumer is made[0]
+    assert made[0].callbacks["topics"] == CFG.subscribed  # subscribed again, callbacks too
+    assert made[0].callbacks["on_assign"] == loop.on_assign
