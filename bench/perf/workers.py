@@ -14,7 +14,17 @@ group:
 - ``postgres``: the same on ``PostgresDedupeStore``, against a PostgreSQL server started
   for the run (Debian's server binaries, ``bench/support/postgres.py``).
 
+- ``bare``: the client alone, a plain ``Consumer.consume`` batch loop with no handler work
+  and an asynchronous commit per batch: the CPU floor the SDK's overhead is measured against;
+- ``threads_floor``: no Kafka and no SDK, the same 1 ms handler on as many plain threads as
+  the SDK has lanes (partitions x lanes), over as many messages: what the handler and its
+  threads cost by themselves.
+
 records/s counts from a mode's first processed message to its last (group joins excluded).
+``cpu_us_per_msg`` is this process's user + system CPU over a mode's run (from building its
+consumer to its last message; the modes run one at a time, after the producer has flushed;
+PostgreSQL's server is another process) per message. ``overhead_vs_bare`` = the threaded
+SDK's ``cpu_us_per_msg`` / ``bare``'s (``overhead_vs_bare_async``: the async handler's).
 ``lost`` = messages never processed (for the dedupe modes: no effect row), ``duplicates`` =
 effects recorded twice, ``order_violations`` = a key's message processed after a later one of
 the same key. Ratios are to the mean of ``naive`` (run before the modes) and ``naive_after``
@@ -23,7 +33,8 @@ the same key. Ratios are to the mean of ``naive`` (run before the modes) and ``n
 lost 0, order violations 0; a ``<mode>_async`` mode (an ``async def`` handler;
 ``sqlite_async`` and ``postgres_async`` use ``ctx.once_sql_async`` and run only when
 ``--modes`` names them) is held to its threaded mode's target, and reported beside it
-(``met_by_mode``), not in its place.
+(``met_by_mode``), not in its place. ``overhead_vs_bare`` <= 3 (``overhead_met``) is part
+of ``met``.
 
     .venv/bin/python -m bench.perf.workers [--messages 60000] [--lanes 16] [--smoke] [--out PATH]
 """
@@ -34,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import tempfile
 import threading
 import time
@@ -49,6 +61,7 @@ from actuators.workers import EffectGuard, MemoryDedupeStore, Worker
 from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
 from bench.support import broker
 from bench.support.harness import create_topic
+from bench.support.machine import load_avg_1m
 from bench.support.results import run_stamp, write_result
 from schemas.keys import DECIDE, Keyring, SigningKey
 
@@ -59,6 +72,8 @@ WORK_S = 0.001
 #: per mode; an async handler's mode (``<mode>_async``) is held to its threaded mode's
 #: target, and reported beside it (``met_by_mode``), not in its place
 TARGETS = {"sdk_ratio": 25.0, "sqlite_ratio": 5.0, "postgres_ratio": 5.0}
+#: the threaded SDK's CPU per message at most this many times the bare client's (issue 49)
+OVERHEAD_VS_BARE_MAX = 3.0
 
 
 def produce(bootstrap: str, topic: str, n: int) -> None:
@@ -142,10 +157,99 @@ def _wait(done: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(0.05)
 
 
+def cpu_s() -> float:
+    """This process's user + system CPU seconds so far, every thread counted (the consumer's
+    librdkafka threads, the poll loop, the lanes). Only one mode runs at a time, after the
+    producer has flushed, so a delta over a mode's run is that mode's CPU."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_fields(cpu_used_s: float, processed: int) -> dict[str, Any]:
+    return {
+        "cpu_s": round(cpu_used_s, 3),
+        "cpu_us_per_msg": round(cpu_used_s * 1e6 / max(processed, 1), 2),
+    }
+
+
+def run_bare(bootstrap: str, topic: str, n: int) -> dict[str, Any]:
+    """The client alone: a plain ``Consumer.consume`` batch loop with no handler work, each
+    batch's offsets committed asynchronously, as a user of confluent-kafka writes it. Its
+    CPU per message is the floor that the SDK's overhead is measured against."""
+    cpu_before = cpu_s()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-bare",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    c.subscribe([topic])
+    seen = 0
+    first_ns = last_ns = 0
+    try:
+        deadline = time.monotonic() + 300
+        while seen < n and time.monotonic() < deadline:
+            batch = c.consume(num_messages=500, timeout=0.5)
+            got = sum(1 for m in batch if m.error() is None)
+            if got:
+                last_ns = time.monotonic_ns()
+                first_ns = first_ns or last_ns
+                seen += got
+                c.commit(asynchronous=True)
+        cpu_used_s = cpu_s() - cpu_before
+    finally:
+        c.close()
+    span_s = max((last_ns - first_ns) / 1e9, 1e-9)
+    return {"processed": seen, "records_per_s": round(seen / span_s, 1), "lost": n - seen,
+            "duplicates": 0, "order_violations": 0} | _cpu_fields(cpu_used_s, seen)  # fmt: skip
+
+
+class _Record:
+    """The two accessors the bench's handler reads, for ``run_threads_floor``."""
+
+    __slots__ = ("_key", "_value")
+
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self._key, self._value = key, value
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def run_threads_floor(n: int, threads: int) -> dict[str, Any]:
+    """The bench's handler (the 1 ms sleep, the value's decoding, the record) on ``threads``
+    plain threads over ``n`` records in memory: no client, no SDK. What a threaded handler
+    costs in one Python process by itself, whatever runs it."""
+    ledger = Ledger()
+    seq = [0] * KEYS
+    records = []
+    for i in range(n):
+        records.append(_Record(f"k{i % KEYS}".encode(), orjson.dumps(seq[i % KEYS])))
+        seq[i % KEYS] += 1
+
+    def work(mine: list[_Record]) -> None:
+        for r in mine:
+            time.sleep(WORK_S)
+            ledger.record(r.key(), orjson.loads(r.value()))
+
+    # key k's records on one thread, in order (as one lane runs a key)
+    shares: list[list[_Record]] = [[] for _ in range(threads)]
+    for i, r in enumerate(records):
+        shares[i % KEYS % threads].append(r)
+    workers = [threading.Thread(target=work, args=(share,), daemon=True) for share in shares]
+    cpu_before = cpu_s()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    cpu_used_s = cpu_s() - cpu_before
+    return ledger.result(n) | _cpu_fields(cpu_used_s, n) | {"threads": threads}
+
+
 def run_naive(bootstrap: str, topic: str, n: int, group: str = "naive") -> dict[str, Any]:
     """One plain consumer: consume a batch, run each message's 1 ms in turn, commit, repeat.
     It stops after ``n`` messages (it is slow; the rate is what counts)."""
     ledger = Ledger()
+    cpu_before = cpu_s()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{group}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
     c.subscribe([topic])
@@ -160,9 +264,11 @@ def run_naive(bootstrap: str, topic: str, n: int, group: str = "naive") -> dict[
                 ledger.record(m.key() or b"", orjson.loads(m.value() or b"0"))
             if batch:
                 c.commit(asynchronous=True)
+        cpu_used_s = cpu_s() - cpu_before
     finally:
         c.close()
-    return ledger.result(min(n, ledger.count())) | {"lost": 0}
+    done = min(n, ledger.count())
+    return ledger.result(done) | {"lost": 0} | _cpu_fields(cpu_used_s, done)
 
 
 def run_sdk(
@@ -196,6 +302,7 @@ def run_sdk(
         ledger.record(key, seq)
 
     keyring = Keyring.of([SigningKey.generate(DECIDE).public()])
+    cpu_before = cpu_s()
     worker = Worker(bootstrap=bootstrap, group=f"{topic}-{mode}", topics=[topic],
                     handler=handle_async if mode.endswith("_async") else handle,
                     instance_id="", dedupe=store, signing_key=keyring, outcomes_topic=None,
@@ -204,11 +311,12 @@ def run_sdk(
     worker.start()
     try:
         _wait(lambda: ledger.count() >= n or worker.error is not None, 600)
+        cpu_used_s = cpu_s() - cpu_before  # before the bench's own check of distinct ones
         # repeats count in ``count``: wait on for the distinct ones (cheap to ask only now)
         _wait(lambda: ledger.unique() >= n or worker.error is not None, 60)
     finally:
         worker.stop()
-    out = ledger.result(n)
+    out = ledger.result(n) | _cpu_fields(cpu_used_s, n)
     if sql:
         rows = _effect_rows(store, mode)
         out["effect_rows"] = rows
@@ -267,6 +375,10 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
     # machine, and the load changes during a run, so the ratios divide by their mean
     out["naive"] = run_naive(bootstrap, topic, naive_messages)
     out["naive"]["load_avg_1m_before"] = out["load_avg_1m_before"]
+    out["bare"] = run_bare(bootstrap, topic, messages) | {"load_avg_1m_before": load_avg_1m()}
+    lanes = PARTITIONS * int(settings.get("lanes", 1))
+    out["threads_floor"] = run_threads_floor(messages, lanes)
+    out["threads_floor"]["load_avg_1m_before"] = load_avg_1m()
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             load = round(os.getloadavg()[0], 2)
@@ -300,8 +412,38 @@ def run(bootstrap: str, messages: int, naive_messages: int, settings: dict[str, 
     ran = {k: v for k, v in out["targets"].items() if k.removesuffix("_ratio") in modes}
     out["met_by_mode"] = {k.removesuffix("_ratio"): out.get(k, 0) >= v for k, v in ran.items()}
     out["met"] = all(out["met_by_mode"].values())
+    bare_us = out["bare"]["cpu_us_per_msg"]
+    for mode, name in (("sdk", "overhead_vs_bare"), ("sdk_async", "overhead_vs_bare_async")):
+        if mode in modes:
+            out[name] = round(out[mode]["cpu_us_per_msg"] / max(bare_us, 1e-9), 2)
+    out["targets"]["overhead_vs_bare_max"] = OVERHEAD_VS_BARE_MAX
+    if "overhead_vs_bare" in out:
+        out["overhead_met"] = out["overhead_vs_bare"] <= OVERHEAD_VS_BARE_MAX
     out["met"] = out["met"] and out["lost"] == 0 and out["order_violations"] == 0
+    out["met"] = out["met"] and out.get("overhead_met", True)
     return out
+
+
+#: the figures of a run that ``--runs`` keeps, beside its stamp
+HEADLINE = ("naive_records_per_s", "sdk_ratio", "sdk_async_ratio", "sqlite_ratio",
+            "postgres_ratio", "overhead_vs_bare", "overhead_vs_bare_async", "lost",
+            "order_violations", "met", "load_avg_1m_after")  # fmt: skip
+RUNS_KEPT = 3
+
+
+def keep_run(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """Add ``result``'s headline (its figures, CPU per message, stamp) to the runs file at
+    ``path``, which keeps the last ``RUNS_KEPT``: the runs in a row that a target must hold in."""
+    runs: list[dict[str, Any]] = []
+    if path.exists():
+        runs = orjson.loads(path.read_bytes()).get("runs", [])
+    stamp = {k: result[k] for k in ("commit", "measured_at", "load_avg_1m_start", "cpus")}
+    cpu = {f"{m}_cpu_us_per_msg": result[m]["cpu_us_per_msg"]
+           for m in ("bare", "threads_floor", "sdk", "sdk_async") if m in result}  # fmt: skip
+    head = {k: result[k] for k in HEADLINE if k in result}
+    runs = [*runs, stamp | head | cpu][-RUNS_KEPT:]
+    summary = {"runs": runs, "all_met": all(r.get("met") for r in runs)}
+    return write_result(path, summary, {k: stamp[k] for k in ("commit", "measured_at")})
 
 
 def main() -> None:
@@ -315,6 +457,9 @@ def main() -> None:
     p.add_argument("--modes", default="sdk,sdk_async,sqlite,postgres")
     p.add_argument("--smoke", action="store_true", help="seconds: a few messages, sdk only")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers.json")
+    p.add_argument("--runs", type=Path, default=None,
+                   help="also add this run's headline to a runs file (the last 3 kept), e.g. "
+                        "bench/results/workers_runs.json")  # fmt: skip
     args = p.parse_args()
     stamp = run_stamp()
     bootstrap = broker.bootstrap()
@@ -326,6 +471,8 @@ def main() -> None:
         settings["max_buffered_per_partition"] = args.buffered
     result = run(bootstrap, args.messages, args.naive_messages, settings, modes)
     result = write_result(args.out, result, stamp)
+    if args.runs is not None:
+        keep_run(args.runs, result)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
 
 

@@ -28,3 +28,16 @@ def test_workers_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert r["sdk_async"]["processed"] == 2000 and r["sdk_async"]["order_violations"] == 0
     assert r["sdk_async"]["records_per_s"] > r["naive"]["records_per_s"]
     assert set(r["met_by_mode"]) == {"sdk", "sdk_async"}
+    # the client alone and the handler alone, beside the SDK: rates, CPU per message, and the
+    # overhead ratios computed from them (the targets are the full run's, not checked here)
+    bare, floor = r["bare"], r["threads_floor"]
+    assert bare["processed"] == 2000 and bare["records_per_s"] > 0 and bare["cpu_us_per_msg"] > 0
+    assert floor["processed"] == 2000 and floor["threads"] == 8 * r["setup"]["settings"]["lanes"]
+    for mode in ("naive", "threads_floor", "sdk", "sdk_async"):
+        assert r[mode]["cpu_us_per_msg"] > 0 and r[mode]["cpu_s"] > 0
+    for name, mode in (("overhead_vs_bare", "sdk"), ("overhead_vs_bare_async", "sdk_async")):
+        expected = r[mode]["cpu_us_per_msg"] / bare["cpu_us_per_msg"]
+        assert abs(r[name] - expected) <= 0.01 * expected + 0.01
+    assert r["targets"]["overhead_vs_bare_max"] == 3.0
+    assert r["overhead_met"] == (r["overhead_vs_bare"] <= 3.0)
+    assert r["met"] is False or r["overhead_met"]  # met includes the overhead target
