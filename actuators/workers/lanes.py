@@ -51,11 +51,23 @@ def lane_for(key: bytes | None, offset: int, lanes: int) -> int:
     return _spread(key, offset) % lanes
 
 
+#: keys whose spread is known: a topic's keys repeat, and hashing one costs more than the
+#: rest of its intake; cleared when full, so many distinct keys cannot grow it without bound
+_SPREADS: dict[bytes, int] = {}
+_SPREADS_MAX = 65_536
+
+
 def _spread(key: bytes | None, offset: int) -> int:
     """What ``lane_for`` takes modulo the lane count (computed before the lanes' lock)."""
     if key is None:
         return offset
-    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
+    spread = _SPREADS.get(key)
+    if spread is None:
+        if len(_SPREADS) >= _SPREADS_MAX:
+            _SPREADS.clear()
+        digest = hashlib.blake2b(key, digest_size=4).digest()
+        spread = _SPREADS[key] = int.from_bytes(digest, "big")
+    return spread
 
 
 #: how long a thread runs one lane's messages while other lanes wait for a thread: then the
