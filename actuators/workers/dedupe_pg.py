@@ -259,6 +259,14 @@ class PostgresDedupeStore(SQLMarks):
                     db.execute("ROLLBACK")
                 raise
         except Exception:
+            # a fresh connection for the stepwise run: an aborted pipeline can leave psycopg's
+            # cache of prepared statements naming ones the server never prepared
+            conn, w.conn = w.conn, None
+            if conn is not None:
+                with self._cond:
+                    self._conns.remove(conn)
+                with contextlib.suppress(Exception):
+                    conn.close()
             return False
         for c in calls:
             c.ran = False

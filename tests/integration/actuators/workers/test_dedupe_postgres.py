@@ -211,6 +211,9 @@ def test_a_failing_statement_in_a_pipelined_group_fails_only_its_own_call(
     commits exactly once, and a group without errors needs no rerun."""
     make_effects_table(postgres_dsn, table)
     store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
+    insert = f"INSERT INTO {table}_fx (key, host) VALUES (%s, 'h')"
+    for i in range(100, 110):  # psycopg prepares a statement from its 5th run on
+        assert ctx(store, i).once_sql(lambda db, i=i: db.execute(insert, (f"g/t/0/{i}",)))
     barrier = threading.Barrier(16)
     results: dict[int, object] = {}
 
@@ -234,8 +237,11 @@ def test_a_failing_statement_in_a_pipelined_group_fails_only_its_own_call(
         t.join()
     assert isinstance(results.pop(5), psycopg.errors.UndefinedTable)
     assert results == {i: True for i in range(16) if i != 5}
+    for i in range(200, 210):  # the prepared statements still work after the failed group
+        assert ctx(store, i).once_sql(lambda db, i=i: db.execute(insert, (f"g/t/0/{i}",)))
     keys = sorted(k for k, _ in effects(postgres_dsn, table))
-    assert keys == sorted(f"g/t/0/{i}" for i in range(16) if i != 5)
+    ran = [*range(16), *range(100, 110), *range(200, 210)]
+    assert keys == sorted(f"g/t/0/{i}" for i in ran if i != 5)
     assert store.state("g/t/0/5") is None
     store.close()
 
