@@ -49,6 +49,7 @@ class Committing:
         self._held = held
         self._metadata = metadata
         self.paused: set[TopicPart] = set()
+        self.room = 0  # messages the partitions not paused can take before they pause
         self.acked: dict[TopicPart, int] = {}  # last commit the broker acknowledged
         self._last_commit = 0.0
 
@@ -59,6 +60,7 @@ class Committing:
         buffered = self._dispatcher.buffered()
         halted = self._dispatcher.halted
         pause, resume = [], []
+        room = 0
         for tp in self._assigned:
             n = buffered.get(tp, 0)
             hold = halted or self._held(tp)
@@ -66,8 +68,12 @@ class Committing:
             if tp in self.paused:
                 if not hold and n <= high // 2:
                     resume.append(tp)
+                    room += high - n
             elif hold or n >= high:
                 pause.append(tp)
+            else:
+                room += high - n
+        self.room = room
         if pause:
             consumer.pause([TopicPartition(t, p) for t, p in pause])
             self.paused.update(pause)

@@ -69,7 +69,9 @@ def idempotency_key(
     fallback identifies one message of one group, so an overflow pool working in the owner
     group's name uses the owner's keys.
     """
-    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    if not headers:  # most messages carry none: no type check, no loop
+        return f"{group}/{topic}/{partition}/{offset}"
+    items = headers.items() if isinstance(headers, Mapping) else headers
     for name, value in items:
         if name == IDEMPOTENCY_HEADER and value:
             return value.decode("utf-8", "replace")

@@ -55,6 +55,11 @@ from schemas.topics import CONTROL, OUTCOMES, PROGRESS
 log = logging.getLogger(__name__)
 
 
+#: bounds of a poll's batch (``_fetch``): between them, the room the buffers have left
+MIN_BATCH = 500
+MAX_BATCH = 10_000
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -320,14 +325,18 @@ class Engine(abc.ABC):
         self._committing.commit_due()
 
     def _fetch(self) -> list[Message]:
-        """What the consumer holds now, else the first message within 0.1 s.
+        """What the consumer holds now (up to the room the lanes' buffers have left), else the
+        first message within 0.1 s.
 
-        ``consume(500, timeout=0.1)`` alone returns only when 500 messages are in or the
-        0.1 s have passed: on a topic slower than 5,000 messages/s every message would wait
-        for the timeout, however short its work. A batch of what is already fetched, or one
-        message as soon as it lands, keeps both the batches and the latency."""
+        ``consume(n, timeout=0.1)`` alone returns only when n messages are in or the 0.1 s
+        have passed: on a slow topic every message would wait for the timeout, however short
+        its work. A batch of what is already fetched, or one message as soon as it lands,
+        keeps both the batches and the latency. The batch is as large as the room left, not
+        a fixed 500: each poll cycle gives up the interpreter lock in every client call and,
+        beside many busy lanes, waits to win it back, so small batches capped the intake."""
         assert self._consumer is not None
-        return self._consumer.consume(num_messages=500, timeout=0) or self._consumer.consume(
+        size = max(MIN_BATCH, min(self._committing.room, MAX_BATCH))
+        return self._consumer.consume(num_messages=size, timeout=0) or self._consumer.consume(
             num_messages=1, timeout=0.1
         )
 

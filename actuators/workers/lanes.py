@@ -11,6 +11,12 @@ Changing a partition's lane count (``spread_partition``/``restore_partition``) r
 keys, so it waits at a barrier: new work of that partition is held until its running
 messages finish, then every queued message is re-routed in offset order. No key ever has two
 messages running at once, before, during or after the change.
+
+A lane takes its queued messages in batches (``LANE_BATCH``) under the lanes' one lock and
+marks each finished one in its partition's ``done`` log without it; the next holder of the
+lock records them. The lock, shared by the poll loop and every lane, is then taken once per
+batch rather than once per message, and what it guards (the commit position, the buffered
+counts, the key routing) is as current for its readers as before.
 """
 
 from __future__ import annotations
@@ -45,17 +51,36 @@ def lane_for(key: bytes | None, offset: int, lanes: int) -> int:
     return _spread(key, offset) % lanes
 
 
+#: keys whose spread is known: a topic's keys repeat, and hashing one costs more than the
+#: rest of its intake; cleared when full, so many distinct keys cannot grow it without bound
+_SPREADS: dict[bytes, int] = {}
+_SPREADS_MAX = 65_536
+
+
 def _spread(key: bytes | None, offset: int) -> int:
     """What ``lane_for`` takes modulo the lane count (computed before the lanes' lock)."""
     if key is None:
         return offset
-    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
+    spread = _SPREADS.get(key)
+    if spread is None:
+        if len(_SPREADS) >= _SPREADS_MAX:
+            _SPREADS.clear()
+        digest = hashlib.blake2b(key, digest_size=4).digest()
+        spread = _SPREADS[key] = int.from_bytes(digest, "big")
+    return spread
 
 
 #: how long a thread runs one lane's messages while other lanes wait for a thread: then the
 #: lane queues behind them. Long enough that a hand-off (the main per-message cost) comes
 #: once per many short messages, short enough that no partition waits long for its turn
 TURN_S = 0.05
+
+#: messages a lane takes from its queue per hold of the lanes' lock. It runs them one after
+#: another and appends each finished one to its partition's ``done`` log without the lock;
+#: whoever takes the lock next records them. So the lock that the poll loop and every lane
+#: share is taken once per batch, not once per message: each contended take of it is a
+#: thread switch and a wait for the interpreter lock.
+LANE_BATCH = 32
 
 #: messages queued per hold of the lanes' lock: the lanes finishing messages meanwhile wait
 #: for it, so a whole 500-message batch under one hold stalled them all at once
@@ -65,10 +90,13 @@ INTAKE_CHUNK = 64
 @dataclass
 class _Part:
     lanes: int
-    epoch: int
     tracker: OffsetTracker = field(default_factory=OffsetTracker)
     queues: list[deque[Any]] = field(default_factory=list)
-    running: dict[int, int] = field(default_factory=dict)  # lane -> offset running there
+    running: dict[int, int] = field(default_factory=dict)  # lane -> first offset it holds
+    taken: int = 0  # messages the lanes took from the queues, not yet recorded finished
+    # messages that ran, appended by their lane without the lock (a deque's append and
+    # popleft are atomic); recorded in the tracker by ``LaneExecutor._record``
+    done: deque[Any] = field(default_factory=deque)
     target_lanes: int | None = None  # a lane change waiting for the running work to finish
     closing: bool = False  # being revoked or handed off: accept nothing, start nothing
     # epoch ms when the processed prefix last advanced, or work arrived while none was held
@@ -138,7 +166,6 @@ class LaneExecutor:
         self._changed = threading.Condition(self._lock)
         self._parts: dict[TopicPart, _Part] = {}
         self._lane_overrides: dict[TopicPart, int] = {}
-        self._epochs = 0
         self._halted = False
         self._pool: LaneThreads | LoopLanes = (
             LoopLanes(max_workers, name) if asynchronous else LaneThreads(max_workers, name)
@@ -171,6 +198,7 @@ class LaneExecutor:
                     if part.closing:
                         dropped += 1
                         continue
+                    self._record(part)
                     tracker = part.tracker
                     pos = tracker.position
                     if pos is not None and offset < pos:
@@ -194,9 +222,8 @@ class LaneExecutor:
 
     def _new_part(self, tp: TopicPart) -> _Part:
         """A partition's first message (hold the lock)."""
-        self._epochs += 1
         lanes = self._lane_overrides.get(tp, self._default_lanes)
-        part = _Part(lanes=lanes, epoch=self._epochs)
+        part = _Part(lanes=lanes)
         part.queues = [deque() for _ in range(lanes)]
         self._parts[tp] = part
         return part
@@ -245,11 +272,15 @@ class LaneExecutor:
     def buffered(self) -> dict[TopicPart, int]:
         """Queued plus running messages per partition (what backpressure pauses on)."""
         with self._lock:
-            return {tp: p.queued() + len(p.running) for tp, p in self._parts.items()}
+            for part in self._parts.values():
+                self._record(part)
+            return {tp: p.queued() + p.taken for tp, p in self._parts.items()}
 
     def positions(self) -> dict[TopicPart, int]:
         """Commit positions (contiguous processed prefix) of the partitions not closing."""
         with self._lock:
+            for part in self._parts.values():
+                self._record(part)
             return {
                 tp: part.tracker.position
                 for tp, part in self._parts.items()
@@ -260,8 +291,10 @@ class LaneExecutor:
         """Per partition not closing: (processed prefix, when it last advanced in epoch
         ms, messages in flight, messages running), for the worker's progress reports."""
         with self._lock:
+            for part in self._parts.values():
+                self._record(part)
             return {
-                tp: (pos, part.advanced_ms, part.queued() + len(part.running), len(part.running))
+                tp: (pos, part.advanced_ms, part.queued() + part.taken, len(part.running))
                 for tp, part in self._parts.items()
                 if not part.closing and (pos := part.tracker.position) is not None
             }
@@ -269,7 +302,10 @@ class LaneExecutor:
     def position(self, tp: TopicPart) -> int | None:
         with self._lock:
             part = self._parts.get(tp)
-            return None if part is None else part.tracker.position
+            if part is None:
+                return None
+            self._record(part)
+            return part.tracker.position
 
     # -- closing partitions (revoke, hand-off, shutdown) ---------------------------------------
 
@@ -284,6 +320,7 @@ class LaneExecutor:
             part = self._parts.get(tp)
             if part is None:
                 return
+            self._record(part)
             part.closing = True
             part.target_lanes = None
             queued = [m.offset() for q in part.queues for m in q]
@@ -311,6 +348,7 @@ class LaneExecutor:
             self._changed.notify_all()
             if part is None:
                 return None
+            self._record(part)
             if part.running:
                 part.tracker.forget_after(min(part.running.values()))
             return part.tracker.position
@@ -335,26 +373,43 @@ class LaneExecutor:
     # -- internals (hold the lock) ------------------------------------------------------------
 
     def _kick(self, tp: TopicPart, part: _Part, lane: int) -> None:
-        if self._halted or part.closing or part.target_lanes is not None:
+        if lane in part.running:
             return
-        if lane in part.running or not part.queues[lane]:
-            return
-        message = part.queues[lane].popleft()
-        part.running[lane] = message.offset()
-        self._pool.submit(self._lane, tp, part.epoch, lane, message)
+        batch = self._take(part, lane)
+        if batch:
+            self._pool.submit(self._lane, tp, part, lane, batch)
 
-    def _next(self, tp: TopicPart, part: _Part, lane: int) -> Any | None:
-        """The lane's next message if this thread may run it now (it keeps the lane), else
-        None: the lane is then free for ``_kick``. Running a lane's queue on one thread
-        saves a thread-pool hand-off per message, the SDK's main per-message cost; while
-        other lanes wait for a thread, ``_finished`` queues it behind them instead."""
+    def _take(self, part: _Part, lane: int) -> list[Any]:
+        """The lane's next messages (up to ``LANE_BATCH``) if it may run them now, else []:
+        the lane is then free for ``_kick``. Running a lane's queue on one thread saves a
+        thread-pool hand-off per message; while other lanes wait for a thread,
+        ``_finished`` queues it behind them instead."""
         if self._halted or part.closing or part.target_lanes is not None:
-            return None
-        if not part.queues[lane]:
-            return None
-        message = part.queues[lane].popleft()
-        part.running[lane] = message.offset()
-        return message
+            return []
+        queue = part.queues[lane]
+        if not queue:
+            return []
+        batch = [queue.popleft() for _ in range(min(len(queue), LANE_BATCH))]
+        part.running[lane] = batch[0].offset()
+        part.taken += len(batch)
+        return batch
+
+    def _record(self, part: _Part) -> None:
+        """Record the messages the lanes finished since the last call: their keys may move
+        lanes, the processed prefix advances. Every reader of the tracker or of ``taken``
+        calls this first, so what it reads is as current as if each lane took the lock."""
+        done = part.done
+        if not done:
+            return
+        tracker = part.tracker
+        before = tracker.position
+        while done:
+            message = done.popleft()
+            part.finished(message)
+            tracker.done(message.offset())
+            part.taken -= 1
+        if tracker.position != before:
+            part.advanced_ms = int(time.time() * 1000)
 
     def _relane(self, tp: TopicPart, part: _Part) -> None:
         lanes = part.target_lanes or part.lanes
@@ -367,58 +422,86 @@ class LaneExecutor:
         for lane in range(lanes):
             self._kick(tp, part, lane)
 
-    def _run(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
-        process, since = self._process, time.monotonic()
-        while message is not None:
-            try:
-                process(message)
-            except BaseException:
-                log.exception(
-                    "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
-                )
-            message = self._finished(tp, epoch, lane, message, time.monotonic() - since)
+    def _yields(self, part: _Part, since: float) -> bool:
+        """A lane stops between two messages of its batch on a halt, a lane change or a
+        close (read without the lock: a message that started before any of them finishes),
+        and when its turn (``TURN_S``) is over while other lanes wait for a thread."""
+        return (
+            self._halted
+            or part.closing
+            or part.target_lanes is not None
+            or (time.monotonic() - since >= TURN_S and self._pool.pending() > 0)
+        )
 
-    async def _run_async(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
+    def _run(self, tp: TopicPart, part: _Part, lane: int, batch: list[Any]) -> None:
+        process, since, done = self._process, time.monotonic(), part.done
+        while batch:
+            ran = 0
+            for message in batch:
+                if ran and self._yields(part, since):
+                    break
+                try:
+                    process(message)
+                except BaseException:
+                    log.exception(
+                        "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
+                    )
+                done.append(message)
+                ran += 1
+            batch = self._finished(tp, part, lane, batch, ran, time.monotonic() - since)
+
+    async def _run_async(self, tp: TopicPart, part: _Part, lane: int, batch: list[Any]) -> None:
         """``_run`` for a coroutine ``process``, as a task of the lanes' event loop."""
-        process, since = self._process, time.monotonic()
-        while message is not None:
-            try:
-                await process(message)
-            except Exception:
-                log.exception(
-                    "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
-                )
-            message = self._finished(tp, epoch, lane, message, time.monotonic() - since)
+        process, since, done = self._process, time.monotonic(), part.done
+        while batch:
+            ran = 0
+            for message in batch:
+                if ran and self._yields(part, since):
+                    break
+                try:
+                    await process(message)
+                except Exception:
+                    log.exception(
+                        "message processing raised at %s[%d]@%d", tp[0], tp[1], message.offset()
+                    )
+                done.append(message)
+                ran += 1
+            batch = self._finished(tp, part, lane, batch, ran, time.monotonic() - since)
 
     def _finished(
-        self, tp: TopicPart, epoch: int, lane: int, message: Any, turn_s: float = 0.0
-    ) -> Any | None:
-        """``message`` ran on ``lane``: advance the partition's prefix, and return the lane's
-        next message if this thread (or task) runs it now, else None. ``turn_s``: how long
-        this thread has run the lane; past ``TURN_S``, while other lanes wait for a thread,
-        the lane queues behind them instead (round robin)."""
-        offset = message.offset()
+        self, tp: TopicPart, part: _Part, lane: int, batch: list[Any], ran: int, turn_s: float
+    ) -> list[Any]:
+        """The first ``ran`` messages of ``batch`` ran on ``lane`` (and are in ``done``):
+        record them; the rest go back to the front of the lane's queue (a halt, a lane
+        change, or the turn is over), or are forgotten when the partition closes
+        (redelivered to its next owner). Returns the lane's next batch if this thread (or
+        task) runs it now, else []. ``turn_s``: how long this thread has run the lane; past
+        ``TURN_S``, while other lanes wait for a thread, the lane queues behind them instead
+        (round robin)."""
         with self._lock:
-            part = self._parts.get(tp)
-            if part is None or part.epoch != epoch:
-                return None  # the partition was revoked or handed off meanwhile
+            if self._parts.get(tp) is not part:
+                return []  # the partition was revoked or handed off meanwhile
             part.running.pop(lane, None)
-            part.finished(message)
-            tracker = part.tracker
-            before = tracker.position
-            tracker.done(offset)
-            if tracker.position != before:
-                part.advanced_ms = int(time.time() * 1000)
-            nxt = None
+            self._record(part)
+            rest = batch[ran:]
+            part.taken -= len(rest)
+            if rest and part.closing:
+                for message in rest:
+                    part.finished(message)
+                # never run: redelivered to the next owner, not skipped
+                part.tracker.forget_after(rest[0].offset())
+            elif rest:
+                part.queues[lane].extendleft(reversed(rest))  # in order, ahead of newer ones
+            nxt: list[Any] = []
             if part.target_lanes is not None and not part.running:
                 self._relane(tp, part)
             else:
-                nxt = self._next(tp, part, lane)
-                if nxt is not None and turn_s >= TURN_S and self._pool.pending():
+                nxt = self._take(part, lane)
+                if nxt and turn_s >= TURN_S and self._pool.pending():
                     # fewer threads than busy lanes: a partition that always has work must
                     # not keep a thread while the others' work waits
-                    self._pool.submit(self._lane, tp, epoch, lane, nxt)
-                    nxt = None
+                    self._pool.submit(self._lane, tp, part, lane, nxt)
+                    nxt = []
             if part.closing:  # close() waits for the running messages of closing ones
                 self._changed.notify_all()
             return nxt

@@ -203,6 +203,49 @@ def test_once_sql_groups_lanes_and_a_raising_fn_reruns_only_its_neighbours(
     store.close()
 
 
+def test_a_failing_statement_in_a_pipelined_group_fails_only_its_own_call(
+    postgres_dsn: str, table: str
+) -> None:
+    """The group's fns run pipelined, where a statement's error surfaces later than the
+    statement; the failing call alone raises (the database's error), every other effect
+    commits exactly once, and a group without errors needs no rerun."""
+    make_effects_table(postgres_dsn, table)
+    store = PostgresDedupeStore(postgres_dsn, table=table, writers=1)
+    insert = f"INSERT INTO {table}_fx (key, host) VALUES (%s, 'h')"
+    for i in range(100, 110):  # psycopg prepares a statement from its 5th run on
+        assert ctx(store, i).once_sql(lambda db, i=i: db.execute(insert, (f"g/t/0/{i}",)))
+    barrier = threading.Barrier(16)
+    results: dict[int, object] = {}
+
+    def lane(i: int) -> None:
+        barrier.wait()
+        c = ctx(store, i)
+        # lane 5 writes to a table that does not exist: the server fails it, not Python
+        fx = f"{table}_none" if i == 5 else f"{table}_fx"
+        write = lambda db: db.execute(  # noqa: E731
+            f"INSERT INTO {fx} (key, host) VALUES (%s, 'h')", (c.key,)
+        )
+        try:
+            results[i] = c.once_sql(write)
+        except psycopg.Error as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert isinstance(results.pop(5), psycopg.errors.UndefinedTable)
+    assert results == {i: True for i in range(16) if i != 5}
+    for i in range(200, 210):  # the prepared statements still work after the failed group
+        assert ctx(store, i).once_sql(lambda db, i=i: db.execute(insert, (f"g/t/0/{i}",)))
+    keys = sorted(k for k, _ in effects(postgres_dsn, table))
+    ran = [*range(16), *range(100, 110), *range(200, 210)]
+    assert keys == sorted(f"g/t/0/{i}" for i in ran if i != 5)
+    assert store.state("g/t/0/5") is None
+    store.close()
+
+
 def test_a_group_mixing_done_in_doubt_new_and_repeated_keys_runs_each_effect_once(
     postgres_dsn: str, table: str
 ) -> None:

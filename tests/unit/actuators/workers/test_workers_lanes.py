@@ -192,6 +192,28 @@ def test_close_abandons_queued_work_below_which_it_commits() -> None:
     d.shutdown()
 
 
+def test_a_lanes_batch_counts_each_finished_message_and_a_close_stops_it() -> None:
+    """A lane takes its queued messages as one batch: each one that finished counts at once
+    (the commit position, the buffered count), and a close lets the running one finish and
+    starts none of the rest, which stay above the position (redelivered, not skipped)."""
+    gate, ran = threading.Event(), []
+
+    def process(m: Msg) -> None:
+        if m.offset() == 3:
+            gate.wait(5)
+        ran.append(m.offset())
+
+    d = LaneExecutor(process, max_workers=2, default_lanes=1)
+    d.submit_many([Msg(o, _key=b"a") for o in range(10)])  # one lane: one batch of 10
+    wait_for(lambda: ran == [0, 1, 2])
+    assert d.positions() == {("t", 0): 3} and d.buffered() == {("t", 0): 7}
+    d.begin_close(("t", 0))
+    gate.set()
+    wait_for(lambda: d.running(("t", 0)) == 0)
+    assert d.finish_close(("t", 0)) == 4 and ran == [0, 1, 2, 3]
+    d.shutdown()
+
+
 def test_close_with_timeout_abandons_running_work() -> None:
     gate = threading.Event()
     d = LaneExecutor(lambda m: gate.wait(5), max_workers=2, default_lanes=2)
