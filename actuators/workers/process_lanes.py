@@ -46,11 +46,18 @@ class ProcessLaneExecutor(LaneExecutor):
         self._pool = _AtOnce()  # type: ignore[assignment]
         self._lane = self._send
 
-    def _send(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
-        self._runner.send(message, functools.partial(self._answered, tp, epoch, lane, message))
+    def _send(self, tp: TopicPart, part: Any, lane: int, batch: list[Any]) -> None:
+        """A lane's turn: its batch's first message goes to the worker process; the rest wait
+        in the batch until the answer (one message of a lane at a time, so a halt, a lane
+        change or a close stops the lane between two messages, as on a thread)."""
+        if batch:
+            self._runner.send(batch[0], functools.partial(self._answered, tp, part, lane, batch))
 
-    def _answered(self, tp: TopicPart, epoch: int, lane: int, message: Any) -> None:
-        """On the runner's answers thread: the message finished; the lane goes on."""
-        nxt = self._finished(tp, epoch, lane, message)
-        if nxt is not None:
-            self._send(tp, epoch, lane, nxt)
+    def _answered(self, tp: TopicPart, part: Any, lane: int, batch: list[Any]) -> None:
+        """On the runner's answers thread: the batch's first message finished; the lane goes
+        on (``_finished`` puts the rest back at the front of the lane's queue and hands out
+        the lane's next batch unless it must stop)."""
+        part.done.append(batch[0])
+        nxt = self._finished(tp, part, lane, batch, 1, 0.0)
+        if nxt:
+            self._send(tp, part, lane, nxt)
