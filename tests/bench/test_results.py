@@ -31,10 +31,12 @@ def test_a_result_carries_its_stamp(tmp_path: Path) -> None:
 def test_every_benchmark_writes_through_the_helper() -> None:
     """A module that names a file under bench/results writes it with ``write_result`` (the
     incident suite through ``merge_results``, which keeps the scenarios not run)."""
+    readers = {"bench/faults/doc.py"}  # renders the page from the committed results
     missing = []
     for path in sorted((ROOT / "bench").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         writers = {"write_result", "merge_results"} & set(re.findall(r"\w+", text))
-        if '"results"' in text and not writers:
+        names_a_result = re.search(r'"results"\s*/|RESULTS_DIR\s*/', text)  # a path in it
+        if names_a_result and not writers and str(path.relative_to(ROOT)) not in readers:
             missing.append(str(path.relative_to(ROOT)))
     assert missing == []

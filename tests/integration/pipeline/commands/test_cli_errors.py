@@ -156,6 +156,10 @@ def test_doctor_on_the_real_broker(kafka_bootstrap: str) -> None:
     assert r.returncode == 0, (r.stdout, r.stderr)
     rows = {row["check"]: row for row in orjson.loads(r.stdout)}
     assert time.monotonic() - started < 15
+    # the input states of whatever pipeline replicas other tests run on this broker (judged
+    # in tests/unit/pipeline/commands): here only that the row is there and says something
+    inputs = rows.pop("pipeline input")
+    assert inputs["status"] in ("ok", "skip", "warn") and inputs["detail"], inputs
     assert {row["status"] for row in rows.values()} == {"ok"}, rows
     assert "READ allowed" in rows["__consumer_offsets"]["detail"]
     # the version from ApiVersions: a KRaft Kafka names its release, anything else its APIs

@@ -66,7 +66,7 @@ def test_status_json_is_one_document(
     out = capsys.readouterr()
     if out.out:
         doc = orjson.loads(out.out)
-        assert set(doc) == {"groups", "partitions", "group_health"}
+        assert set(doc) == {"groups", "partitions", "group_health", "inputs"}
     else:  # no pipeline ever ran on this broker: the topic is missing, said in one line
         assert "topic lagpilot.lag not found" in out.err
 
