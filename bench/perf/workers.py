@@ -70,6 +70,7 @@ from actuators.workers.dedupe import DedupeStore, SQLiteDedupeStore
 from bench.support import broker
 from bench.support.cpu_bound import SMOKE as CPU_SMOKE
 from bench.support.cpu_bound import run_cpu_bound
+from bench.support.handled import judge
 from bench.support.harness import create_topic
 from bench.support.machine import load_avg_1m
 from bench.support.results import run_stamp, write_result
@@ -139,25 +140,13 @@ class Ledger:
     def result(self, expected: int) -> dict[str, Any]:
         with self._lock:
             entries = sorted(e for log in self._logs for e in list(log))
-        seen: set[tuple[bytes, int]] = set()
-        last: dict[bytes, int] = {}
-        duplicates = order_violations = 0
-        for _t, key, seq in entries:
-            if (key, seq) in seen:
-                duplicates += 1
-                continue
-            seen.add((key, seq))
-            if last.get(key, -1) > seq:
-                order_violations += 1
-            last[key] = max(seq, last.get(key, -1))
-        n = len(seen)
-        span_s = (entries[-1][0] - entries[0][0]) / 1e9 if len(entries) > 1 else 1e-9
+        got = judge(entries)
         return {
-            "processed": n,
-            "records_per_s": round(n / max(span_s, 1e-9), 1),
-            "lost": expected - n,
-            "duplicates": duplicates,
-            "order_violations": order_violations,
+            "processed": got.handled,
+            "records_per_s": got.records_per_s,
+            "lost": got.lost(expected),
+            "duplicates": got.duplicates,
+            "order_violations": got.order_violations,
         }
 
 

@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, Producer
 
 from actuators.workers import EffectGuard, Worker
 from actuators.workers.processes import usable_cpus
+from bench.support.handled import judge
 from bench.support.harness import create_topic
 from schemas.keys import DECIDE, Keyring, SigningKey
 
@@ -100,30 +101,18 @@ def produce(bootstrap: str, topic: str, n: int) -> None:
 
 def summarize(logs: Path, expected: int) -> dict[str, Any]:
     """What the handler logged in ``logs``: handled, rate, lost, duplicates, order."""
-    entries = []
+    entries: list[tuple[int, str, int]] = []
     for path in logs.glob("*.log"):
         for line in path.read_text().splitlines():
             t, key, seq = line.split()
             entries.append((int(t), key, int(seq)))
-    entries.sort()
-    seen: set[tuple[str, int]] = set()
-    last: dict[str, int] = {}
-    duplicates = order_violations = 0
-    for _t, key, seq in entries:
-        if (key, seq) in seen:
-            duplicates += 1
-            continue
-        seen.add((key, seq))
-        if last.get(key, -1) > seq:
-            order_violations += 1
-        last[key] = max(seq, last.get(key, -1))
-    span_s = (entries[-1][0] - entries[0][0]) / 1e9 if len(entries) > 1 else 1e-9
+    got = judge(entries)
     return {
-        "handled": len(seen),
-        "records_per_s": round(len(seen) / max(span_s, 1e-9), 1),
-        "lost": expected - len(seen),
-        "duplicates": duplicates,
-        "order_violations": order_violations,
+        "handled": got.handled,
+        "records_per_s": got.records_per_s,
+        "lost": got.lost(expected),
+        "duplicates": got.duplicates,
+        "order_violations": got.order_violations,
     }
 
 
